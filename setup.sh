@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to a built engine and an embedded default model:
+#   1. Debian packages (compiler, CMake, GoogleTest, Google Benchmark, JSON, HTTP)
+#   2. a Python venv in .venv with the tooling packages (checkpoint generator, tokenizer data)
+#   3. a Release build in build/
+#   4. models/default: a small DeepSeek-V4 checkpoint in the official layout, RANDOM weights
+set -euo pipefail
+cd "$(dirname "$0")"
+
+apt_packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
+              nlohmann-json3-dev libcpp-httplib-dev python3 python3-venv python3-pip)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating Python venv .venv (tooling only; the engine never needs Python)"
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r tools/golden/requirements.txt
+
+echo "setup: building (Release) in build/"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"
+
+if [ ! -f models/default/model.safetensors ]; then
+  echo "setup: writing the embedded default checkpoint (random weights) to models/default"
+  .venv/bin/python tools/golden/make_checkpoint.py --preset default --out models/default
+fi
+echo "setup: done. Try: build/deepinfer generate --tokens-file tests/data/hello.tokens -n 16"

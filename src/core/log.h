@@ -1,0 +1,10 @@
+// Progress and diagnostics go to stderr, so stdout stays machine-readable
+// (token ids, JSON) for the tools that parse it.
+#pragma once
+
+namespace deepinfer {
+
+void log_info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace deepinfer

@@ -1,0 +1,189 @@
+#include "loader/safetensors.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace deepinfer {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::F8_E4M3: return "F8_E4M3";
+    case DType::F8_E8M0: return "F8_E8M0";
+    case DType::I8: return "I8";
+    case DType::U8: return "U8";
+    case DType::I16: return "I16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::BOOL: return "BOOL";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64: case DType::I64: return 8;
+    case DType::F32: case DType::I32: return 4;
+    case DType::BF16: case DType::F16: case DType::I16: return 2;
+    default: return 1;
+  }
+}
+
+static bool parse_dtype(const std::string& s, DType* out) {
+  static const std::map<std::string, DType> kNames = {
+      {"BF16", DType::BF16}, {"F16", DType::F16}, {"F32", DType::F32}, {"F64", DType::F64},
+      {"F8_E4M3", DType::F8_E4M3}, {"F8_E8M0", DType::F8_E8M0}, {"I8", DType::I8},
+      {"U8", DType::U8}, {"I16", DType::I16}, {"I32", DType::I32}, {"I64", DType::I64},
+      {"BOOL", DType::BOOL}};
+  auto it = kNames.find(s);
+  if (it == kNames.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string TensorView::shape_str() const {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+  const size_t size = file_.size();
+  auto fail = [&](const std::string& what) -> LoadError { return LoadError(path + ": " + what); };
+  if (size < 8) throw fail("truncated: shorter than the 8-byte header length");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_.data()[i];
+  if (header_len > size - 8) throw fail("truncated: header length " + std::to_string(header_len) +
+                                        " exceeds file size " + std::to_string(size));
+  json header;
+  try {
+    header = json::parse(file_.data() + 8, file_.data() + 8 + header_len);
+  } catch (const std::exception& e) {
+    throw fail(std::string("malformed JSON header: ") + e.what());
+  }
+  if (!header.is_object()) throw fail("header is not a JSON object");
+  const uint8_t* base = file_.data() + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    auto tfail = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
+        !info.contains("data_offsets"))
+      throw tfail("header entry lacks dtype, shape or data_offsets");
+    TensorView t;
+    t.name = name;
+    t.file = path;
+    if (!info["dtype"].is_string() || !parse_dtype(info["dtype"].get<std::string>(), &t.dtype))
+      throw tfail("unknown dtype " + info["dtype"].dump());
+    const json& shape = info["shape"];
+    if (!shape.is_array()) throw tfail("shape is not an array");
+    uint64_t numel = 1;
+    for (const json& d : shape) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw tfail("bad dimension " + d.dump());
+      uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim)
+        throw tfail("shape too large");
+      numel *= dim;
+      t.shape.push_back(int64_t(dim));
+    }
+    const json& off = info["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      throw tfail("data_offsets must be two non-negative integers");
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      throw tfail("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  "] lie outside the data section of " + std::to_string(data_size) +
+                  " bytes (truncated file?)");
+    if (end - begin != numel * dtype_size(t.dtype))
+      throw tfail("byte size " + std::to_string(end - begin) + " does not match shape " +
+                  t.shape_str() + " of " + dtype_name(t.dtype));
+    t.data = base + begin;
+    t.nbytes = size_t(end - begin);
+    if (end > begin) ranges.emplace_back(begin, end);
+    tensors_.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) throw fail("tensor data ranges overlap");
+}
+
+static std::vector<std::string> shard_files(const std::string& dir) {
+  fs::path d(dir);
+  if (!fs::is_directory(d)) throw LoadError(dir + ": not a checkpoint directory");
+  fs::path index = d / "model.safetensors.index.json";
+  std::vector<std::string> files;
+  if (fs::exists(index)) {
+    json j;
+    try {
+      std::ifstream in(index);
+      j = json::parse(in);
+    } catch (const std::exception& e) {
+      throw LoadError(index.string() + ": malformed JSON: " + e.what());
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw LoadError(index.string() + ": missing object 'weight_map'");
+    std::set<std::string> uniq;
+    for (auto& [name, f] : j["weight_map"].items()) {
+      if (!f.is_string()) throw LoadError(index.string() + ": weight_map['" + name + "'] is not a file name");
+      std::string fname = f.get<std::string>();
+      if (fname.find('/') != std::string::npos)
+        throw LoadError(index.string() + ": shard name '" + fname + "' must be a plain file name");
+      uniq.insert(fname);
+    }
+    for (const auto& f : uniq) files.push_back((d / f).string());
+  } else if (fs::exists(d / "model.safetensors")) {
+    files.push_back((d / "model.safetensors").string());
+  } else {
+    for (auto& e : fs::directory_iterator(d))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  }
+  if (files.empty()) throw LoadError(dir + ": no .safetensors files found");
+  return files;
+}
+
+TensorStore::TensorStore(const std::string& dir) {
+  for (const auto& path : shard_files(dir)) {
+    if (!fs::exists(path)) throw LoadError(path + ": shard listed in the index is missing");
+    files_.push_back(std::make_unique<SafetensorsFile>(path));
+    for (const auto& [name, t] : files_.back()->tensors()) {
+      auto [it, inserted] = tensors_.emplace(name, t);
+      if (!inserted)
+        throw LoadError(path + ": tensor '" + name + "' also appears in " + it->second.file);
+    }
+  }
+}
+
+const TensorView* TensorStore::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+size_t TensorStore::total_bytes() const {
+  size_t n = 0;
+  for (const auto& [_, t] : tensors_) n += t.nbytes;
+  return n;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,66 @@
+// Safetensors shards and checkpoint directories, mapped read-only.
+// A checkpoint directory is either one `model.safetensors` or shards listed by
+// `model.safetensors.index.json` (or, failing both, every *.safetensors file in the folder).
+// Parsing validates every header against the file before any tensor is handed out: a
+// truncated shard, offsets that lie or overlap, an unknown dtype all throw LoadError naming
+// the file and the tensor.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+
+namespace deepinfer {
+
+struct LoadError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType { BF16, F16, F32, F64, F8_E4M3, F8_E8M0, I8, U8, I16, I32, I64, BOOL };
+
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+
+// A typed, shaped view into a mapped shard. Never owns memory.
+struct TensorView {
+  std::string name;
+  std::string file;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+
+  int64_t numel() const;
+  std::string shape_str() const;
+};
+
+// One mapped .safetensors file with its parsed header.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);  // throws LoadError
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// Every tensor of a checkpoint directory, by name.
+class TensorStore {
+ public:
+  explicit TensorStore(const std::string& dir);  // throws LoadError
+  const TensorView* find(const std::string& name) const;
+  const std::map<std::string, TensorView>& all() const { return tensors_; }
+  size_t total_bytes() const;
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+}  // namespace deepinfer
