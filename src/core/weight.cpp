@@ -1,0 +1,37 @@
+#include "core/weight.h"
+
+namespace deepinfer {
+
+void weight_decode_row(const WeightMatrix& w, int64_t r, float* out) {
+  switch (w.format) {
+    case WeightFormat::F32: {
+      const float* src = reinterpret_cast<const float*>(w.data) + r * w.cols;
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = src[c];
+      return;
+    }
+    case WeightFormat::BF16: {
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data) + r * w.cols;
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(src[c]);
+      return;
+    }
+    case WeightFormat::FP8_BLOCK: {
+      const uint8_t* src = w.data + r * w.cols;
+      const uint8_t* srow = w.scale + (r / w.block) * w.scale_cols;
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = e4m3_to_f32(src[c]) * e8m0_to_f32(srow[c / w.block]);
+      return;
+    }
+    case WeightFormat::FP4_BLOCK: {
+      const uint8_t* src = w.data + r * (w.cols / 2);
+      const uint8_t* srow = w.scale + r * w.scale_cols;
+      for (int64_t c = 0; c < w.cols; c += 2) {
+        uint8_t byte = src[c / 2];
+        float s = e8m0_to_f32(srow[c / 32]);
+        out[c] = e2m1_to_f32(byte & 0xf) * s;
+        if (c + 1 < w.cols) out[c + 1] = e2m1_to_f32(byte >> 4) * s;
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,49 @@
+// A weight matrix [rows = out_features, cols = in_features] kept in its checkpoint encoding.
+// Kernels decode it on the fly; nothing ever expands a whole checkpoint to fp32.
+//   F32 / BF16 : plain row-major values
+//   FP8_BLOCK  : e4m3 codes [rows, cols] + ue8m0 scales [ceil(rows/B), ceil(cols/B)]
+//   FP4_BLOCK  : e2m1 codes packed two per byte [rows, cols/2] (low nibble = even column)
+//                + ue8m0 scales [rows, cols/32]
+#pragma once
+#include <cstdint>
+
+#include "core/formats.h"
+
+namespace deepinfer {
+
+enum class WeightFormat { F32, BF16, FP8_BLOCK, FP4_BLOCK };
+
+struct WeightMatrix {
+  WeightFormat format = WeightFormat::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  const uint8_t* scale = nullptr;  // FP8_BLOCK / FP4_BLOCK only
+  int64_t block = 0;               // FP8_BLOCK: square block edge B; FP4_BLOCK: 32
+  int64_t scale_cols = 0;          // row stride of the scale tensor
+
+  bool valid() const { return data != nullptr; }
+  bool is_quantized() const { return format == WeightFormat::FP8_BLOCK || format == WeightFormat::FP4_BLOCK; }
+};
+
+// Exact fp32 value of one element (scale products are exact: few mantissa bits times 2^k).
+inline float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
+  switch (w.format) {
+    case WeightFormat::F32: return reinterpret_cast<const float*>(w.data)[r * w.cols + c];
+    case WeightFormat::BF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(w.data)[r * w.cols + c]);
+    case WeightFormat::FP8_BLOCK:
+      return e4m3_to_f32(w.data[r * w.cols + c]) *
+             e8m0_to_f32(w.scale[(r / w.block) * w.scale_cols + c / w.block]);
+    case WeightFormat::FP4_BLOCK: {
+      uint8_t byte = w.data[r * (w.cols / 2) + c / 2];
+      uint8_t nib = (c & 1) ? (byte >> 4) : (byte & 0xf);
+      return e2m1_to_f32(nib) * e8m0_to_f32(w.scale[r * w.scale_cols + c / 32]);
+    }
+  }
+  return 0.0f;
+}
+
+// Decode row r into out[cols] (exact fp32 values).
+void weight_decode_row(const WeightMatrix& w, int64_t r, float* out);
+
+}  // namespace deepinfer

@@ -1,0 +1,44 @@
+// Every compute op of DeepInfer, with its shape contract. `ref/` holds the plain scalar
+// version of each op; it defines the numerics (MODEL.md sections 3 and 12):
+// dot products accumulate in double and round once to fp32, transcendentals are evaluated
+// in double and rounded once, so results do not depend on summation order.
+#pragma once
+#include <cstdint>
+
+#include "core/weight.h"
+
+namespace deepinfer::kernels {
+
+// y[M, W.rows] = x[M, W.cols] . W^T with the exact decoded weights.
+// The plain product: float numerics for every weight, and the reference's bf16 / fp32
+// linears (inputs already bf16-valued there; the caller rounds the output).
+void linear_f32_ref(const float* x, int64_t M, const WeightMatrix& W, float* y);
+
+// The reference's FP8 / FP4 GEMM (MODEL.md 3.5): each row of x is act-quantised to e4m3
+// with one ue8m0 scale per act_block elements, then
+//   FP8: y = sum_kb (sum_{k in kb} xq*wq) * sx[kb] * sW[n/B, kb]
+//   FP4: y = sum_kb32 (sum xq*wq) * sx[kb32*32/act_block] * sW[n, kb32]
+// W.cols must be a multiple of act_block (checked at model load). Output fp32 (caller rounds).
+void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y);
+
+// act_quant per block in place (MODEL.md 3.3): x <- bf16(e4m3(x / s) * s), s = ue8m0 ceil
+// of max(amax, 1e-4) / 448. n must be a multiple of block.
+// If q_out/s_out are given, also writes the e4m3 values (as fp32) and the per-block scales.
+void act_quant_ref(float* x, int64_t n, int64_t block, float* q_out = nullptr, float* s_out = nullptr);
+
+// FP4 QDQ with power-of-two scales (MODEL.md 3.4, first variant) in place, blocks of `block`.
+void fp4_qdq_pow2_ref(float* x, int64_t n, int64_t block);
+
+// In-place unnormalised Walsh-Hadamard transform (Sylvester order), n a power of two.
+void hadamard_ref(float* x, int64_t n);
+
+// One head of sink attention over an explicit key list (MODEL.md 7.6, AUDIT O2).
+// keys[j] points at a key/value vector of length dim, or is null (an invalid column).
+// Columns are processed in tiles of 64 with an online softmax; when round_probs is set the
+// unnormalised probabilities are rounded to bf16 for P.V (reference kernel), the
+// denominator always sums the fp32 values; exp(sink - max) joins the denominator at the end.
+// The first tile holding a valid key must not be preceded by an all-invalid tile.
+void sink_attention_ref(const float* q, const float* const* keys, int64_t n_keys, int64_t dim,
+                        float scale, float sink, bool round_probs, float* out);
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,64 @@
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace deepinfer::kernels {
+
+void act_quant_ref(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
+  const float inv448 = 1.0f / 448.0f;  // the reference multiplies by this fp32 constant
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    float amax = 0.0f;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    amax = std::max(amax, 1e-4f);
+    const float s = pow2_ceil_scale(amax * inv448);
+    for (int64_t i = b0; i < b1; ++i) {
+      float v = std::clamp(x[i] / s, -448.0f, 448.0f);  // division by 2^k is exact
+      float q = e4m3_round(v);
+      if (q_out) q_out[i] = q;
+      x[i] = round_bf16(q * s);
+    }
+    if (s_out) s_out[b0 / block] = s;
+  }
+}
+
+void fp4_qdq_pow2_ref(float* x, int64_t n, int64_t block) {
+  const float floor_amax = 6.0f * std::ldexp(1.0f, -126);
+  const float inv6 = 1.0f / 6.0f;
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    float amax = 0.0f;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    amax = std::max(amax, floor_amax);
+    const float s = pow2_ceil_scale(amax * inv6);
+    for (int64_t i = b0; i < b1; ++i) {
+      float v = std::clamp(x[i] / s, -6.0f, 6.0f);
+      x[i] = round_bf16(e2m1_round(v) * s);
+    }
+  }
+}
+
+void hadamard_ref(float* x, int64_t n) {
+  // Butterflies in double: sums of n bf16 values are exact there, so the result is the
+  // correctly rounded fp32 transform whatever the butterfly order.
+  double buf[4096];
+  double* h = buf;
+  std::vector<double> big;
+  if (n > 4096) {
+    big.resize(n);
+    h = big.data();
+  }
+  for (int64_t i = 0; i < n; ++i) h[i] = x[i];
+  for (int64_t len = 1; len < n; len <<= 1)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        double a = h[j], b = h[j + len];
+        h[j] = a + b;
+        h[j + len] = a - b;
+      }
+  for (int64_t i = 0; i < n; ++i) x[i] = float(h[i]);
+}
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,229 @@
+// Attention sublayer of DeepSeek-V4: query path, window keys, compressed keys (CSA / HCA),
+// lightning indexer selection, sink attention and the grouped output projection.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "model/deepseek_v4/compressor.h"
+#include "model/deepseek_v4/layer_ops.h"
+
+namespace deepinfer::v4 {
+
+void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
+                      const WeightMatrix& W, float* y) {
+  if (num.reference() && W.is_quantized())
+    kernels::linear_act_quant_ref(x, M, W, cfg.act_block(), y);
+  else
+    kernels::linear_f32_ref(x, M, W, y);
+  num.bf16(y, M * W.rows);
+}
+
+namespace {
+
+// Plain product at a bf16 point (the reference's bf16 GEMMs).
+void linear_plain(const Numerics& num, const float* x, int64_t M, const WeightMatrix& W, float* y) {
+  kernels::linear_f32_ref(x, M, W, y);
+  num.bf16(y, M * W.rows);
+}
+
+// Unweighted per-head RMS of the queries. The reference writes it as bf16 tensor ops,
+// each rounded to bf16 (MODEL.md 7.2).
+void query_head_norm(float* q, int64_t n, float eps, const Numerics& num) {
+  if (!num.reference()) {
+    rms_norm(q, nullptr, n, eps, num, q);
+    return;
+  }
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += double(round_bf16(q[i] * q[i]));
+  const float mean = round_bf16(float(ss / double(n)));
+  const float r = round_bf16(rsqrt_f(round_bf16(mean + eps)));
+  for (int64_t i = 0; i < n; ++i) q[i] = round_bf16(q[i] * r);
+}
+
+// FP8 QDQ of the non-rope dims in blocks of 64 (window keys and compressed entries).
+void kv_qdq(const Config& cfg, const Numerics& num, float* kv) {
+  if (num.reference()) kernels::act_quant_ref(kv, cfg.nope_dim(), 64);
+}
+
+// bf16(Hadamard(x) * n^-0.5), then FP4 QDQ in blocks of 32 (indexer queries and keys).
+void indexer_rotate_quant(float* x, int64_t n, const Numerics& num) {
+  kernels::hadamard_ref(x, n);
+  const float scale = float(1.0 / std::sqrt(double(n)));
+  for (int64_t i = 0; i < n; ++i) x[i] = num.bf16(x[i] * scale);
+  if (num.reference()) kernels::fp4_qdq_pow2_ref(x, n, 32);
+}
+
+// Runs a compressor over the chunk and finishes every emitted entry into st.entries.
+template <typename Finish>
+void run_compressor(const CompressorWeights& w, CompressorState& st, const float* a, int64_t S, int64_t p0,
+                    Finish finish) {
+  const int64_t n = w.coff * w.width;
+  std::vector<float> kvp(S * n), sc(S * n), z(w.width);
+  compressor_project(w, a, S, p0, kvp.data(), sc.data());
+  for (int64_t t = 0; t < S; ++t) {
+    const int64_t p = p0 + t;
+    if (!compressor_push(st, kvp.data() + t * n, sc.data() + t * n, p, z.data())) continue;
+    finish(z.data(), p / w.ratio);
+    st.entries.insert(st.entries.end(), z.begin(), z.end());
+  }
+}
+
+// Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
+// top scores, in descending score order (ties: lower index first).
+std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numerics& num, const LayerWeights& L,
+                                                 const RopeTable& rope, const float* a, const float* qr,
+                                                 int64_t S, int64_t p0, const CompressorState& keys) {
+  const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim, n_keys = keys.n_entries();
+  std::vector<float> q(S * HI * DI), wts(S * HI);
+  linear_quantized(cfg, num, qr, S, L.attn.indexer_wq_b, q.data());
+  linear_plain(num, a, S, L.attn.indexer_weights_proj, wts.data());
+  const float wscale = float(1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
+  for (auto& v : wts) v = num.bf16(v * wscale);
+
+  std::vector<std::vector<int64_t>> chosen(S);
+  std::vector<float> score;
+  std::vector<int64_t> order;
+  for (int64_t t = 0; t < S; ++t) {
+    const int64_t p = p0 + t;
+    for (int64_t h = 0; h < HI; ++h) {
+      float* qh = q.data() + (t * HI + h) * DI;
+      rope.apply(qh, DI, p, false, num);
+      indexer_rotate_quant(qh, DI, num);
+    }
+    const int64_t n_vis = std::min((p + 1) / 4, n_keys);
+    score.assign(n_vis, 0.0f);
+    for (int64_t s = 0; s < n_vis; ++s) {
+      const float* k = keys.entry(s);
+      double total = 0.0;
+      for (int64_t h = 0; h < HI; ++h) {
+        const float* qh = q.data() + (t * HI + h) * DI;
+        double d = 0.0;
+        for (int64_t c = 0; c < DI; ++c) d += double(qh[c]) * double(k[c]);
+        float dot = num.bf16(float(d));
+        dot = std::max(dot, 0.0f);
+        total += double(num.bf16(dot * wts[t * HI + h]));
+      }
+      score[s] = num.bf16(float(total));
+    }
+    const int64_t k = std::min(cfg.index_topk, n_vis);
+    order.resize(n_vis);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t x, int64_t y) {
+      return score[x] != score[y] ? score[x] > score[y] : x < y;
+    });
+    chosen[t].assign(order.begin(), order.begin() + k);
+  }
+  return chosen;
+}
+
+}  // namespace
+
+void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
+                       const float* a, int64_t S, int64_t p0, LayerState& st, float* out) {
+  const AttentionWeights& w = L.attn;
+  const int64_t H = cfg.n_heads, Dh = cfg.head_dim, Wn = cfg.window, d = cfg.dim;
+  const float eps = float(cfg.norm_eps);
+
+  // ---- queries: wq_a -> q_norm (qr, reused by the indexer) -> wq_b -> head norm -> RoPE
+  std::vector<float> qr(S * cfg.q_lora_rank), q(S * H * Dh);
+  linear_quantized(cfg, num, a, S, w.wq_a, qr.data());
+  for (int64_t t = 0; t < S; ++t)
+    rms_norm(&qr[t * cfg.q_lora_rank], w.q_norm.data(), cfg.q_lora_rank, eps, num, &qr[t * cfg.q_lora_rank]);
+  linear_quantized(cfg, num, qr.data(), S, w.wq_b, q.data());
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float* qh = &q[(t * H + h) * Dh];
+      query_head_norm(qh, Dh, eps, num);
+      rope.apply(qh, Dh, p0 + t, false, num);
+    }
+
+  // ---- window keys (K = V): wkv -> kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
+  std::vector<float> kv(S * Dh);
+  linear_quantized(cfg, num, a, S, w.wkv, kv.data());
+  for (int64_t t = 0; t < S; ++t) {
+    float* k = &kv[t * Dh];
+    rms_norm(k, w.kv_norm.data(), Dh, eps, num, k);
+    rope.apply(k, Dh, p0 + t, false, num);
+    kv_qdq(cfg, num, k);
+  }
+
+  // ---- compressed keys: every group completed inside this chunk, before any attention
+  std::vector<std::vector<int64_t>> selected;
+  if (w.has_indexer) {
+    const CompressorWeights& cw = w.indexer_compressor;
+    run_compressor(cw, st.index_compressor, a, S, p0, [&](float* z, int64_t entry) {
+      for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
+      rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
+      rope.apply(z, cw.width, entry * cw.ratio, false, num);
+      indexer_rotate_quant(z, cw.width, num);
+    });
+  }
+  if (w.has_compressor) {
+    const CompressorWeights& cw = w.compressor;
+    run_compressor(cw, st.compressor, a, S, p0, [&](float* z, int64_t entry) {
+      for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
+      rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
+      rope.apply(z, cw.width, entry * cw.ratio, false, num);
+      kv_qdq(cfg, num, z);
+    });
+  }
+  if (w.has_indexer)
+    selected = indexer_select(cfg, num, L, rope, a, qr.data(), S, p0, st.index_compressor);
+
+  // ---- sink attention over [window columns ; compressed columns] per query and head.
+  // Column layout as the reference (AUDIT D1/O1): a prefill from position 0 has min(S, W)
+  // window columns, any later step W; positions ascend from max(0, p-W+1), invalid ones
+  // (beyond p) at the tail. It fixes the 64-wide tiles of the online softmax.
+  auto window_key = [&](int64_t pos) -> const float* {
+    return pos >= p0 ? &kv[(pos - p0) * Dh] : &st.ring[(pos % Wn) * Dh];
+  };
+  const int64_t n_window_cols = p0 == 0 ? std::min(S, Wn) : Wn;
+  const float scale = float(1.0 / std::sqrt(double(Dh)));
+  std::vector<float> o(S * H * Dh);
+  std::vector<const float*> keys;
+  for (int64_t t = 0; t < S; ++t) {
+    const int64_t p = p0 + t;
+    keys.clear();
+    const int64_t start = std::max<int64_t>(0, p - Wn + 1);
+    for (int64_t j = 0; j < n_window_cols; ++j)
+      keys.push_back(start + j <= p ? window_key(start + j) : nullptr);
+    if (L.ratio == 4) {
+      for (int64_t e : selected[t]) keys.push_back(st.compressor.entry(e));
+    } else if (L.ratio != 0) {
+      const int64_t n_vis = std::min((p + 1) / L.ratio, st.compressor.n_entries());
+      for (int64_t e = 0; e < n_vis; ++e) keys.push_back(st.compressor.entry(e));
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float* oh = &o[(t * H + h) * Dh];
+      kernels::sink_attention_ref(&q[(t * H + h) * Dh], keys.data(), int64_t(keys.size()), Dh, scale,
+                                  w.sink[h], num.reference(), oh);
+      num.bf16(oh, Dh);
+      rope.apply(oh, Dh, p, true, num);  // V = K carries the key rotation: undo the query's
+    }
+  }
+
+  // The ring keeps the last W window keys for later chunks.
+  for (int64_t t = std::max<int64_t>(0, S - Wn); t < S; ++t)
+    std::copy(&kv[t * Dh], &kv[t * Dh] + Dh, &st.ring[((p0 + t) % Wn) * Dh]);
+
+  // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
+  const int64_t G = cfg.o_groups, R = cfg.o_lora_rank, gw = H * Dh / G;
+  std::vector<float> u(S * G * R), row(gw);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < R; ++r) {
+      weight_decode_row(w.wo_a, g * R + r, row.data());
+      for (int64_t t = 0; t < S; ++t) {
+        const float* og = &o[t * H * Dh + g * gw];
+        double acc = 0.0;
+        for (int64_t c = 0; c < gw; ++c) acc += double(og[c]) * double(row[c]);
+        u[t * G * R + g * R + r] = num.bf16(float(acc));
+      }
+    }
+  linear_quantized(cfg, num, u.data(), S, w.wo_b, out);
+  (void)d;
+}
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,75 @@
+#include "model/deepseek_v4/compressor.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace deepinfer::v4 {
+
+void compressor_project(const CompressorWeights& w, const float* a, int64_t S, int64_t p0, float* kvp, float* sc) {
+  const int64_t n = w.coff * w.width;
+  kernels::linear_f32_ref(a, S, w.wkv, kvp);
+  kernels::linear_f32_ref(a, S, w.wgate, sc);
+  for (int64_t t = 0; t < S; ++t) {
+    const float* ape = w.ape.data() + ((p0 + t) % w.ratio) * n;
+    for (int64_t c = 0; c < n; ++c) sc[t * n + c] += ape[c];
+  }
+}
+
+// z[c] = sum_slots softmax_slot(score)[c] * kv[c]; slots with score -inf weigh nothing.
+static void pool(const std::vector<const float*>& kv_rows, const std::vector<const float*>& sc_rows,
+                 int64_t width, float* z) {
+  const size_t n = kv_rows.size();
+  std::vector<double> e(n);
+  for (int64_t c = 0; c < width; ++c) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (size_t s = 0; s < n; ++s) m = std::max(m, sc_rows[s][c]);
+    double den = 0.0;
+    for (size_t s = 0; s < n; ++s) {
+      e[s] = sc_rows[s][c] == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(double(sc_rows[s][c]) - double(m));
+      den += e[s];
+    }
+    double acc = 0.0;
+    for (size_t s = 0; s < n; ++s) {
+      const float weight = float(e[s] / den);
+      acc += double(kv_rows[s][c] * weight);
+    }
+    z[c] = float(acc);
+  }
+}
+
+bool compressor_push(CompressorState& st, const float* kvp, const float* sc, int64_t p, float* z) {
+  const int64_t r = st.ratio, W = st.width, row_len = st.coff * W;
+  const int64_t slot = (st.coff == 2 ? r : 0) + p % r;
+  std::copy(kvp, kvp + row_len, st.kv.begin() + slot * row_len);
+  std::copy(sc, sc + row_len, st.score.begin() + slot * row_len);
+  if ((p + 1) % r != 0) return false;
+
+  std::vector<const float*> kv_rows, sc_rows;
+  if (st.coff == 2) {
+    // Slot order: A halves of the previous group's tokens, then B halves of this group's.
+    for (int64_t i = 0; i < r; ++i) {
+      kv_rows.push_back(st.kv.data() + i * row_len);
+      sc_rows.push_back(st.score.data() + i * row_len);
+    }
+    for (int64_t i = r; i < 2 * r; ++i) {
+      kv_rows.push_back(st.kv.data() + i * row_len + W);
+      sc_rows.push_back(st.score.data() + i * row_len + W);
+    }
+  } else {
+    for (int64_t i = 0; i < r; ++i) {
+      kv_rows.push_back(st.kv.data() + i * row_len);
+      sc_rows.push_back(st.score.data() + i * row_len);
+    }
+  }
+  pool(kv_rows, sc_rows, W, z);
+  if (st.coff == 2) {  // the current group becomes the previous one
+    std::copy(st.kv.begin() + r * row_len, st.kv.end(), st.kv.begin());
+    std::copy(st.score.begin() + r * row_len, st.score.end(), st.score.begin());
+  }
+  return true;
+}
+
+}  // namespace deepinfer::v4

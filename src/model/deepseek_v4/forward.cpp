@@ -1,0 +1,144 @@
+// DeepSeek-V4 forward pass, top to bottom (MODEL.md 5):
+//   embed -> hc streams -> [attention site, ffn site] per layer -> hc_head -> norm -> head.
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "kernels/kernels.h"
+#include "model/deepseek_v4/hyper_connections.h"
+#include "model/deepseek_v4/layer_ops.h"
+#include "model/deepseek_v4/model.h"
+
+namespace deepinfer::v4 {
+
+std::unique_ptr<Model> Model::load(const std::string& dir) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> m(new Model());
+  m->cfg_ = load_config(dir + "/config.json");
+  m->store_ = std::make_unique<TensorStore>(dir);
+  m->w_ = bind_weights(m->cfg_, *m->store_);
+  const Config& c = m->cfg_;
+  for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_info("loaded %s: %lld layers, dim %lld, vocab %lld, %zu tensors, %.1f MB mapped, %.2f s", dir.c_str(),
+           (long long)c.n_layers, (long long)c.dim, (long long)c.vocab_size, m->store_->all().size(),
+           m->store_->total_bytes() / 1e6, secs);
+  return m;
+}
+
+void Model::check_numerics(const Numerics& num) const {
+  if (!num.reference()) return;
+  const Config& c = cfg_;
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok)
+      throw std::runtime_error("reference numerics cannot run this checkpoint: " + what +
+                               " (DeepSeek's reference asserts the same); use --numerics float");
+  };
+  need(c.nope_dim() % 64 == 0, "head_dim - qk_rope_head_dim = " + std::to_string(c.nope_dim()) +
+                                   " is not a multiple of the KV QDQ block 64");
+  const int64_t B = c.act_block();
+  need(c.dim % B == 0, "hidden_size is not a multiple of the activation block " + std::to_string(B));
+  need(c.q_lora_rank % B == 0, "q_lora_rank is not a multiple of " + std::to_string(B));
+  need((c.o_groups * c.o_lora_rank) % B == 0, "o_groups * o_lora_rank is not a multiple of " + std::to_string(B));
+  need(c.moe_inter_dim % B == 0, "moe_intermediate_size is not a multiple of " + std::to_string(B));
+  bool csa = false;
+  for (int64_t l = 0; l < c.n_layers; ++l) csa |= c.ratio(l) == 4;
+  need(!csa || c.index_head_dim % 32 == 0, "index_head_dim is not a multiple of the FP4 block 32");
+}
+
+void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
+                          int64_t S, int64_t p0, LayerState& ls, const Numerics& num, float* X) const {
+  const Config& c = cfg_;
+  const int64_t hc = c.hc_mult, d = c.dim, width = hc * d;
+  const float eps = float(c.norm_eps);
+  std::vector<HcMix> mix(S);
+  std::vector<float> x(S * d), y(S * d), R(X_in, X_in + S * width);
+
+  // ---- attention site
+  for (int64_t t = 0; t < S; ++t) {
+    mix[t] = hc_site_mix(&R[t * width], L.hc_attn, hc, d, c);
+    hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
+    rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
+  }
+  attention_forward(c, num, L, rope, x.data(), S, p0, ls, y.data());
+  for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
+
+  // ---- ffn site
+  R.assign(X, X + S * width);
+  for (int64_t t = 0; t < S; ++t) {
+    mix[t] = hc_site_mix(&R[t * width], L.hc_ffn, hc, d, c);
+    hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
+    rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, num, &x[t * d]);
+  }
+  moe_forward(c, num, L, x.data(), tokens, S, y.data());
+  for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
+}
+
+void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
+                         const Numerics& num, float* logits) const {
+  const Config& c = cfg_;
+  const int64_t hc = c.hc_mult, d = c.dim;
+  std::vector<float> h(S * d);
+  float pre[kMaxHc];
+  for (int64_t t = 0; t < S; ++t) {
+    hc_head_pre(X + t * hc * d, hc_head, hc, d, c, pre);
+    hc_collapse(X + t * hc * d, pre, hc, d, num, &h[t * d]);
+    rms_norm(&h[t * d], norm.data(), d, float(c.norm_eps), num, &h[t * d]);
+  }
+  kernels::linear_f32_ref(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
+}
+
+static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,
+                       float* X) {
+  std::vector<float> row(d);
+  for (int64_t t = 0; t < S; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= embed.rows)
+      throw std::out_of_range("token id " + std::to_string(tokens[t]) + " outside the vocabulary [0, " +
+                              std::to_string(embed.rows) + ")");
+    weight_decode_row(embed, tokens[t], row.data());
+    for (int64_t i = 0; i < hc; ++i) std::memcpy(X + (t * hc + i) * d, row.data(), d * sizeof(float));
+  }
+}
+
+void Model::forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
+                    std::vector<float>* final_streams) const {
+  const Config& c = cfg_;
+  const int64_t hc = c.hc_mult, d = c.dim, p0 = st.n_past;
+  std::vector<float> X(S * hc * d), Xn(S * hc * d);
+  embed_rows(w_.embed, tokens, S, hc, d, X.data());
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    block_forward(w_.layers[l], ropes_[l], X.data(), tokens, S, p0, st.layers[l], num, Xn.data());
+    X.swap(Xn);
+  }
+  st.n_past += S;
+  if (final_streams) *final_streams = X;
+  if (logits) head_forward(X.data(), S, w_.hc_head, w_.norm, num, logits);
+}
+
+void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
+                        SequenceState& st, const Numerics& num, float* logits) const {
+  const Config& c = cfg_;
+  const MtpWeights& m = w_.mtp.at(size_t(k));
+  const int64_t hc = c.hc_mult, d = c.dim;
+  const float eps = float(c.norm_eps);
+  std::vector<float> e(S * d), ep(S * d), xh(S * hc * d), hp(S * hc * d), Z(S * hc * d), Zn(S * hc * d);
+  std::vector<float> row(d);
+  for (int64_t t = 0; t < S; ++t) {
+    embed_rows(w_.embed, next_tokens + t, 1, 1, d, row.data());
+    rms_norm(row.data(), m.enorm.data(), d, eps, num, &e[t * d]);
+    for (int64_t i = 0; i < hc; ++i)
+      rms_norm(streams + (t * hc + i) * d, m.hnorm.data(), d, eps, num, &xh[(t * hc + i) * d]);
+  }
+  linear_quantized(c, num, e.data(), S, m.e_proj, ep.data());
+  linear_quantized(c, num, xh.data(), S * hc, m.h_proj, hp.data());
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t i = 0; i < hc; ++i)
+      for (int64_t j = 0; j < d; ++j) Z[(t * hc + i) * d + j] = num.bf16(ep[t * d + j] + hp[(t * hc + i) * d + j]);
+  block_forward(m.block, ropes_[c.n_layers + k], Z.data(), next_tokens, S, pos0, st.mtp_layers[k], num, Zn.data());
+  if (logits) head_forward(Zn.data(), S, m.hc_head, m.norm, num, logits);
+}
+
+}  // namespace deepinfer::v4

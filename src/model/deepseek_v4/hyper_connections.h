@@ -1,0 +1,35 @@
+// Manifold-constrained hyper-connections (mHC, MODEL.md section 6).
+// The residual is hc streams [hc, dim] per token. Each sublayer site computes
+//   pre  [hc]      weights collapsing the streams into the sublayer input,
+//   post [hc]      weights spreading the sublayer output back onto the streams,
+//   comb [hc][hc]  doubly-stochastic stream mixing (Sinkhorn), contracted over its FIRST index.
+#pragma once
+#include <cstdint>
+
+#include "model/deepseek_v4/numerics.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace deepinfer::v4 {
+
+constexpr int64_t kMaxHc = 8;
+
+struct HcMix {
+  float pre[kMaxHc];
+  float post[kMaxHc];
+  float comb[kMaxHc * kMaxHc];  // comb[i * hc + j]
+};
+
+// Coefficients of one site for one token's streams X [hc * dim].
+HcMix hc_site_mix(const float* X, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg);
+// Coefficients of the final collapse (hc_head): pre only, no Sinkhorn.
+void hc_head_pre(const float* X, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg, float* pre);
+// Sinkhorn normalisation of comb in place (row softmax + eps, then alternate normalisations).
+void hc_sinkhorn(float* comb, int64_t hc, int64_t iters, float eps);
+
+// out[dim] = bf16(sum_i pre[i] * X[i])
+void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, const Numerics& num, float* out);
+// Y[k] = bf16(post[k] * o + sum_i comb[i][k] * R[i])   (Y may not alias R)
+void hc_expand(const float* o, const float* R, const HcMix& mix, int64_t hc, int64_t dim,
+               const Numerics& num, float* Y);
+
+}  // namespace deepinfer::v4

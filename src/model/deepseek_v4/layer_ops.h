@@ -1,0 +1,26 @@
+// The two sublayers of a V4 block, each over a chunk of S tokens at positions p0 .. p0+S-1
+// (a whole prompt, a prefill chunk, or one decode token) with the sequence's layer state.
+#pragma once
+#include <cstdint>
+
+#include "model/deepseek_v4/numerics.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace deepinfer::v4 {
+
+// y[M, W.rows] for a weight the reference runs through act-quant + block GEMM (FP8/FP4);
+// plain weights and float numerics take the exact product. Output at a bf16 point.
+void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
+                      const WeightMatrix& W, float* y);
+
+// Attention sublayer (MODEL.md 7): a [S, dim] (normed collapsed stream) -> out [S, dim].
+void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
+                       const float* a, int64_t S, int64_t p0, LayerState& st, float* out);
+
+// MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
+void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,
+                 const int32_t* tokens, int64_t S, float* out);
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,56 @@
+// A loaded DeepSeek-V4 model: immutable after load. Per-sequence state lives in
+// SequenceState objects passed in explicitly, so one model serves many sequences.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/safetensors.h"
+#include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/numerics.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace deepinfer::v4 {
+
+class Model {
+ public:
+  // Loads DIR/config.json and the safetensors shards; every tensor is checked before return.
+  static std::unique_ptr<Model> load(const std::string& dir);
+
+  const Config& config() const { return cfg_; }
+  const Weights& weights() const { return w_; }
+  SequenceState new_sequence() const { return SequenceState::create(cfg_); }
+
+  // Throws if the reference numerics cannot run this checkpoint (the reference's quantisation
+  // blocks must divide its dimensions, as its own kernels assert).
+  void check_numerics(const Numerics& num) const;
+
+  // Processes tokens[0..S) at positions st.n_past .. st.n_past+S-1 and advances the state.
+  // logits, if not null, receives [S, vocab] fp32: row i predicts the token after tokens[i].
+  // final_streams, if not null, receives the last layer's hc streams [S, hc, dim].
+  void forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
+               std::vector<float>* final_streams = nullptr) const;
+
+  // MTP module k (MODEL.md 10): streams [S, hc, dim] of the backbone at positions p,
+  // next_tokens[S] the tokens at p+1; logits [S, vocab] predict the token at p+2.
+  // Uses and advances st.mtp_layers[k] (its own window ring) at positions mtp_pos0 ...
+  void forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t mtp_pos0,
+                   SequenceState& st, const Numerics& num, float* logits) const;
+
+ private:
+  Model() = default;
+  void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
+                     int64_t S, int64_t p0, LayerState& ls, const Numerics& num, float* X) const;
+  void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
+                    const Numerics& num, float* logits) const;
+
+  Config cfg_;
+  std::unique_ptr<TensorStore> store_;
+  Weights w_;
+  std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
+};
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,46 @@
+// The two numerics policies (issue 2, `--numerics reference|float`) and the small
+// elementwise math shared by the forward pass.
+//   reference: every bf16 rounding point and quantise-dequantise (QDQ) point of DeepSeek's
+//              inference/model.py (MODEL.md section 12, AUDIT.md), evaluated with canonical
+//              rules: reductions and transcendentals in double, rounded once.
+//   float:     the same model in fp32 from the exactly decoded weights, with no bf16
+//              rounding and no activation / KV / indexer QDQ (what llama.cpp on exact
+//              weights and HF transformers in fp32 compute).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/formats.h"
+
+namespace deepinfer::v4 {
+
+enum class NumericsMode { Reference, Float };
+
+NumericsMode parse_numerics(const std::string& name);  // "reference" | "float"
+const char* numerics_name(NumericsMode m);
+
+struct Numerics {
+  NumericsMode mode = NumericsMode::Reference;
+  bool reference() const { return mode == NumericsMode::Reference; }
+  // A point where the reference holds bf16.
+  float bf16(float x) const { return reference() ? round_bf16(x) : x; }
+  void bf16(float* x, int64_t n) const {
+    if (reference())
+      for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+  }
+};
+
+// Canonical transcendentals: evaluated in double, rounded once to fp32.
+inline float exp_f(float x) { return float(std::exp(double(x))); }
+inline float sigmoid_f(float x) { return float(1.0 / (1.0 + std::exp(-double(x)))); }
+inline float silu_f(float x) { return float(double(x) / (1.0 + std::exp(-double(x)))); }
+inline float rsqrt_f(float x) { return float(1.0 / std::sqrt(double(x))); }
+// PyTorch's softplus returns its input above the threshold 20.
+inline float softplus_f(float x) { return x > 20.0f ? x : float(std::log1p(std::exp(double(x)))); }
+
+// y = bf16((x * rsqrt(mean(x^2) + eps)) * w), all fp32 inside (AUDIT D4). w may be null
+// (unweighted). In place allowed.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, const Numerics& num, float* y);
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,51 @@
+#include "model/deepseek_v4/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace deepinfer::v4 {
+
+RopeTable RopeTable::make(const Config& cfg, bool compressed_layer) {
+  RopeTable t;
+  t.rope_dim = cfg.rope_dim;
+  const int64_t half = cfg.rope_dim / 2;
+  const double base = compressed_layer ? cfg.compress_rope_theta : cfg.rope_theta;
+  t.inv_freq.resize(half);
+  // base^(2i/Dr) correctly rounded to fp32, then the fp32 reciprocal (matches torch on CPU).
+  for (int64_t i = 0; i < half; ++i)
+    t.inv_freq[i] = 1.0f / float(std::pow(base, double(2 * i) / double(cfg.rope_dim)));
+  if (!compressed_layer || cfg.rope_original_seq_len <= 0) return t;
+
+  const double dim = double(cfg.rope_dim);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(double(cfg.rope_original_seq_len) / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
+  };
+  double low = std::max(std::floor(correction_dim(cfg.beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(cfg.beta_slow)), dim - 1.0);
+  float lo = float(low), hi = float(high);
+  if (lo == hi) hi += 0.001f;
+  const float factor = float(cfg.rope_factor);
+  for (int64_t i = 0; i < half; ++i) {
+    float ramp = std::clamp((float(i) - lo) / (hi - lo), 0.0f, 1.0f);
+    float smooth = 1.0f - ramp;
+    float f = t.inv_freq[i];
+    t.inv_freq[i] = f / factor * (1.0f - smooth) + f * smooth;
+  }
+  return t;
+}
+
+void RopeTable::apply(float* x, int64_t n, int64_t pos, bool inverse, const Numerics& num) const {
+  float* r = x + (n - rope_dim);
+  const float p = float(pos);
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    const float theta = p * inv_freq[i];
+    const float c = float(std::cos(double(theta)));
+    float s = float(std::sin(double(theta)));
+    if (inverse) s = -s;
+    const float u = r[2 * i], v = r[2 * i + 1];
+    r[2 * i] = num.bf16(u * c - v * s);
+    r[2 * i + 1] = num.bf16(u * s + v * c);
+  }
+}
+
+}  // namespace deepinfer::v4

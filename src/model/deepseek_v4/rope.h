@@ -1,0 +1,23 @@
+// Rotary embedding tables (MODEL.md 7.1, AUDIT D2/O10/O11). A layer with ratio 0 uses
+// rope_theta without YaRN; every other layer uses compress_rope_theta with YaRN, for its
+// queries, window keys, compressed entries and indexer alike.
+// Rotation acts on interleaved pairs (x[2i], x[2i+1]) of the LAST rope_dim dims of a vector.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/numerics.h"
+
+namespace deepinfer::v4 {
+
+struct RopeTable {
+  std::vector<float> inv_freq;  // [rope_dim / 2]
+  int64_t rope_dim = 0;
+
+  static RopeTable make(const Config& cfg, bool compressed_layer);
+  // Rotates the last rope_dim entries of x (length n) for position pos; inverse uses -sin.
+  void apply(float* x, int64_t n, int64_t pos, bool inverse, const Numerics& num) const;
+};
+
+}  // namespace deepinfer::v4

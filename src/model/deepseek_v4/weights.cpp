@@ -1,0 +1,253 @@
+#include "model/deepseek_v4/weights.h"
+
+#include <cstring>
+
+namespace deepinfer::v4 {
+
+namespace {
+
+class Binder {
+ public:
+  Binder(const Config& cfg, const TensorStore& store) : cfg_(cfg), store_(store) {}
+
+  const TensorView& tensor(const std::string& name) const {
+    const TensorView* t = store_.find(name);
+    if (!t) throw LoadError("checkpoint: missing tensor '" + name + "'");
+    return *t;
+  }
+
+  [[noreturn]] void mismatch(const TensorView& t, const std::string& expected) const {
+    throw LoadError(t.file + ": tensor '" + t.name + "': expected " + expected + ", found " +
+                    dtype_name(t.dtype) + " " + t.shape_str());
+  }
+
+  void expect_shape(const TensorView& t, std::vector<int64_t> shape, const std::string& what) const {
+    if (t.shape != shape) {
+      TensorView e;
+      e.shape = shape;
+      mismatch(t, what + " " + e.shape_str());
+    }
+  }
+
+  // A [rows, cols] matrix stored as F32, BF16, FP8 (+ .scale) or packed FP4 (+ .scale).
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    const TensorView& t = tensor(name);
+    WeightMatrix w;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = t.data;
+    std::string scale_name = name;
+    if (scale_name.size() > 7 && scale_name.compare(scale_name.size() - 7, 7, ".weight") == 0)
+      scale_name = scale_name.substr(0, scale_name.size() - 7);
+    scale_name += ".scale";
+    switch (t.dtype) {
+      case DType::F32:
+      case DType::BF16:
+        expect_shape(t, {rows, cols}, "F32/BF16/F8_E4M3");
+        w.format = t.dtype == DType::F32 ? WeightFormat::F32 : WeightFormat::BF16;
+        return w;
+      case DType::F8_E4M3: {
+        expect_shape(t, {rows, cols}, "F8_E4M3");
+        const int64_t B = cfg_.weight_block;
+        const TensorView& s = scale(scale_name, {(rows + B - 1) / B, (cols + B - 1) / B});
+        w.format = WeightFormat::FP8_BLOCK;
+        w.scale = s.data;
+        w.block = B;
+        w.scale_cols = s.shape[1];
+        return w;
+      }
+      case DType::I8:
+      case DType::U8: {
+        if (cols % 32 != 0) mismatch(t, "an fp4 matrix whose input width is a multiple of 32");
+        expect_shape(t, {rows, cols / 2}, "packed FP4 (I8)");
+        const TensorView& s = scale(scale_name, {rows, cols / 32});
+        w.format = WeightFormat::FP4_BLOCK;
+        w.scale = s.data;
+        w.block = 32;
+        w.scale_cols = s.shape[1];
+        return w;
+      }
+      default:
+        mismatch(t, "F32, BF16, F8_E4M3 or packed FP4 I8 [" + std::to_string(rows) + ", " +
+                        std::to_string(cols) + "]");
+    }
+  }
+
+  const TensorView& scale(const std::string& name, std::vector<int64_t> shape) const {
+    const TensorView& s = tensor(name);
+    if (s.dtype != DType::F8_E8M0) mismatch(s, "F8_E8M0 block scales");
+    expect_shape(s, shape, "F8_E8M0");
+    if (std::memchr(s.data, 0xff, s.nbytes))
+      throw LoadError(s.file + ": tensor '" + s.name + "': holds a NaN scale byte 0xff");
+    return s;
+  }
+
+  // Plain matrices only (the fp32 linears that the reference runs on bf16/fp32 weights).
+  WeightMatrix plain_matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    const TensorView& t = tensor(name);
+    if (t.dtype != DType::BF16 && t.dtype != DType::F32) mismatch(t, "BF16 or F32");
+    return matrix(name, rows, cols);
+  }
+
+  std::vector<float> vec(const std::string& name, int64_t n) const {
+    const TensorView& t = tensor(name);
+    if (t.dtype != DType::BF16 && t.dtype != DType::F32) mismatch(t, "BF16 or F32 [" + std::to_string(n) + "]");
+    expect_shape(t, {n}, std::string(dtype_name(t.dtype)));
+    std::vector<float> out(n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (t.dtype == DType::F32) std::memcpy(&out[i], t.data + 4 * i, 4);
+      else {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+    }
+    return out;
+  }
+
+  std::vector<float> table(const std::string& name, int64_t rows, int64_t cols) const {
+    const TensorView& t = tensor(name);
+    if (t.dtype != DType::BF16 && t.dtype != DType::F32) mismatch(t, "BF16 or F32");
+    WeightMatrix w = matrix(name, rows, cols);
+    std::vector<float> out(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) weight_decode_row(w, r, out.data() + r * cols);
+    return out;
+  }
+
+  std::vector<int32_t> id_table(const std::string& name, int64_t rows, int64_t cols, int64_t limit) const {
+    const TensorView& t = tensor(name);
+    if (t.dtype != DType::I32 && t.dtype != DType::I64) mismatch(t, "I32 or I64");
+    expect_shape(t, {rows, cols}, dtype_name(t.dtype));
+    std::vector<int32_t> out(rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      int64_t v;
+      if (t.dtype == DType::I32) {
+        int32_t x;
+        std::memcpy(&x, t.data + 4 * i, 4);
+        v = x;
+      } else {
+        std::memcpy(&v, t.data + 8 * i, 8);
+      }
+      if (v < 0 || v >= limit)
+        throw LoadError(t.file + ": tensor '" + t.name + "': expert id " + std::to_string(v) +
+                        " out of range [0, " + std::to_string(limit) + ")");
+      out[i] = int32_t(v);
+    }
+    return out;
+  }
+
+  HcWeights hc(const std::string& prefix, int64_t n_mix, int64_t n_scale) const {
+    HcWeights h;
+    const int64_t width = cfg_.hc_mult * cfg_.dim;
+    const TensorView& fn = tensor(prefix + "_fn");
+    if (fn.dtype != DType::F32) mismatch(fn, "F32");
+    h.fn = matrix(prefix + "_fn", n_mix, width);
+    h.base = vec(prefix + "_base", n_mix);
+    h.scale = vec(prefix + "_scale", n_scale);
+    return h;
+  }
+
+  CompressorWeights compressor(const std::string& p, int64_t ratio, int64_t width) const {
+    CompressorWeights c;
+    c.ratio = ratio;
+    c.coff = ratio == 4 ? 2 : 1;
+    c.width = width;
+    c.wkv = plain_matrix(p + "wkv.weight", c.coff * width, cfg_.dim);
+    c.wgate = plain_matrix(p + "wgate.weight", c.coff * width, cfg_.dim);
+    c.ape = table(p + "ape", ratio, c.coff * width);
+    c.norm = vec(p + "norm.weight", width);
+    return c;
+  }
+
+  ExpertWeights expert(const std::string& p, int64_t inter) const {
+    ExpertWeights e;
+    e.w1 = matrix(p + "w1.weight", inter, cfg_.dim);
+    e.w3 = matrix(p + "w3.weight", inter, cfg_.dim);
+    e.w2 = matrix(p + "w2.weight", cfg_.dim, inter);
+    return e;
+  }
+
+  LayerWeights layer(const std::string& p, int64_t ratio, bool hash_routed) const {
+    const Config& c = cfg_;
+    const int64_t n_mix = (2 + c.hc_mult) * c.hc_mult;
+    LayerWeights L;
+    L.ratio = ratio;
+    L.hash_routed = hash_routed;
+    L.hc_attn = hc(p + "hc_attn", n_mix, 3);
+    L.hc_ffn = hc(p + "hc_ffn", n_mix, 3);
+    L.attn_norm = vec(p + "attn_norm.weight", c.dim);
+    L.ffn_norm = vec(p + "ffn_norm.weight", c.dim);
+
+    AttentionWeights& a = L.attn;
+    const std::string ap = p + "attn.";
+    a.wq_a = matrix(ap + "wq_a.weight", c.q_lora_rank, c.dim);
+    a.q_norm = vec(ap + "q_norm.weight", c.q_lora_rank);
+    a.wq_b = matrix(ap + "wq_b.weight", c.n_heads * c.head_dim, c.q_lora_rank);
+    a.wkv = matrix(ap + "wkv.weight", c.head_dim, c.dim);
+    a.kv_norm = vec(ap + "kv_norm.weight", c.head_dim);
+    a.wo_a = matrix(ap + "wo_a.weight", c.o_groups * c.o_lora_rank, c.n_heads * c.head_dim / c.o_groups);
+    a.wo_b = matrix(ap + "wo_b.weight", c.dim, c.o_groups * c.o_lora_rank);
+    a.sink = vec(ap + "attn_sink", c.n_heads);
+    if (ratio != 0) {
+      a.has_compressor = true;
+      a.compressor = compressor(ap + "compressor.", ratio, c.head_dim);
+    }
+    if (ratio == 4) {
+      a.has_indexer = true;
+      a.indexer_wq_b = matrix(ap + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+      a.indexer_weights_proj = plain_matrix(ap + "indexer.weights_proj.weight", c.index_n_heads, c.dim);
+      a.indexer_compressor = compressor(ap + "indexer.compressor.", 4, c.index_head_dim);
+    }
+
+    MoeWeights& m = L.ffn;
+    const std::string fp = p + "ffn.";
+    m.gate = plain_matrix(fp + "gate.weight", c.n_routed_experts, c.dim);
+    if (hash_routed)
+      m.tid2eid = id_table(fp + "gate.tid2eid", c.vocab_size, c.n_activated_experts, c.n_routed_experts);
+    else
+      m.bias = vec(fp + "gate.bias", c.n_routed_experts);
+    m.experts.reserve(c.n_routed_experts);
+    for (int64_t e = 0; e < c.n_routed_experts; ++e)
+      m.experts.push_back(expert(fp + "experts." + std::to_string(e) + ".", c.moe_inter_dim));
+    m.has_shared = c.n_shared_experts > 0;
+    if (m.has_shared) m.shared = expert(fp + "shared_experts.", c.moe_inter_dim * c.n_shared_experts);
+    return L;
+  }
+
+ private:
+  const Config& cfg_;
+  const TensorStore& store_;
+};
+
+}  // namespace
+
+Weights bind_weights(const Config& c, const TensorStore& store) {
+  Binder b(c, store);
+  Weights w;
+  w.embed = b.plain_matrix("embed.weight", c.vocab_size, c.dim);
+  w.head = b.plain_matrix("head.weight", c.vocab_size, c.dim);
+  w.norm = b.vec("norm.weight", c.dim);
+  w.hc_head = b.hc("hc_head", c.hc_mult, 1);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    w.layers.push_back(b.layer("layers." + std::to_string(l) + ".", c.ratio(l), l < c.n_hash_layers));
+  for (int64_t k = 0; k < c.n_mtp_layers; ++k) {
+    const std::string p = "mtp." + std::to_string(k) + ".";
+    if (!store.find(p + "e_proj.weight")) {
+      // DSpark stages of the 0731/0813 refreshes use other names; not supported yet.
+      throw LoadError("checkpoint: missing tensor '" + p + "e_proj.weight' (MTP module " +
+                      std::to_string(k) + "; DSpark stages are not supported yet)");
+    }
+    MtpWeights m;
+    m.block = b.layer(p, c.ratio(c.n_layers + k), false);
+    m.e_proj = b.matrix(p + "e_proj.weight", c.dim, c.dim);
+    m.h_proj = b.matrix(p + "h_proj.weight", c.dim, c.dim);
+    m.enorm = b.vec(p + "enorm.weight", c.dim);
+    m.hnorm = b.vec(p + "hnorm.weight", c.dim);
+    m.norm = b.vec(p + "norm.weight", c.dim);
+    m.hc_head = b.hc(p + "hc_head", c.hc_mult, 1);
+    w.mtp.push_back(std::move(m));
+  }
+  return w;
+}
+
+}  // namespace deepinfer::v4

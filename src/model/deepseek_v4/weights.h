@@ -1,0 +1,83 @@
+// Typed views of every V4 tensor (MODEL.md section 4.1), validated once at load:
+// presence, dtype and shape against the config. Large matrices stay in the mapped shards in
+// their checkpoint encoding; small vectors (norms, biases, sinks) are decoded to fp32.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/weight.h"
+#include "loader/safetensors.h"
+#include "model/deepseek_v4/config.h"
+
+namespace deepinfer::v4 {
+
+// Hyper-connection mixing parameters of one site (attention, ffn, or the final head).
+struct HcWeights {
+  WeightMatrix fn;          // F32 [n_mix, hc_mult*dim]; n_mix = (2+hc)*hc, or hc for a head
+  std::vector<float> base;  // [n_mix]
+  std::vector<float> scale; // [3] per site, [1] for a head
+};
+
+// Gated pooling compressor of a ratio-r layer (main KV, width head_dim) or of the
+// lightning indexer (width index_head_dim). coff = 2 for the overlapping ratio-4 kind.
+struct CompressorWeights {
+  int64_t ratio = 0, coff = 1, width = 0;
+  WeightMatrix wkv, wgate;  // [coff*width, dim], bf16 on disk, used as fp32
+  std::vector<float> ape;   // [ratio, coff*width], added to the scores only
+  std::vector<float> norm;  // [width]
+};
+
+struct AttentionWeights {
+  WeightMatrix wq_a, wq_b, wkv, wo_a, wo_b;
+  std::vector<float> q_norm, kv_norm, sink;
+  bool has_compressor = false;
+  CompressorWeights compressor;
+  bool has_indexer = false;  // ratio-4 layers
+  WeightMatrix indexer_wq_b, indexer_weights_proj;
+  CompressorWeights indexer_compressor;
+};
+
+struct ExpertWeights {
+  WeightMatrix w1, w2, w3;  // gate [inter, dim], down [dim, inter], up [inter, dim]
+};
+
+struct MoeWeights {
+  WeightMatrix gate;            // [n_experts, dim], fp32 GEMM
+  std::vector<float> bias;      // [n_experts], selection only (non-hash layers)
+  std::vector<int32_t> tid2eid; // [vocab, top-k], hash layers
+  std::vector<ExpertWeights> experts;
+  bool has_shared = false;
+  ExpertWeights shared;
+};
+
+struct LayerWeights {
+  int64_t ratio = 0;
+  bool hash_routed = false;
+  HcWeights hc_attn, hc_ffn;
+  std::vector<float> attn_norm, ffn_norm;
+  AttentionWeights attn;
+  MoeWeights ffn;
+};
+
+struct MtpWeights {
+  LayerWeights block;
+  WeightMatrix e_proj, h_proj;
+  std::vector<float> enorm, hnorm, norm;
+  HcWeights hc_head;
+};
+
+struct Weights {
+  WeightMatrix embed;  // [vocab, dim] bf16
+  WeightMatrix head;   // [vocab, dim], fp32 GEMM
+  std::vector<float> norm;
+  HcWeights hc_head;
+  std::vector<LayerWeights> layers;
+  std::vector<MtpWeights> mtp;
+};
+
+// Checks and binds every tensor; throws LoadError with one line naming the file, the tensor,
+// what was expected and what was found.
+Weights bind_weights(const Config& cfg, const TensorStore& store);
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,86 @@
+#include "model_cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "command.h"
+#include "core/log.h"
+
+namespace deepinfer::cli {
+
+std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
+  std::string dir = args.get_or("--model", "");
+  if (dir.empty()) {
+    dir = default_model_dir();
+    log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", dir.c_str());
+  }
+  return v4::Model::load(dir);
+}
+
+v4::Numerics numerics_arg(const Args& args) {
+  v4::Numerics num;
+  try {
+    num.mode = v4::parse_numerics(args.get_or("--numerics", "reference"));
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(e.what());
+  }
+  return num;
+}
+
+std::vector<int32_t> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open token file");
+  std::vector<int32_t> ids;
+  std::string word;
+  while (in >> word) {
+    char* end = nullptr;
+    long v = std::strtol(word.c_str(), &end, 10);
+    if (end == word.c_str() || *end != '\0' || v < 0 || v > INT32_MAX)
+      throw std::runtime_error(path + ": '" + word + "' is not a token id");
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) throw std::runtime_error(path + ": no token ids");
+  return ids;
+}
+
+void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t chunk, v4::SequenceState& st,
+                 const v4::Numerics& num, std::vector<float>* logits) {
+  const int64_t S = int64_t(tokens.size()), V = m.config().vocab_size;
+  if (chunk <= 0) chunk = S;
+  if (logits) logits->assign(S * V, 0.0f);
+  for (int64_t i = 0; i < S; i += chunk) {
+    const int64_t n = std::min(chunk, S - i);
+    m.forward(tokens.data() + i, n, st, num, logits ? logits->data() + i * V : nullptr);
+    if (S > chunk && (i / chunk) % 64 == 63) log_info("processed %lld / %lld tokens", (long long)(i + n), (long long)S);
+  }
+}
+
+int32_t argmax_lowest(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (row[i] > row[best]) best = i;
+  return int32_t(best);
+}
+
+void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols) {
+  std::ostringstream h;
+  h << "{'descr': '<f4', 'fortran_order': False, 'shape': (" << rows << ", " << cols << "), }";
+  std::string header = h.str();
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error(path + ": cannot write");
+  const char magic[] = "\x93NUMPY\x01\x00";
+  out.write(magic, 8);
+  uint16_t len = uint16_t(header.size());
+  out.put(char(len & 0xff));
+  out.put(char(len >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(data), std::streamsize(rows * cols * sizeof(float)));
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,24 @@
+// Helpers shared by the subcommands that run the model.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "model/deepseek_v4/model.h"
+
+namespace deepinfer::cli {
+
+// --model DIR, or the embedded default checkpoint when omitted.
+std::unique_ptr<v4::Model> load_model_arg(const Args& args);
+v4::Numerics numerics_arg(const Args& args);  // --numerics reference|float (default reference)
+std::vector<int32_t> read_token_file(const std::string& path);
+// Runs tokens through the model in chunks of `chunk` tokens (0 = all at once).
+// Writes all rows' logits [S, vocab] into logits if not null.
+void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t chunk, v4::SequenceState& st,
+                 const v4::Numerics& num, std::vector<float>* logits);
+int32_t argmax_lowest(const float* row, int64_t n);
+void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
+
+}  // namespace deepinfer::cli
