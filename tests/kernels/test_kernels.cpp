@@ -1,0 +1,203 @@
+// Scalar kernels against independent plain computations over awkward shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+
+namespace {
+
+// Random FP8 / FP4 / BF16 matrices backed by owned buffers.
+struct OwnedWeight {
+  std::vector<uint8_t> data, scale;
+  WeightMatrix w;
+};
+
+OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
+  OwnedWeight o;
+  o.w.format = f;
+  o.w.rows = rows;
+  o.w.cols = cols;
+  std::uniform_int_distribution<int> byte(0, 255), sc(120, 130);
+  if (f == WeightFormat::FP8_BLOCK) {
+    o.data.resize(rows * cols);
+    for (auto& b : o.data) {
+      do b = uint8_t(byte(rng));
+      while ((b & 0x7f) == 0x7f);
+    }
+    o.w.block = 128;
+    o.w.scale_cols = (cols + 127) / 128;
+    o.scale.resize(((rows + 127) / 128) * o.w.scale_cols);
+  } else if (f == WeightFormat::FP4_BLOCK) {
+    o.data.resize(rows * cols / 2);
+    for (auto& b : o.data) b = uint8_t(byte(rng));
+    o.w.block = 32;
+    o.w.scale_cols = cols / 32;
+    o.scale.resize(rows * o.w.scale_cols);
+  } else {
+    o.data.resize(rows * cols * 2);
+    std::normal_distribution<float> nd(0.0f, 0.1f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      uint16_t h = f32_to_bf16(nd(rng));
+      o.data[2 * i] = uint8_t(h & 0xff);
+      o.data[2 * i + 1] = uint8_t(h >> 8);
+    }
+  }
+  for (auto& s : o.scale) s = uint8_t(sc(rng));
+  o.w.data = o.data.data();
+  o.w.scale = o.scale.empty() ? nullptr : o.scale.data();
+  return o;
+}
+
+std::vector<float> random_bf16(int64_t n, std::mt19937& rng, float sd = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> x(n);
+  for (auto& v : x) v = round_bf16(nd(rng));
+  return x;
+}
+
+}  // namespace
+
+TEST(LinearF32, MatchesElementwiseDecode) {
+  std::mt19937 rng(1);
+  for (auto f : {WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+    for (int64_t M : {1, 3, 17})
+      for (int64_t N : {1, 17, 31, 257})
+        for (int64_t K : {128, 256}) {
+          OwnedWeight o = make_weight(f, N, K, rng);
+          auto x = random_bf16(M * K, rng);
+          std::vector<float> y(M * N + 1, -7.0f);  // guard element after the output
+          linear_f32_ref(x.data(), M, o.w, y.data());
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              double acc = 0;
+              for (int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * weight_at(o.w, n, k);
+              ASSERT_EQ(y[m * N + n], float(acc));
+            }
+          EXPECT_EQ(y[M * N], -7.0f);
+        }
+}
+
+TEST(ActQuant, BlockScalesAndRounding) {
+  // A block whose amax/448 is exactly a power of two keeps that scale (no bump).
+  std::vector<float> x(64, 0.0f);
+  x[0] = 448.0f;
+  x[1] = 1.0625f;  // tie between e4m3 1.0 and 1.125 -> 1.0
+  x[2] = -3.3f;
+  std::vector<float> q(64), s(1);
+  act_quant_ref(x.data(), 64, 64, q.data(), s.data());
+  EXPECT_EQ(s[0], 1.0f);
+  EXPECT_EQ(x[0], 448.0f);
+  EXPECT_EQ(x[1], 1.0f);
+  EXPECT_EQ(x[2], -3.25f);
+  // All-zero block: the amax floor 1e-4 gives scale 2^-22 and zeros stay zero.
+  std::vector<float> z(128, 0.0f), sz(2);
+  act_quant_ref(z.data(), 128, 64, nullptr, sz.data());
+  EXPECT_EQ(sz[0], std::ldexp(1.0f, -22));
+  for (float v : z) EXPECT_EQ(v, 0.0f);
+  // Blocks are independent: a big value in block 1 does not coarsen block 0.
+  std::vector<float> y = {0.1f, 0.2f, 1000.0f, 1.0f};
+  act_quant_ref(y.data(), 4, 2);
+  EXPECT_NEAR(y[0], 0.1f, 0.1f / 16);
+  EXPECT_EQ(y[2], 1024.0f);  // 1000 / 4 = 250 -> e4m3 256 -> 1024
+}
+
+TEST(LinearActQuant, MatchesExplicitQuantisedProduct) {
+  std::mt19937 rng(2);
+  for (auto f : {WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+    for (int64_t M : {1, 17})
+      for (int64_t N : {1, 31, 257})
+        for (int64_t K : {128, 384}) {
+          OwnedWeight o = make_weight(f, N, K, rng);
+          auto x = random_bf16(M * K, rng, 3.0f);
+          std::vector<float> y(M * N);
+          linear_act_quant_ref(x.data(), M, o.w, 128, y.data());
+          for (int64_t m = 0; m < M; ++m) {
+            // QDQ'd activations times exactly decoded weights equals the block-scaled sum.
+            std::vector<float> xq(x.begin() + m * K, x.begin() + (m + 1) * K);
+            act_quant_ref(xq.data(), K, 128);
+            for (int64_t n = 0; n < N; ++n) {
+              double acc = 0;
+              for (int64_t k = 0; k < K; ++k) acc += double(xq[k]) * weight_at(o.w, n, k);
+              ASSERT_EQ(y[m * N + n], float(acc)) << m << " " << n;
+            }
+          }
+        }
+}
+
+TEST(Fp4Qdq, PowerOfTwoScaleAndTies) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 6.0f;   // amax 6 -> scale 1
+  x[1] = 2.5f;   // tie -> 2
+  x[2] = 0.25f;  // tie -> 0
+  x[3] = -5.0f;  // tie -> -4
+  x[4] = 0.3f;   // -> 0.5
+  fp4_qdq_pow2_ref(x.data(), 32, 32);
+  EXPECT_EQ(x[0], 6.0f);
+  EXPECT_EQ(x[1], 2.0f);
+  EXPECT_EQ(x[2], 0.0f);
+  EXPECT_EQ(x[3], -4.0f);
+  EXPECT_EQ(x[4], 0.5f);
+  std::vector<float> y(32, 0.0f);
+  y[0] = 7.0f;  // amax 7 -> 7/6 -> scale 2; 7/2 = 3.5 -> 4 -> 8
+  fp4_qdq_pow2_ref(y.data(), 32, 32);
+  EXPECT_EQ(y[0], 8.0f);
+}
+
+TEST(Hadamard, MatchesSylvesterMatrix) {
+  std::mt19937 rng(3);
+  for (int64_t n : {1, 2, 8, 64, 128}) {
+    auto x = random_bf16(n, rng);
+    auto h = x;
+    hadamard_ref(h.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      double acc = 0;
+      for (int64_t j = 0; j < n; ++j) acc += (__builtin_popcountll(i & j) & 1 ? -1.0 : 1.0) * x[j];
+      EXPECT_EQ(h[i], float(acc));
+    }
+  }
+}
+
+TEST(SinkAttention, MatchesPlainSoftmaxWithSink) {
+  std::mt19937 rng(4);
+  for (int64_t n : {1, 17, 64, 65, 257})
+    for (int64_t dim : {16, 128}) {
+      auto q = random_bf16(dim, rng, 0.5f);
+      auto kv = random_bf16(n * dim, rng, 0.5f);
+      std::vector<const float*> keys(n);
+      std::uniform_int_distribution<int> coin(0, 4);
+      for (int64_t j = 0; j < n; ++j) keys[j] = (j > 0 && coin(rng) == 0) ? nullptr : &kv[j * dim];
+      const float scale = 1.0f / std::sqrt(float(dim)), sink = 0.3f;
+      std::vector<float> out(dim + 1, -9.0f);
+      sink_attention_ref(q.data(), keys.data(), n, dim, scale, sink, false, out.data());
+      std::vector<double> s;
+      double m = sink;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!keys[j]) continue;
+        double d = 0;
+        for (int64_t c = 0; c < dim; ++c) d += double(q[c]) * keys[j][c];
+        s.push_back(d * scale);
+        m = std::max(m, s.back());
+      }
+      double den = std::exp(sink - m);
+      std::vector<double> acc(dim, 0.0);
+      int64_t idx = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!keys[j]) continue;
+        double p = std::exp(s[idx++] - m);
+        den += p;
+        for (int64_t c = 0; c < dim; ++c) acc[c] += p * keys[j][c];
+      }
+      for (int64_t c = 0; c < dim; ++c) EXPECT_NEAR(out[c], acc[c] / den, 2e-6) << n << " " << c;
+      EXPECT_EQ(out[dim], -9.0f);
+      // bf16 probabilities (reference kernel) stay close to the exact result.
+      sink_attention_ref(q.data(), keys.data(), n, dim, scale, sink, true, out.data());
+      for (int64_t c = 0; c < dim; ++c) EXPECT_NEAR(out[c], acc[c] / den, 1e-2);
+    }
+}
