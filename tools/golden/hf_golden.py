@@ -250,7 +250,7 @@ class Diagnostics:
     implementation may legitimately choose differently there."""
 
     def __init__(self, model, config):
-        self.config, self.pos, self.where = config, None, ""
+        self.config, self.pos, self.where, self.enabled = config, None, "", True
         self.indexer, self.router = {}, {}
         for i, layer in enumerate(model.model.layers):
             comp = layer.self_attn.compressor
@@ -272,6 +272,8 @@ class Diagnostics:
     def _scores_hook(self, layer):
         def hook(mod, inp, out):
             import torch
+            if not self.enabled:
+                return
             scores = out[0].double()                                  # [S, T]
             k = self.config.index_topk
             n_vis = (self.pos + 1) // self.config.compress_rates["compressed_sparse_attention"]
@@ -288,6 +290,8 @@ class Diagnostics:
     def _router_hook(self, layer, gate):
         def hook(mod, inp, out):
             import torch
+            if not self.enabled:
+                return
             logits = out[0].double()
             scores = torch.sqrt(torch.nn.functional.softplus(logits))
             sel = torch.sort(scores + gate.e_score_correction_bias.double(), dim=-1, descending=True).values
@@ -333,6 +337,31 @@ def run_sequence(model, tokens: list[int], n_gen: int = N_GEN, diag: Diagnostics
             cache = out.cache
             rows.append(out.logits[0, -1].float().numpy().copy())
     return prefill.astype(np.float32), np.array(gen, dtype=np.int32), np.stack(rows).astype(np.float32)
+
+def self_check(model, tokens: list[int], prefill: np.ndarray) -> dict:
+    """HF's own prefill/decode consistency: token-by-token decode from position 0, and a prefill
+    of the first half followed by decode, both against the single-call prefill rows."""
+    import torch
+    from transformers import DynamicCache
+
+    res = {}
+    n = len(tokens)
+    with torch.no_grad():
+        for split in sorted({0, n // 2}):
+            cache, rows = DynamicCache(config=model.config), []
+            if split:
+                out = model(input_ids=torch.tensor([tokens[:split]]), cache=cache, use_cache=True)
+                cache, rows = out.cache, list(out.logits[0].float().numpy())
+            for p in range(split, n):
+                out = model(input_ids=torch.tensor([[tokens[p]]]), cache=cache,
+                            position_ids=torch.tensor([[p]]), use_cache=True)
+                cache = out.cache
+                rows.append(out.logits[0, -1].float().numpy())
+            d = np.abs(np.stack(rows).astype(np.float64) - prefill).max(axis=1)
+            label = "decode_all" if split == 0 else f"prefill_{split}_then_decode"
+            res[label] = {"max_abs": float(d.max()), "worst_row": int(d.argmax())}
+    return res
+
 
 # ----------------------------------------------------------------------------------------------
 # Sequences, comparison, manifest
@@ -383,6 +412,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-seed", type=int, default=4711, help="numpy seed of generated sequences")
     ap.add_argument("--compare", help="folder with reference seqN.* files to compare against")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-self-check", action="store_true", help="skip the decode-vs-prefill check")
     ap.add_argument("--no-diagnostics", action="store_true", help="skip the tie-gap hooks")
     ap.add_argument("--name", help="name recorded in the manifest")
     ap.add_argument("--generator-command", help="make_checkpoint.py command recorded in the manifest")
@@ -404,7 +434,7 @@ def main(argv=None) -> int:
     (out / "sequences.json").write_text(json.dumps(seqs) + "\n")
 
     diag = None if args.no_diagnostics else Diagnostics(model, config)
-    greedy, comparisons, diagnostics = {}, {}, {}
+    greedy, comparisons, diagnostics, consistency = {}, {}, {}, {}
     for key, toks in seqs.items():
         ts = time.time()
         if diag:
@@ -412,6 +442,13 @@ def main(argv=None) -> int:
         prefill, gen, genf = run_sequence(model, toks, diag=diag)
         if diag:
             diagnostics[key] = diag.summary()
+            diag.reset()
+        if not args.no_self_check and len(toks) > 1:
+            if diag:
+                diag.enabled = False
+            consistency[key] = self_check(model, toks, prefill)
+            if diag:
+                diag.enabled = True
         prefill.tofile(out / f"{key}.prefill.f32")
         gen.astype("<i4").tofile(out / f"{key}.gen.i32")
         genf.tofile(out / f"{key}.gen.f32")
@@ -460,6 +497,11 @@ def main(argv=None) -> int:
     }
     if args.generator_command:
         manifest["model"]["generator_command"] = args.generator_command
+    if consistency:
+        manifest["hf_self_consistency"] = {
+            "what": "HF token-by-token decode (and half prefill + decode) vs the single-call "
+                    "prefill rows, max |d| over the vocabulary",
+            "per_sequence": consistency}
     if diagnostics:
         manifest["tie_diagnostics"] = {
             "what": "smallest gap between the k-th and (k+1)-th score at every top-k decision "
