@@ -17,9 +17,11 @@ using namespace deepinfer::v4;
 
 namespace {
 
-std::vector<float> run_logits(const Model& m, const std::vector<int32_t>& tokens, NumericsMode mode, int64_t chunk = 0) {
+std::vector<float> run_logits(const Model& m, const std::vector<int32_t>& tokens, NumericsMode mode, int64_t chunk = 0,
+                              const kernels::Backend* backend = &kernels::ref_backend()) {
   Numerics num;
   num.mode = mode;
+  num.backend = backend;
   auto st = m.new_sequence();
   const int64_t S = int64_t(tokens.size()), V = m.config().vocab_size;
   if (chunk <= 0) chunk = S;
@@ -172,4 +174,32 @@ TEST_F(GoldenTest, DecodeAndChunksMatchPrefill) {
       for (size_t r = 0; r < s.rel.size(); ++r) ASSERT_LE(s.rel[r], 1e-4) << "chunk " << chunk << " row " << r;
     }
   }
+}
+
+// The fast CPU kernels (fp32 accumulation, threaded) stay within the goldens' tolerances.
+TEST_F(GoldenTest, CpuKernelsMeetTheSameTolerances) {
+  const Model& m = model("tiny-v4-c");
+  ThreadPool pool(2);
+  auto cpu = kernels::make_cpu_backend(&pool);
+  const int64_t V = m.config().vocab_size;
+  for (std::string seq : {"seq7", "seq300"}) {
+    auto tokens = golden::sequence("tiny-v4-c", seq);
+    auto got = run_logits(m, tokens, NumericsMode::Float, 0, cpu.get());
+    auto want = golden::raw<float>(golden::dir("tiny-v4-c") + "/logits/exact/" + seq + ".prefill.f32");
+    auto s = golden::compare(got, want, V);
+    for (size_t r = 0; r < s.max_abs.size(); ++r) EXPECT_LE(s.max_abs[r], 1e-3) << seq << " row " << r;
+    got = run_logits(m, tokens, NumericsMode::Reference, 0, cpu.get());
+    want = golden::raw<float>(golden::dir("tiny-v4-c") + "/reference/" + seq + ".prefill.f32");
+    s = golden::compare(got, want, V);
+    std::vector<double> rel = s.rel;
+    std::sort(rel.begin(), rel.end());
+    EXPECT_LE(rel[rel.size() / 2], 1e-3) << seq;
+    EXPECT_LE(rel.back(), 2e-2) << seq;
+  }
+  // Chunked decode with the fast kernels agrees with their own prefill.
+  auto tokens = golden::sequence("tiny-v4-c", "seq300");
+  auto whole = run_logits(m, tokens, NumericsMode::Float, 0, cpu.get());
+  auto part = run_logits(m, tokens, NumericsMode::Float, 5, cpu.get());
+  auto s = golden::compare(part, whole, V);
+  for (size_t r = 0; r < s.rel.size(); ++r) ASSERT_LE(s.rel[r], 1e-4) << r;
 }

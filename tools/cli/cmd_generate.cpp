@@ -10,11 +10,11 @@ namespace deepinfer::cli {
 namespace {
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "-n", "--numerics", "--threads"});
+  Args args(argv, {"--model", "--tokens-file", "-n", "--numerics", "--threads", "--kernels"});
   const long n = args.get_int("-n", 16);
   if (n < 0) throw ArgError("-n must be >= 0");
-  const v4::Numerics num = numerics_arg(args);
-  args.get_int("--threads", 1);
+  const Compute compute = compute_args(args);
+  const v4::Numerics& num = compute.num;
   auto tokens = read_token_file(args.require("--tokens-file"));
   auto model = load_model_arg(args);
   model->check_numerics(num);

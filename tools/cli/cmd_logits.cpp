@@ -1,5 +1,5 @@
 // deepinfer logits --model DIR --tokens-file F --out OUT.npy [--mode prefill|decode|chunk:N]
-//                  [--numerics reference|float] [--threads N]
+//                  [--numerics reference|float] [--threads N] [--kernels cpu|ref]
 // Row i of OUT ([T, vocab] float32) is the logits after tokens 0..i.
 #include "args.h"
 #include "command.h"
@@ -21,11 +21,11 @@ int64_t parse_mode(const std::string& mode) {
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads"});
+  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels"});
   const std::string out = args.require("--out");
   const int64_t chunk = parse_mode(args.get_or("--mode", "prefill"));
-  const v4::Numerics num = numerics_arg(args);
-  args.get_int("--threads", 1);
+  const Compute compute = compute_args(args);
+  const v4::Numerics& num = compute.num;
   auto tokens = read_token_file(args.require("--tokens-file"));
   auto model = load_model_arg(args);
   model->check_numerics(num);

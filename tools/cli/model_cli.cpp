@@ -19,14 +19,19 @@ std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   return v4::Model::load(dir);
 }
 
-v4::Numerics numerics_arg(const Args& args) {
-  v4::Numerics num;
+Compute compute_args(const Args& args) {
+  Compute c;
+  const long threads = args.get_int("--threads", ThreadPool::default_threads());
+  if (threads < 1 || threads > 1024) throw ArgError("--threads must be between 1 and 1024");
   try {
-    num.mode = v4::parse_numerics(args.get_or("--numerics", "reference"));
+    c.num.mode = v4::parse_numerics(args.get_or("--numerics", "reference"));
+    c.pool = std::make_unique<ThreadPool>(int(threads));
+    c.backend = kernels::make_backend(args.get_or("--kernels", "cpu"), c.pool.get());
   } catch (const std::invalid_argument& e) {
     throw ArgError(e.what());
   }
-  return num;
+  c.num.backend = c.backend.get();
+  return c;
 }
 
 std::vector<int32_t> read_token_file(const std::string& path) {

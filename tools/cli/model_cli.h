@@ -12,7 +12,14 @@ namespace deepinfer::cli {
 
 // --model DIR, or the embedded default checkpoint when omitted.
 std::unique_ptr<v4::Model> load_model_arg(const Args& args);
-v4::Numerics numerics_arg(const Args& args);  // --numerics reference|float (default reference)
+// How to compute: --numerics reference|float (default reference), --threads N (default all
+// cores), --kernels cpu|ref (default cpu; ref is the slow scalar referee).
+struct Compute {
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<kernels::Backend> backend;
+  v4::Numerics num;
+};
+Compute compute_args(const Args& args);
 std::vector<int32_t> read_token_file(const std::string& path);
 // Runs tokens through the model in chunks of `chunk` tokens (0 = all at once).
 // Writes all rows' logits [S, vocab] into logits if not null.

@@ -15,9 +15,9 @@ namespace deepinfer::v4 {
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y) {
   if (num.reference() && W.is_quantized())
-    kernels::linear_act_quant_ref(x, M, W, cfg.act_block(), y);
+    num.backend->linear_act_quant(x, M, W, cfg.act_block(), y);
   else
-    kernels::linear_f32_ref(x, M, W, y);
+    num.backend->linear_f32(x, M, W, y);
   num.bf16(y, M * W.rows);
 }
 
@@ -25,7 +25,7 @@ namespace {
 
 // Plain product at a bf16 point (the reference's bf16 GEMMs).
 void linear_plain(const Numerics& num, const float* x, int64_t M, const WeightMatrix& W, float* y) {
-  kernels::linear_f32_ref(x, M, W, y);
+  num.backend->linear_f32(x, M, W, y);
   num.bf16(y, M * W.rows);
 }
 
@@ -58,11 +58,11 @@ void indexer_rotate_quant(float* x, int64_t n, const Numerics& num) {
 
 // Runs a compressor over the chunk and finishes every emitted entry into st.entries.
 template <typename Finish>
-void run_compressor(const CompressorWeights& w, CompressorState& st, const float* a, int64_t S, int64_t p0,
+void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorState& st, const float* a, int64_t S, int64_t p0,
                     Finish finish) {
   const int64_t n = w.coff * w.width;
   std::vector<float> kvp(S * n), sc(S * n), z(w.width);
-  compressor_project(w, a, S, p0, kvp.data(), sc.data());
+  compressor_project(w, num, a, S, p0, kvp.data(), sc.data());
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
     if (!compressor_push(st, kvp.data() + t * n, sc.data() + t * n, p, z.data())) continue;
@@ -154,7 +154,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   std::vector<std::vector<int64_t>> selected;
   if (w.has_indexer) {
     const CompressorWeights& cw = w.indexer_compressor;
-    run_compressor(cw, st.index_compressor, a, S, p0, [&](float* z, int64_t entry) {
+    run_compressor(cw, num, st.index_compressor, a, S, p0, [&](float* z, int64_t entry) {
       for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
       rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
       rope.apply(z, cw.width, entry * cw.ratio, false, num);
@@ -163,7 +163,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   }
   if (w.has_compressor) {
     const CompressorWeights& cw = w.compressor;
-    run_compressor(cw, st.compressor, a, S, p0, [&](float* z, int64_t entry) {
+    run_compressor(cw, num, st.compressor, a, S, p0, [&](float* z, int64_t entry) {
       for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
       rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
       rope.apply(z, cw.width, entry * cw.ratio, false, num);
@@ -198,7 +198,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     }
     for (int64_t h = 0; h < H; ++h) {
       float* oh = &o[(t * H + h) * Dh];
-      kernels::sink_attention_ref(&q[(t * H + h) * Dh], keys.data(), int64_t(keys.size()), Dh, scale,
+      num.backend->sink_attention(&q[(t * H + h) * Dh], keys.data(), int64_t(keys.size()), Dh, scale,
                                   w.sink[h], num.reference(), oh);
       num.bf16(oh, Dh);
       rope.apply(oh, Dh, p, true, num);  // V = K carries the key rotation: undo the query's

@@ -88,7 +88,7 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
     hc_collapse(X + t * hc * d, pre, hc, d, num, &h[t * d]);
     rms_norm(&h[t * d], norm.data(), d, float(c.norm_eps), num, &h[t * d]);
   }
-  kernels::linear_f32_ref(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
+  num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
 }
 
 static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,

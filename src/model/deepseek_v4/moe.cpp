@@ -78,7 +78,7 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
   const MoeWeights& m = L.ffn;
   const int64_t E = cfg.n_routed_experts, d = cfg.dim;
   std::vector<float> logits(S * E);
-  kernels::linear_f32_ref(x, S, m.gate, logits.data());
+  num.backend->linear_f32(x, S, m.gate, logits.data());
 
   // Group the chunk's tokens by expert; experts run in increasing id, and each token's
   // fp32 accumulator receives its contributions in that order (the reference's order).

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/formats.h"
+#include "kernels/backend.h"
 
 namespace deepinfer::v4 {
 
@@ -20,8 +21,10 @@ enum class NumericsMode { Reference, Float };
 NumericsMode parse_numerics(const std::string& name);  // "reference" | "float"
 const char* numerics_name(NumericsMode m);
 
+// How a forward pass computes: the numerics policy and the kernels that run it.
 struct Numerics {
   NumericsMode mode = NumericsMode::Reference;
+  const kernels::Backend* backend = &kernels::ref_backend();
   bool reference() const { return mode == NumericsMode::Reference; }
   // A point where the reference holds bf16.
   float bf16(float x) const { return reference() ? round_bf16(x) : x; }

@@ -1,0 +1,78 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DI_CPU_RELAX() _mm_pause()
+#else
+#define DI_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace deepinfer {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_.store(true);
+    epoch_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+int ThreadPool::default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? int(n) : 1;
+}
+
+void ThreadPool::run_share(int index) {
+  const int64_t n = job_n_, grain = job_grain_;
+  const int64_t n_grains = (n + grain - 1) / grain;
+  const int64_t g0 = n_grains * index / n_threads_, g1 = n_grains * (index + 1) / n_threads_;
+  const int64_t begin = std::min(n, g0 * grain), end = std::min(n, g1 * grain);
+  if (begin < end) (*job_)(begin, end, index);
+}
+
+void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = std::max<int64_t>(1, grain);
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    epoch_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  run_share(0);
+  while (pending_.load(std::memory_order_acquire) > 0) DI_CPU_RELAX();
+  job_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin a little: the next parallel region usually follows within microseconds.
+    uint64_t e = epoch_.load(std::memory_order_acquire);
+    for (int spin = 0; e == seen && spin < 20000; ++spin) {
+      DI_CPU_RELAX();
+      e = epoch_.load(std::memory_order_acquire);
+    }
+    if (e == seen) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return epoch_.load(std::memory_order_acquire) != seen; });
+      e = epoch_.load(std::memory_order_acquire);
+    }
+    seen = e;
+    if (stop_.load()) return;
+    run_share(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,60 @@
+// A fixed pool of worker threads owned by whoever runs the model (engine, CLI, bench) and
+// passed explicitly to the kernels. No thread is created per call: the decode loop issues
+// thousands of small parallel regions per token, so workers spin briefly on an epoch
+// counter before sleeping, and the calling thread takes a share of the work itself.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace deepinfer {
+
+class ThreadPool {
+ public:
+  // n_threads counts the caller: 1 means everything runs inline on the calling thread.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(begin, end, thread_index) over [0, n) split into contiguous ranges, one per
+  // thread, with range edges on multiples of `grain`. Returns when every range is done.
+  // Not reentrant: fn must not call run() on the same pool.
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+
+  // Threads to use when none is requested: the machine's hardware threads.
+  static int default_threads();
+
+ private:
+  void worker_loop(int index);
+  void run_share(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  // The current job, valid while pending_ > 0.
+  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_grain_ = 1;
+};
+
+// Serial fallback so kernels can take a nullable pool.
+inline void parallel_for(ThreadPool* pool, int64_t n, int64_t grain,
+                         const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (!pool || pool->size() <= 1 || n <= grain) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  pool->run(n, grain, fn);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,57 @@
+#include "kernels/backend.h"
+
+#include <stdexcept>
+
+#include "kernels/kernels.h"
+
+namespace deepinfer::kernels {
+
+namespace {
+
+class RefBackend final : public Backend {
+ public:
+  const char* name() const override { return "ref"; }
+  ThreadPool* pool() const override { return nullptr; }
+  void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
+    linear_f32_ref(x, M, W, y);
+  }
+  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const override {
+    linear_act_quant_ref(x, M, W, act_block, y);
+  }
+  void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
+                      bool round_probs, float* out) const override {
+    sink_attention_ref(q, keys, n_keys, dim, scale, sink, round_probs, out);
+  }
+};
+
+// A non-owning wrapper so ref_backend() can be handed out as a unique_ptr too.
+class RefHandle final : public Backend {
+ public:
+  const char* name() const override { return "ref"; }
+  ThreadPool* pool() const override { return nullptr; }
+  void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
+    ref_backend().linear_f32(x, M, W, y);
+  }
+  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t b, float* y) const override {
+    ref_backend().linear_act_quant(x, M, W, b, y);
+  }
+  void sink_attention(const float* q, const float* const* k, int64_t n, int64_t d, float s, float sink, bool r,
+                      float* o) const override {
+    ref_backend().sink_attention(q, k, n, d, s, sink, r, o);
+  }
+};
+
+}  // namespace
+
+const Backend& ref_backend() {
+  static const RefBackend backend;
+  return backend;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool) {
+  if (name == "ref") return std::make_unique<RefHandle>();
+  if (name == "cpu") return make_cpu_backend(pool);
+  throw std::invalid_argument("unknown kernel backend '" + name + "' (expected ref or cpu)");
+}
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,41 @@
+// The backend interface: the heavy ops of the forward pass, implemented by
+//   ref  - the plain scalar referee (kernels.h *_ref): double accumulation, one rounding,
+//          the canonical numerics the goldens were made with; single-threaded, slow;
+//   cpu  - the fast CPU kernels (AVX-512 / AVX2 / scalar chosen at run time, threaded over
+//          the pool): fp32 accumulation, so results differ from ref by fp32 reassociation;
+//   cuda - later, behind the same interface.
+// Shape contracts are those of kernels.h.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "core/weight.h"
+
+namespace deepinfer::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Pool for the model's own parallel loops (attention heads, tokens); may be null.
+  virtual ThreadPool* pool() const = 0;
+
+  // y[M, W.rows] = x[M, W.cols] . W^T, exact decoded weights (see linear_f32_ref).
+  virtual void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const = 0;
+  // The reference's act-quant + block-scaled FP8/FP4 GEMM (see linear_act_quant_ref).
+  virtual void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block,
+                                float* y) const = 0;
+  // One head of sink attention over a key list (see sink_attention_ref).
+  virtual void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
+                              float sink, bool round_probs, float* out) const = 0;
+};
+
+const Backend& ref_backend();
+// The fastest CPU kernels this machine supports; pool may be null (single thread).
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool);
+// "ref" or "cpu"; throws std::invalid_argument otherwise.
+std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool);
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,109 @@
+// The fast CPU backend against the scalar referee over awkward shapes and thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/kernels.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+
+namespace {
+
+struct Owned {
+  std::vector<uint8_t> data, scale;
+  WeightMatrix w;
+};
+
+Owned random_weight(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Owned o;
+  o.w.format = f;
+  o.w.rows = rows;
+  o.w.cols = cols;
+  std::uniform_int_distribution<int> byte(0, 255), sc(118, 128);
+  if (f == WeightFormat::FP8_BLOCK) {
+    o.data.resize(rows * cols);
+    for (auto& b : o.data) {
+      do b = uint8_t(byte(rng));
+      while ((b & 0x7f) == 0x7f);
+    }
+    o.w.block = 128;
+    o.w.scale_cols = (cols + 127) / 128;
+    o.scale.resize(((rows + 127) / 128) * o.w.scale_cols);
+  } else if (f == WeightFormat::FP4_BLOCK) {
+    o.data.resize(rows * cols / 2);
+    for (auto& b : o.data) b = uint8_t(byte(rng));
+    o.w.block = 32;
+    o.w.scale_cols = cols / 32;
+    o.scale.resize(rows * o.w.scale_cols);
+  } else if (f == WeightFormat::BF16) {
+    o.data.resize(rows * cols * 2);
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      uint16_t h = f32_to_bf16(nd(rng));
+      o.data[2 * i] = uint8_t(h);
+      o.data[2 * i + 1] = uint8_t(h >> 8);
+    }
+  } else {
+    o.data.resize(rows * cols * 4);
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float v = nd(rng);
+      std::memcpy(&o.data[4 * i], &v, 4);
+    }
+  }
+  for (auto& s : o.scale) s = uint8_t(sc(rng));
+  o.w.data = o.data.data();
+  o.w.scale = o.scale.empty() ? nullptr : o.scale.data();
+  return o;
+}
+
+// |a - b| within fp32 reassociation noise of the sum of |terms|.
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& mag, double rel,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i])) << what << " " << i;
+    ASSERT_LE(std::abs(double(a[i]) - b[i]), rel * mag[i] + 1e-30) << what << " index " << i;
+  }
+}
+
+}  // namespace
+
+TEST(CpuBackend, LinearMatchesReferenceOverAwkwardShapes) {
+  std::mt19937 rng(11);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    auto be = make_cpu_backend(&pool);
+    for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+      for (int64_t M : {1, 2, 17})
+        for (int64_t N : {1, 17, 31, 257})
+          for (int64_t K : {128, 384}) {
+            Owned o = random_weight(f, N, K, rng);
+            std::normal_distribution<float> nd(0.0f, 2.0f);
+            std::vector<float> x(M * K);
+            for (auto& v : x) v = round_bf16(nd(rng));
+            std::vector<float> want(M * N), got(M * N + 1, 123.0f), mag(M * N);
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n) {
+                double s = 0;
+                for (int64_t k = 0; k < K; ++k) s += std::abs(double(x[m * K + k]) * weight_at(o.w, n, k));
+                mag[m * N + n] = float(s);
+              }
+            linear_f32_ref(x.data(), M, o.w, want.data());
+            be->linear_f32(x.data(), M, o.w, got.data());
+            EXPECT_EQ(got[M * N], 123.0f) << "guard overwritten";
+            got.pop_back();
+            expect_close(got, want, mag, 1e-5, "linear_f32");
+            if (o.w.is_quantized()) {
+              linear_act_quant_ref(x.data(), M, o.w, 128, want.data());
+              be->linear_act_quant(x.data(), M, o.w, 128, got.data());
+              expect_close(got, want, mag, 2e-5, "linear_act_quant");
+            }
+          }
+  }
+}
