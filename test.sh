@@ -1,5 +1,21 @@
 #!/usr/bin/env bash
-# The test command (README.md, .ci/run): every CTest test of the Release build.
+# The test command (README.md; .ci/run calls it after ./setup.sh):
+#   1. every CTest test of the Release build in build/
+#   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer in build-san/
+#      (configured and built here on first use; incremental afterwards)
+# Pass --fast to skip the sanitizer pass while iterating.
 set -euo pipefail
 cd "$(dirname "$0")"
-ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
+jobs="$(nproc)"
+
+echo "== Release tests (build/)"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+if [ "${1:-}" = "--fast" ]; then
+  exit 0
+fi
+echo "== ASan + UBSan tests (build-san/)"
+cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_SANITIZE=ON >/dev/null
+cmake --build build-san -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-san --output-on-failure -j"$jobs"

@@ -5,7 +5,7 @@
 
 namespace deepinfer {
 
-float e4m3_to_f32(uint8_t b) {
+float e4m3_decode_bits(uint8_t b) {
   const int sign = b >> 7;
   const int exp = (b >> 3) & 0xf;
   const int man = b & 0x7;
@@ -36,11 +36,6 @@ float e4m3_round(float x) {
   return r;
 }
 
-float e2m1_to_f32(uint8_t nibble) {
-  static const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float m = kMag[nibble & 7];
-  return (nibble & 8) ? -m : m;
-}
 
 float e2m1_round(float x) {
   if (std::isnan(x)) return x;
@@ -50,10 +45,6 @@ float e2m1_round(float x) {
   return r;
 }
 
-float e8m0_to_f32(uint8_t b) {
-  if (b == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, int(b) - 127);
-}
 
 float pow2_ceil_scale(float t) {
   uint32_t bits = f32_bits(t);

@@ -31,6 +31,12 @@ TEST(E4m3, DecodesEveryCode) {
   EXPECT_EQ(e4m3_to_f32(0xfe), -448.0f);
   EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
   EXPECT_TRUE(std::isnan(e4m3_to_f32(0xff)));
+  // The compile-time table agrees with the bit-field decode on every byte.
+  for (int b = 0; b < 256; ++b) {
+    float t = e4m3_to_f32(uint8_t(b)), d = e4m3_decode_bits(uint8_t(b));
+    if (std::isnan(d)) EXPECT_TRUE(std::isnan(t)) << b;
+    else EXPECT_EQ(f32_bits(t), f32_bits(d)) << b;
+  }
   // Every finite code round-trips through e4m3_round.
   for (int b = 0; b < 256; ++b) {
     if ((b & 0x7f) == 0x7f) continue;

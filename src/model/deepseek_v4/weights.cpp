@@ -251,3 +251,60 @@ Weights bind_weights(const Config& c, const TensorStore& store) {
 }
 
 }  // namespace deepinfer::v4
+
+namespace deepinfer::v4 {
+
+int64_t matrix_bytes(const WeightMatrix& w) {
+  switch (w.format) {
+    case WeightFormat::F32: return w.rows * w.cols * 4;
+    case WeightFormat::BF16: return w.rows * w.cols * 2;
+    case WeightFormat::FP8_BLOCK: return w.rows * w.cols + ((w.rows + w.block - 1) / w.block) * w.scale_cols;
+    case WeightFormat::FP4_BLOCK: return w.rows * w.cols / 2 + w.rows * w.scale_cols;
+  }
+  return 0;
+}
+
+namespace {
+
+// Sums f(matrix, share) over the matrices a token touches; share < 1 for routed experts.
+template <typename F>
+void for_active_matrices(const Config& c, const Weights& w, F f) {
+  f(w.head, 1.0);
+  f(w.hc_head.fn, 1.0);
+  for (const LayerWeights& L : w.layers) {
+    for (const WeightMatrix* m : {&L.hc_attn.fn, &L.hc_ffn.fn, &L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a,
+                                  &L.attn.wo_b, &L.ffn.gate})
+      f(*m, 1.0);
+    if (L.attn.has_compressor) {
+      f(L.attn.compressor.wkv, 1.0);
+      f(L.attn.compressor.wgate, 1.0);
+    }
+    if (L.attn.has_indexer) {
+      f(L.attn.indexer_wq_b, 1.0);
+      f(L.attn.indexer_weights_proj, 1.0);
+      f(L.attn.indexer_compressor.wkv, 1.0);
+      f(L.attn.indexer_compressor.wgate, 1.0);
+    }
+    const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
+    for (const ExpertWeights& e : L.ffn.experts)
+      for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) f(*m, share);
+    if (L.ffn.has_shared)
+      for (const WeightMatrix* m : {&L.ffn.shared.w1, &L.ffn.shared.w2, &L.ffn.shared.w3}) f(*m, 1.0);
+  }
+}
+
+}  // namespace
+
+int64_t active_weight_bytes_per_token(const Config& c, const Weights& w) {
+  double bytes = double(matrix_bytes(w.embed)) / double(c.vocab_size);
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share) { bytes += share * double(matrix_bytes(m)); });
+  return int64_t(bytes);
+}
+
+int64_t active_weight_macs_per_token(const Config& c, const Weights& w) {
+  double macs = 0;
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share) { macs += share * double(m.rows * m.cols); });
+  return int64_t(macs);
+}
+
+}  // namespace deepinfer::v4

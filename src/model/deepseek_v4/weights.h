@@ -81,3 +81,16 @@ struct Weights {
 Weights bind_weights(const Config& cfg, const TensorStore& store);
 
 }  // namespace deepinfer::v4
+
+namespace deepinfer::v4 {
+
+// Bytes one matrix occupies in its checkpoint encoding (codes + scales).
+int64_t matrix_bytes(const WeightMatrix& w);
+// Bytes of weights a decode step reads per token: every dense weight of the backbone, the
+// routed experts a token actually visits (num_experts_per_tok per layer), one embedding row
+// and the head. MTP excluded. The decode roofline is memory bandwidth / this.
+int64_t active_weight_bytes_per_token(const Config& cfg, const Weights& w);
+// Multiply-adds per token of the weight products (prefill FLOP/s = 2 * this * tok/s).
+int64_t active_weight_macs_per_token(const Config& cfg, const Weights& w);
+
+}  // namespace deepinfer::v4

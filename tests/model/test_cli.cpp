@@ -1,0 +1,122 @@
+// The deepinfer executable as a user meets it: the stable CLI contract and its error paths
+// (one clear line, non-zero exit, never a crash).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout + stderr
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(DI_CLI_PATH) + " " + args + " 2>&1";
+  Result r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string shared_model(const std::string& name) { return std::string(DI_SHARED_DIR) + "/golden/" + name + "/model"; }
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("di_cli_" + std::to_string(::getpid()));
+  Scratch() { fs::create_directories(dir); }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string file(const std::string& name, const std::string& content) {
+    std::ofstream(dir / name, std::ios::binary) << content;
+    return (dir / name).string();
+  }
+};
+
+}  // namespace
+
+TEST(Cli, LogitsWritesNpyAndGenerateMatchesGolden) {
+  Scratch s;
+  std::string tokens = s.file("t.txt", "0 716 235 808 326 211 817\n");
+  std::string out = (s.dir / "o.npy").string();
+  Result r = run("logits --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " --out " + out +
+                 " --numerics float --mode chunk:3 --threads 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(fs::file_size(out), 128u + 7u * 1024u * 4u);  // npy header + [7, 1024] f32
+  std::ifstream in(out, std::ios::binary);
+  std::string magic(6, '\0');
+  in.read(magic.data(), 6);
+  EXPECT_EQ(magic, "\x93NUMPY");
+  r = run("generate --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " -n 4 --numerics float");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\n"), std::string::npos);
+}
+
+TEST(Cli, BadArgumentsAreRejected) {
+  Scratch s;
+  std::string tokens = s.file("t.txt", "0 1 2");
+  std::string model = " --model " + shared_model("tiny-v4-c");
+  EXPECT_EQ(run("logits" + model + " --tokens-file " + tokens + " --out x.npy --mode sideways").code, 2);
+  EXPECT_EQ(run("logits" + model + " --tokens-file " + tokens + " --out x.npy --numerics fuzzy").code, 2);
+  EXPECT_EQ(run("logits" + model + " --tokens-file " + tokens + " --bogus 1").code, 2);
+  EXPECT_EQ(run("no-such-command").code, 2);
+  Result r = run("logits" + model + " --tokens-file " + s.file("bad.txt", "0 1 banana") + " --out x.npy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("banana"), std::string::npos) << r.output;
+  r = run("logits" + model + " --tokens-file " + s.file("big.txt", "0 5000") + " --out " + (s.dir / "x.npy").string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("outside the vocabulary"), std::string::npos) << r.output;
+  r = run("logits --model " + shared_model("tiny-v4-a") + " --tokens-file " + tokens + " --out x.npy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("reference numerics cannot run"), std::string::npos) << r.output;
+}
+
+// A checkpoint with one tensor of the wrong shape, one missing, or a broken config.json:
+// one error line naming the culprit, exit 1.
+TEST(Cli, MalformedCheckpointsGiveOneClearError) {
+  Scratch s;
+  std::string tokens = s.file("t.txt", "0 1 2");
+  const fs::path src = shared_model("tiny-v4-c");
+  auto clone = [&](const std::string& name) {
+    fs::path d = s.dir / name;
+    fs::create_directories(d);
+    for (auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), d / e.path().filename());
+    return d;
+  };
+  fs::path d = clone("badcfg");
+  std::ofstream(d / "config.json") << "{\"model_type\": \"deepseek_v4\", \"hidden_size\": \"wide\"}";
+  Result r = run("logits --model " + d.string() + " --tokens-file " + tokens + " --out x.npy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("config.json"), std::string::npos) << r.output;
+
+  d = clone("shape");
+  {
+    // Claim a different hidden size than the tensors have.
+    std::ifstream in(src / "config.json");
+    std::string cfg((std::istreambuf_iterator<char>(in)), {});
+    auto pos = cfg.find("\"moe_intermediate_size\": 128");
+    ASSERT_NE(pos, std::string::npos);
+    cfg.replace(pos, 28, "\"moe_intermediate_size\": 256");
+    std::ofstream(d / "config.json") << cfg;
+  }
+  r = run("logits --model " + d.string() + " --tokens-file " + tokens + " --out x.npy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("experts.0.w1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expected"), std::string::npos) << r.output;
+
+  d = clone("trunc");
+  fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") / 2);
+  r = run("logits --model " + d.string() + " --tokens-file " + tokens + " --out x.npy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+}

@@ -1,0 +1,185 @@
+// deepinfer bench --model DIR [--prefill 512] [--decode 128] [--depths 0,2048,8192]
+//                 [--numerics reference|float] [--threads N] [--kernels cpu|ref] [--json | --csv]
+// Loads the model once; for every context depth d (llama-bench style):
+//   pp: a fresh sequence is filled to depth d, then `prefill` tokens are timed in one call;
+//   tg: a fresh sequence is filled to depth d, then `decode` greedy tokens are timed one by one.
+// Also measures this machine's memory bandwidth with a STREAM-like triad in the same run and
+// reports decode speed against the roofline bandwidth / (weight + KV bytes read per token).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "args.h"
+#include "command.h"
+#include "core/log.h"
+#include "model_cli.h"
+
+namespace deepinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Best-of-5 triad a = b + s*c over arrays far larger than the caches; counts 3 streams.
+double triad_bandwidth_gb_s(ThreadPool* pool) {
+  const int64_t n = int64_t(1) << 25;  // 32 Mi floats = 128 MiB per array
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  const float s = 3.0f;
+  auto pass = [&] {
+    parallel_for(pool, n, 1 << 16, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + s * c[i];
+    });
+  };
+  pass();  // first touch
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = Clock::now();
+    pass();
+    best = std::min(best, seconds_since(t0));
+  }
+  if (a[n / 2] != 7.0f) throw std::runtime_error("triad check failed");
+  return 3.0 * double(n) * sizeof(float) / best / 1e9;
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+
+// KV bytes a decode step at position p reads (window ring + visible compressed entries),
+// as DeepInfer stores them (fp32).
+int64_t kv_bytes_per_token(const v4::Config& c, int64_t p) {
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    bytes += std::min(p + 1, c.window) * c.head_dim * 4;
+    const int64_t r = c.ratio(l);
+    if (r == 4) {
+      bytes += std::min(c.index_topk, (p + 1) / 4) * c.head_dim * 4 + ((p + 1) / 4) * c.index_head_dim * 4;
+    } else if (r != 0) {
+      bytes += ((p + 1) / r) * c.head_dim * 4;
+    }
+  }
+  return bytes;
+}
+
+std::vector<int64_t> parse_depths(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (end == item.c_str() || *end != '\0' || v < 0) throw ArgError("--depths expects e.g. 0,2048,8192");
+    out.push_back(v);
+  }
+  if (out.empty()) throw ArgError("--depths is empty");
+  return out;
+}
+
+struct Run {
+  int64_t depth;
+  double prefill_tok_s, decode_tok_s, kv_bytes;
+};
+
+int run(const std::vector<std::string>& argv) {
+  Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels"},
+            {"--json", "--csv"});
+  const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
+  if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
+  const auto depths = parse_depths(args.get_or("--depths", "0"));
+  Compute compute = compute_args(args);
+  auto model = load_model_arg(args);
+  model->check_numerics(compute.num);
+  const v4::Config& c = model->config();
+  log_info("bench: %s kernels, %d threads, %s numerics", compute.backend->name(), compute.pool->size(),
+           v4::numerics_name(compute.num.mode));
+
+  const double bw = triad_bandwidth_gb_s(compute.pool.get());
+  const int64_t wbytes = v4::active_weight_bytes_per_token(c, model->weights());
+  const int64_t macs = v4::active_weight_macs_per_token(c, model->weights());
+
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> tok(3, int32_t(c.vocab_size - 1));
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = tok(rng);
+    return t;
+  };
+  std::vector<Run> runs;
+  for (int64_t depth : depths) {
+    Run r{depth, 0, 0, 0};
+    auto st = model->new_sequence();
+    if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
+    auto prompt = random_tokens(n_prefill);
+    std::vector<float> logits(n_prefill * c.vocab_size);
+    auto t0 = Clock::now();
+    model->forward(prompt.data(), n_prefill, st, compute.num, logits.data());
+    r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
+
+    st = model->new_sequence();
+    if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
+    int32_t next = tok(rng);
+    std::vector<float> row(c.vocab_size);
+    t0 = Clock::now();
+    for (int64_t i = 0; i < n_decode; ++i) {
+      r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
+      model->forward(&next, 1, st, compute.num, row.data());
+      next = argmax_lowest(row.data(), c.vocab_size);
+    }
+    r.decode_tok_s = double(n_decode) / seconds_since(t0);
+    r.kv_bytes /= double(n_decode);
+    runs.push_back(r);
+    log_info("depth %lld: prefill %.2f tok/s, decode %.2f tok/s", (long long)depth, r.prefill_tok_s, r.decode_tok_s);
+  }
+
+  auto roofline = [&](const Run& r) { return bw * 1e9 / (double(wbytes) + r.kv_bytes); };
+  const int64_t rss = peak_rss_bytes();
+  if (args.has("--json")) {
+    nlohmann::json j;
+    const Run& f = runs.front();
+    j["prefill_tok_s"] = f.prefill_tok_s;
+    j["decode_tok_s"] = f.decode_tok_s;
+    j["decode_roofline_tok_s"] = roofline(f);
+    j["decode_roofline_fraction"] = f.decode_tok_s / roofline(f);
+    j["mem_bandwidth_gb_s"] = bw;
+    j["peak_rss_bytes"] = rss;
+    j["weight_bytes_per_token"] = wbytes;
+    j["kv_bytes_per_token"] = f.kv_bytes;
+    j["prefill_gflop_s"] = 2.0 * double(macs) * f.prefill_tok_s / 1e9;
+    j["threads"] = compute.pool->size();
+    j["kernels"] = compute.backend->name();
+    j["numerics"] = v4::numerics_name(compute.num.mode);
+    j["n_prefill"] = n_prefill;
+    j["n_decode"] = n_decode;
+    j["runs"] = nlohmann::json::array();
+    for (const Run& r : runs)
+      j["runs"].push_back({{"depth", r.depth}, {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
+                           {"decode_roofline_fraction", r.decode_tok_s / roofline(r)}});
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  const bool csv = args.has("--csv");
+  std::printf(csv ? "depth,prefill_tok_s,prefill_gflop_s,decode_tok_s,weight_mb_per_tok,kv_mb_per_tok,roofline_tok_s,roofline_fraction\n"
+                  : "| depth | pp%lld tok/s | prefill GFLOP/s | tg%lld tok/s | weights MB/tok | KV MB/tok | roofline tok/s | of roofline |\n"
+                    "|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              (long long)n_prefill, (long long)n_decode);
+  for (const Run& r : runs)
+    std::printf(csv ? "%lld,%.3f,%.2f,%.3f,%.2f,%.2f,%.2f,%.3f\n" : "| %lld | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n",
+                (long long)r.depth, r.prefill_tok_s, 2.0 * double(macs) * r.prefill_tok_s / 1e9, r.decode_tok_s,
+                wbytes / 1e6, r.kv_bytes / 1e6, roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / roofline(r));
+  std::printf(csv ? "" : "\nmemory bandwidth (triad, %d threads): %.1f GB/s; peak RSS %.1f MB\n", compute.pool->size(),
+              bw, rss / 1e6);
+  return 0;
+}
+
+CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run);
+
+}  // namespace
+}  // namespace deepinfer::cli
