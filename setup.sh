@@ -35,4 +35,4 @@ if [ ! -f models/default/model.safetensors ]; then
   echo "setup: writing the embedded default checkpoint (random weights) to models/default"
   .venv/bin/python tools/golden/make_checkpoint.py --preset default --out models/default
 fi
-echo "setup: done. Try: build/deepinfer generate --tokens-file tests/data/hello.tokens -n 16"
+echo "setup: done. Try: build/deepinfer generate --tokens-file examples/capital.tokens -n 16"
