@@ -2,6 +2,25 @@
 
 namespace deepinfer {
 
+WeightMatrix weight_row_slice(const WeightMatrix& w, int64_t r0, int64_t n) {
+  WeightMatrix s = w;
+  s.rows = n;
+  switch (w.format) {
+    case WeightFormat::F32: s.data = w.data + r0 * w.cols * 4; break;
+    case WeightFormat::BF16: s.data = w.data + r0 * w.cols * 2; break;
+    case WeightFormat::FP8_BLOCK:
+      if (r0 % w.block != 0) return WeightMatrix{};
+      s.data = w.data + r0 * w.cols;
+      s.scale = w.scale + (r0 / w.block) * w.scale_cols;
+      break;
+    case WeightFormat::FP4_BLOCK:
+      s.data = w.data + r0 * (w.cols / 2);
+      s.scale = w.scale + r0 * w.scale_cols;
+      break;
+  }
+  return s;
+}
+
 void weight_decode_row(const WeightMatrix& w, int64_t r, float* out) {
   switch (w.format) {
     case WeightFormat::F32: {

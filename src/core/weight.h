@@ -43,6 +43,10 @@ inline float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
   return 0.0f;
 }
 
+// Rows [r0, r0 + n) as a matrix of their own. FP8 block scales need r0 on a block edge.
+// Returns an invalid (data == nullptr) matrix when the slice cannot be expressed.
+WeightMatrix weight_row_slice(const WeightMatrix& w, int64_t r0, int64_t n);
+
 // Decode row r into out[cols] (exact fp32 values).
 void weight_decode_row(const WeightMatrix& w, int64_t r, float* out);
 

@@ -183,10 +183,10 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   const int64_t n_window_cols = p0 == 0 ? std::min(S, Wn) : Wn;
   const float scale = float(1.0 / std::sqrt(double(Dh)));
   std::vector<float> o(S * H * Dh);
-  std::vector<const float*> keys;
+  std::vector<std::vector<const float*>> key_lists(S);
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
-    keys.clear();
+    std::vector<const float*>& keys = key_lists[t];
     const int64_t start = std::max<int64_t>(0, p - Wn + 1);
     for (int64_t j = 0; j < n_window_cols; ++j)
       keys.push_back(start + j <= p ? window_key(start + j) : nullptr);
@@ -196,32 +196,46 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       const int64_t n_vis = std::min((p + 1) / L.ratio, st.compressor.n_entries());
       for (int64_t e = 0; e < n_vis; ++e) keys.push_back(st.compressor.entry(e));
     }
-    for (int64_t h = 0; h < H; ++h) {
-      float* oh = &o[(t * H + h) * Dh];
-      num.backend->sink_attention(&q[(t * H + h) * Dh], keys.data(), int64_t(keys.size()), Dh, scale,
-                                  w.sink[h], num.reference(), oh);
-      num.bf16(oh, Dh);
-      rope.apply(oh, Dh, p, true, num);  // V = K carries the key rotation: undo the query's
-    }
   }
+  parallel_for(num.backend->pool(), S * H, 1, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / H, h = i % H;
+      const std::vector<const float*>& keys = key_lists[t];
+      float* oh = &o[i * Dh];
+      num.backend->sink_attention(&q[i * Dh], keys.data(), int64_t(keys.size()), Dh, scale, w.sink[h],
+                                  num.reference(), oh);
+      num.bf16(oh, Dh);
+      rope.apply(oh, Dh, p0 + t, true, num);  // V = K carries the key rotation: undo the query's
+    }
+  });
 
   // The ring keeps the last W window keys for later chunks.
   for (int64_t t = std::max<int64_t>(0, S - Wn); t < S; ++t)
     std::copy(&kv[t * Dh], &kv[t * Dh] + Dh, &st.ring[((p0 + t) % Wn) * Dh]);
 
   // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
+  // wo_a is FP8 on disk; the reference multiplies its exact bf16 values (no act-quant).
   const int64_t G = cfg.o_groups, R = cfg.o_lora_rank, gw = H * Dh / G;
-  std::vector<float> u(S * G * R), row(gw);
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t r = 0; r < R; ++r) {
-      weight_decode_row(w.wo_a, g * R + r, row.data());
-      for (int64_t t = 0; t < S; ++t) {
-        const float* og = &o[t * H * Dh + g * gw];
-        double acc = 0.0;
-        for (int64_t c = 0; c < gw; ++c) acc += double(og[c]) * double(row[c]);
-        u[t * G * R + g * R + r] = num.bf16(float(acc));
+  std::vector<float> u(S * G * R), og(S * gw), ug(S * R);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < S; ++t) std::copy_n(&o[t * H * Dh + g * gw], gw, &og[t * gw]);
+    WeightMatrix wa = weight_row_slice(w.wo_a, g * R, R);
+    if (wa.valid()) {
+      num.backend->linear_f32(og.data(), S, wa, ug.data());
+    } else {  // group edge inside an FP8 scale block: decode row by row
+      std::vector<float> row(gw);
+      for (int64_t r = 0; r < R; ++r) {
+        weight_decode_row(w.wo_a, g * R + r, row.data());
+        for (int64_t t = 0; t < S; ++t) {
+          double acc = 0.0;
+          for (int64_t c = 0; c < gw; ++c) acc += double(og[t * gw + c]) * double(row[c]);
+          ug[t * R + r] = float(acc);
+        }
       }
     }
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t r = 0; r < R; ++r) u[t * G * R + g * R + r] = num.bf16(ug[t * R + r]);
+  }
   linear_quantized(cfg, num, u.data(), S, w.wo_b, out);
   (void)d;
 }

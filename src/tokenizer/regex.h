@@ -1,0 +1,66 @@
+// A small backtracking regex engine over code points, for the Split patterns of
+// Hugging Face tokenizer.json pre-tokenizers (which `tokenizers` runs with Oniguruma).
+//
+// Supported (Oniguruma / Ruby syntax, no extended mode):
+//   literals, escapes \t \n \r \f \v \a \e \xHH \x{H..} \uHHHH and escaped punctuation;
+//   .  (any character except \n);  classes [...] / [^...] with ranges and escapes;
+//   \d \D \s \S \w \W \h \H, \p{..} \P{..} \p{^..} with general categories (L, Lu, Letter,
+//   Uppercase_Letter, LC/L&, ...), scripts (Han, Hani, Latin, ...), Any, Alphabetic,
+//   White_Space/Space, Word, Digit, Alnum; anchors ^ $ (line), \A \z \Z, \b \B;
+//   groups (...) (?:...) (?<name>...) (?i:...) (?-i:...) (?i) (?>...);
+//   look-ahead (?=...) (?!...); quantifiers ? * + {n} {n,} {,m} {n,m}, lazy (??, *?, +?,
+//   {..}?) and possessive (?+, *+, ++).
+// Case-insensitive matching folds ASCII letters plus U+017F (long s) and U+212A (Kelvin
+// sign), the only non-ASCII characters whose simple case folding is ASCII.
+// Not supported (std::runtime_error at compile time): back-references, look-behind,
+// class intersection (&&), nested classes, POSIX brackets, and unbounded repetition of a
+// sub-expression that can match the empty string.
+//
+// Matching semantics are Perl-style leftmost-first with backtracking, like Oniguruma.
+// Character tests are O(1) for ASCII and use the precomputed general category of each
+// position, so a subject carries code points plus their categories.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer::tokenizer {
+
+// The text a regex runs on: code points and their GeneralCategory ids, and the window
+// [begin, end) that acts as the whole subject (anchors and look-ahead stop at its edges).
+struct RegexSubject {
+  const char32_t* cps = nullptr;
+  const uint8_t* cats = nullptr;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+class Regex {
+ public:
+  // Compiles a pattern given as UTF-8. Throws std::runtime_error on a syntax error or an
+  // unsupported construct; the message names the pattern.
+  explicit Regex(std::string_view pattern);
+  ~Regex();
+  Regex(Regex&&) noexcept;
+  Regex& operator=(Regex&&) noexcept;
+
+  // Leftmost match starting at or after `from` (begin <= from <= end). On success returns
+  // true and sets [match_begin, match_end). Thread-safe (scratch state is thread-local).
+  bool search(const RegexSubject& s, std::size_t from, std::size_t& match_begin, std::size_t& match_end) const;
+
+  // Anchored match attempt at exactly `pos`; returns the end or SIZE_MAX when none.
+  std::size_t match_at(const RegexSubject& s, std::size_t pos) const;
+
+  const std::string& pattern() const { return pattern_; }
+
+  struct Program;  // compiled form (regex.cpp)
+
+ private:
+  std::string pattern_;
+  std::unique_ptr<Program> prog_;
+};
+
+}  // namespace deepinfer::tokenizer
