@@ -33,22 +33,25 @@ DATA = REPO / "tests" / "data" / "golden"
 # name -> (make_checkpoint.py arguments without --out, sequence seed, one-line description)
 GOLDENS = {
     "hf-v4-wide": (
-        "--preset tiny --seed 7 --hidden 384 --layers 6 --compress-ratios 0,4,128,4,128,0 "
-        "--window 8 --heads 6 --o-groups 3 --o-lora 128 --q-lora 256 --index-heads 8 "
+        "--preset tiny --seed 15 --hidden 384 --layers 6 --compress-ratios 0,4,128,4,128,0 "
+        "--window 8 --heads 6 --o-groups 3 --o-lora 128 --q-lora 256 --index-heads 16 "
         "--index-head-dim 128 --index-topk 24 --experts 16 --topk 4 --moe-inter 256 "
-        "--hash-layers 1 --ffn-norm-gain 1,1,1,5,1,1 "
-        "--ffn-out-gain 0.005,0.005,0.005,0.0002,0.005,0.005",
+        "--hash-layers 1 --ffn-norm-gain 5,1,1,1,1,1 "
+        "--ffn-out-gain 0.0002,0.005,0.005,0.005,0.005,0.005",
         1001,
-        "hidden 384, 6 heads in 3 output groups, window 8, CSA top-24 of 75 (drops from row 99), "
-        "16 experts top-4, 1 hash layer, SwiGLU clamp hit in layer 3",
+        "hidden 384, 6 heads in 3 output groups, q_lora 256, window 8, CSA indexer 16 x 128 top-24 "
+        "of up to 75 entries (drops from row 99), 16 experts top-4, 1 hash layer; ffn_norm x5 on "
+        "hash layer 0 hits the SwiGLU clamp",
     ),
     "hf-v4-csa-first": (
-        "--preset tiny --seed 2024 --layers 4 --compress-ratios 4,0,128,0 --window 32 --heads 2 "
+        "--preset tiny --seed 2026 --layers 4 --compress-ratios 4,0,128,0 --window 32 --heads 2 "
         "--head-dim 256 --o-groups 1 --o-lora 256 --q-lora 128 --index-heads 8 --index-topk 32 "
-        "--experts 4 --topk 2 --moe-inter 128 --hash-layers 3",
+        "--experts 4 --topk 2 --moe-inter 128 --hash-layers 3 --ffn-norm-gain 1,5,1,1 "
+        "--ffn-out-gain 0.005,0.0002,0.005,0.005",
         1002,
-        "CSA in layer 0, head_dim 256 (nope 192), 1 output group, window 32, CSA top-32 of 75 "
-        "(drops from row 131), 4 experts top-2, 3 hash layers + 1 bias-routed layer",
+        "CSA in layer 0, head_dim 256 (nope 192), 1 output group, window 32, indexer 8 x 128 top-32 "
+        "of up to 75 (drops from row 131), 4 experts top-2, 3 hash layers + 1 bias-routed layer; "
+        "ffn_norm x5 on hash layer 1 hits the SwiGLU clamp",
     ),
 }
 

@@ -251,21 +251,35 @@ class Diagnostics:
 
     def __init__(self, model, config):
         self.config, self.pos, self.where, self.enabled = config, None, "", True
-        self.indexer, self.router = {}, {}
+        self.indexer, self.router, self.clamp = {}, {}, {}
         for i, layer in enumerate(model.model.layers):
             comp = layer.self_attn.compressor
             if comp is not None and hasattr(comp, "indexer"):
                 comp.indexer.scorer.register_forward_hook(self._scores_hook(i))
             if not layer.mlp.is_hash:
                 layer.mlp.gate.register_forward_hook(self._router_hook(i, layer.mlp.gate))
+            layer.mlp.shared_experts.register_forward_hook(self._clamp_hook(i))
 
     def reset(self):
-        self.indexer, self.router = {}, {}
+        self.indexer, self.router, self.clamp = {}, {}, {}
+
+    def _clamp_hook(self, layer):
+        def hook(mod, inp, out):
+            if not self.enabled:
+                return
+            x = inp[0]
+            gate, up = mod.gate_proj(x), mod.up_proj(x)
+            c = self.clamp.setdefault(layer, {"gate_above": 0, "up_outside": 0, "values": 0})
+            c["gate_above"] += int((gate > mod.limit).sum())
+            c["up_outside"] += int((up.abs() > mod.limit).sum())
+            c["values"] += gate.numel()
+        return hook
 
     @staticmethod
     def _keep_min(table, key, gap, rel, label):
-        cur = table.setdefault(key, {"decisions": 0, "min_gap": float("inf")})
+        cur = table.setdefault(key, {"decisions": 0, "exact_ties": 0, "min_gap": float("inf")})
         cur["decisions"] += 1
+        cur["exact_ties"] += gap == 0.0
         if gap < cur["min_gap"]:
             cur.update(min_gap=gap, min_gap_rel_to_score_std=rel, at=label)
 
@@ -307,7 +321,9 @@ class Diagnostics:
 
     def summary(self):
         return {"indexer_topk_boundary": {str(k): v for k, v in sorted(self.indexer.items())},
-                "router_topk_boundary": {str(k): v for k, v in sorted(self.router.items())}}
+                "router_topk_boundary": {str(k): v for k, v in sorted(self.router.items())},
+                "shared_expert_swiglu_clamp_hits": {str(k): v for k, v in sorted(self.clamp.items())
+                                                    if v["gate_above"] or v["up_outside"]}}
 
 
 def run_sequence(model, tokens: list[int], n_gen: int = N_GEN, diag: Diagnostics | None = None):
