@@ -122,10 +122,13 @@ std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numeri
 }  // namespace
 
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
-                       const float* a, int64_t S, int64_t p0, LayerState& st, float* out) {
+                       const float* a, int64_t S, const std::vector<Segment>& segments, float* out) {
   const AttentionWeights& w = L.attn;
   const int64_t H = cfg.n_heads, Dh = cfg.head_dim, Wn = cfg.window, d = cfg.dim;
   const float eps = float(cfg.norm_eps);
+  std::vector<int64_t> pos(S);
+  for (const Segment& sg : segments)
+    for (int64_t t = 0; t < sg.n; ++t) pos[sg.row0 + t] = sg.p0 + t;
 
   // ---- queries: wq_a -> q_norm (qr, reused by the indexer) -> wq_b -> head norm -> RoPE
   std::vector<float> qr(S * cfg.q_lora_rank), q(S * H * Dh);
@@ -137,7 +140,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     for (int64_t h = 0; h < H; ++h) {
       float* qh = &q[(t * H + h) * Dh];
       query_head_norm(qh, Dh, eps, num);
-      rope.apply(qh, Dh, p0 + t, false, num);
+      rope.apply(qh, Dh, pos[t], false, num);
     }
 
   // ---- window keys (K = V): wkv -> kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
@@ -146,57 +149,63 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   for (int64_t t = 0; t < S; ++t) {
     float* k = &kv[t * Dh];
     rms_norm(k, w.kv_norm.data(), Dh, eps, num, k);
-    rope.apply(k, Dh, p0 + t, false, num);
+    rope.apply(k, Dh, pos[t], false, num);
     kv_qdq(cfg, num, k);
   }
 
-  // ---- compressed keys: every group completed inside this chunk, before any attention
-  std::vector<std::vector<int64_t>> selected;
-  if (w.has_indexer) {
-    const CompressorWeights& cw = w.indexer_compressor;
-    run_compressor(cw, num, st.index_compressor, a, S, p0, [&](float* z, int64_t entry) {
-      for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
-      rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
-      rope.apply(z, cw.width, entry * cw.ratio, false, num);
-      indexer_rotate_quant(z, cw.width, num);
-    });
-  }
-  if (w.has_compressor) {
-    const CompressorWeights& cw = w.compressor;
-    run_compressor(cw, num, st.compressor, a, S, p0, [&](float* z, int64_t entry) {
-      for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
-      rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
-      rope.apply(z, cw.width, entry * cw.ratio, false, num);
-      kv_qdq(cfg, num, z);
-    });
-  }
-  if (w.has_indexer)
-    selected = indexer_select(cfg, num, L, rope, a, qr.data(), S, p0, st.index_compressor);
-
-  // ---- sink attention over [window columns ; compressed columns] per query and head.
+  // ---- per sequence: compressed keys (every group completed inside this chunk, before any
+  // attention), indexer selection, and the key list of each query.
   // Column layout as the reference (AUDIT D1/O1): a prefill from position 0 has min(S, W)
   // window columns, any later step W; positions ascend from max(0, p-W+1), invalid ones
   // (beyond p) at the tail. It fixes the 64-wide tiles of the online softmax.
-  auto window_key = [&](int64_t pos) -> const float* {
-    return pos >= p0 ? &kv[(pos - p0) * Dh] : &st.ring[(pos % Wn) * Dh];
-  };
-  const int64_t n_window_cols = p0 == 0 ? std::min(S, Wn) : Wn;
-  const float scale = float(1.0 / std::sqrt(double(Dh)));
-  std::vector<float> o(S * H * Dh);
   std::vector<std::vector<const float*>> key_lists(S);
-  for (int64_t t = 0; t < S; ++t) {
-    const int64_t p = p0 + t;
-    std::vector<const float*>& keys = key_lists[t];
-    const int64_t start = std::max<int64_t>(0, p - Wn + 1);
-    for (int64_t j = 0; j < n_window_cols; ++j)
-      keys.push_back(start + j <= p ? window_key(start + j) : nullptr);
-    if (L.ratio == 4) {
-      for (int64_t e : selected[t]) keys.push_back(st.compressor.entry(e));
-    } else if (L.ratio != 0) {
-      const int64_t n_vis = std::min((p + 1) / L.ratio, st.compressor.n_entries());
-      for (int64_t e = 0; e < n_vis; ++e) keys.push_back(st.compressor.entry(e));
+  for (const Segment& sg : segments) {
+    LayerState& st = *sg.state;
+    const float* sa = a + sg.row0 * d;
+    if (w.has_indexer) {
+      const CompressorWeights& cw = w.indexer_compressor;
+      run_compressor(cw, num, st.index_compressor, sa, sg.n, sg.p0, [&](float* z, int64_t entry) {
+        for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
+        rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
+        rope.apply(z, cw.width, entry * cw.ratio, false, num);
+        indexer_rotate_quant(z, cw.width, num);
+      });
+    }
+    if (w.has_compressor) {
+      const CompressorWeights& cw = w.compressor;
+      run_compressor(cw, num, st.compressor, sa, sg.n, sg.p0, [&](float* z, int64_t entry) {
+        for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
+        rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
+        rope.apply(z, cw.width, entry * cw.ratio, false, num);
+        kv_qdq(cfg, num, z);
+      });
+    }
+    std::vector<std::vector<int64_t>> selected;
+    if (w.has_indexer)
+      selected = indexer_select(cfg, num, L, rope, sa, qr.data() + sg.row0 * cfg.q_lora_rank, sg.n, sg.p0,
+                                st.index_compressor);
+    const float* chunk_kv = kv.data() + sg.row0 * Dh;
+    auto window_key = [&](int64_t p) -> const float* {
+      return p >= sg.p0 ? chunk_kv + (p - sg.p0) * Dh : &st.ring[(p % Wn) * Dh];
+    };
+    const int64_t n_window_cols = sg.p0 == 0 ? std::min(sg.n, Wn) : Wn;
+    for (int64_t t = 0; t < sg.n; ++t) {
+      const int64_t p = sg.p0 + t;
+      std::vector<const float*>& keys = key_lists[sg.row0 + t];
+      const int64_t start = std::max<int64_t>(0, p - Wn + 1);
+      for (int64_t j = 0; j < n_window_cols; ++j) keys.push_back(start + j <= p ? window_key(start + j) : nullptr);
+      if (L.ratio == 4) {
+        for (int64_t e : selected[t]) keys.push_back(st.compressor.entry(e));
+      } else if (L.ratio != 0) {
+        const int64_t n_vis = std::min((p + 1) / L.ratio, st.compressor.n_entries());
+        for (int64_t e = 0; e < n_vis; ++e) keys.push_back(st.compressor.entry(e));
+      }
     }
   }
+
+  // ---- sink attention per query and head
+  const float scale = float(1.0 / std::sqrt(double(Dh)));
+  std::vector<float> o(S * H * Dh);
   parallel_for(num.backend->pool(), S * H, 1, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / H, h = i % H;
@@ -205,13 +214,14 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       num.backend->sink_attention(&q[i * Dh], keys.data(), int64_t(keys.size()), Dh, scale, w.sink[h],
                                   num.reference(), oh);
       num.bf16(oh, Dh);
-      rope.apply(oh, Dh, p0 + t, true, num);  // V = K carries the key rotation: undo the query's
+      rope.apply(oh, Dh, pos[t], true, num);  // V = K carries the key rotation: undo the query's
     }
   });
 
-  // The ring keeps the last W window keys for later chunks.
-  for (int64_t t = std::max<int64_t>(0, S - Wn); t < S; ++t)
-    std::copy(&kv[t * Dh], &kv[t * Dh] + Dh, &st.ring[((p0 + t) % Wn) * Dh]);
+  // The ring keeps the last W window keys of each sequence for later chunks.
+  for (const Segment& sg : segments)
+    for (int64_t t = std::max<int64_t>(0, sg.n - Wn); t < sg.n; ++t)
+      std::copy_n(&kv[(sg.row0 + t) * Dh], Dh, &sg.state->ring[((sg.p0 + t) % Wn) * Dh]);
 
   // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
   // wo_a is FP8 on disk; the reference multiplies its exact bf16 values (no act-quant).
@@ -237,7 +247,6 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       for (int64_t r = 0; r < R; ++r) u[t * G * R + g * R + r] = num.bf16(ug[t * R + r]);
   }
   linear_quantized(cfg, num, u.data(), S, w.wo_b, out);
-  (void)d;
 }
 
 }  // namespace deepinfer::v4

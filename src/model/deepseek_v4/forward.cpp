@@ -50,7 +50,7 @@ void Model::check_numerics(const Numerics& num) const {
 }
 
 void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
-                          int64_t S, int64_t p0, LayerState& ls, const Numerics& num, float* X) const {
+                          int64_t S, const std::vector<Segment>& segments, const Numerics& num, float* X) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim, width = hc * d;
   const float eps = float(c.norm_eps);
@@ -63,7 +63,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
     hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
     rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
   }
-  attention_forward(c, num, L, rope, x.data(), S, p0, ls, y.data());
+  attention_forward(c, num, L, rope, x.data(), S, segments, y.data());
   for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
 
   // ---- ffn site
@@ -105,17 +105,53 @@ static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t
 
 void Model::forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
                     std::vector<float>* final_streams) const {
+  forward_batch({SequenceChunk{tokens, S, &st, logits, true}}, num, final_streams);
+}
+
+void Model::forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
+                          std::vector<float>* final_streams) const {
   const Config& c = cfg_;
-  const int64_t hc = c.hc_mult, d = c.dim, p0 = st.n_past;
+  const int64_t hc = c.hc_mult, d = c.dim, V = c.vocab_size;
+  std::vector<Segment> segments;
+  std::vector<int32_t> tokens;
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.n_tokens <= 0) continue;
+    segments.push_back({int64_t(tokens.size()), ch.n_tokens, ch.state->n_past, nullptr});
+    tokens.insert(tokens.end(), ch.tokens, ch.tokens + ch.n_tokens);
+  }
+  const int64_t S = int64_t(tokens.size());
   std::vector<float> X(S * hc * d), Xn(S * hc * d);
-  embed_rows(w_.embed, tokens, S, hc, d, X.data());
+  embed_rows(w_.embed, tokens.data(), S, hc, d, X.data());
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    block_forward(w_.layers[l], ropes_[l], X.data(), tokens, S, p0, st.layers[l], num, Xn.data());
+    size_t k = 0;
+    for (const SequenceChunk& ch : chunks)
+      if (ch.n_tokens > 0) segments[k++].state = &ch.state->layers[l];
+    block_forward(w_.layers[l], ropes_[l], X.data(), tokens.data(), S, segments, num, Xn.data());
     X.swap(Xn);
   }
-  st.n_past += S;
+  for (const SequenceChunk& ch : chunks) ch.state->n_past += ch.n_tokens;
   if (final_streams) *final_streams = X;
-  if (logits) head_forward(X.data(), S, w_.hc_head, w_.norm, num, logits);
+
+  // The head runs only on the rows whose logits are wanted (the last one while serving).
+  std::vector<int64_t> rows;
+  size_t k = 0;
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.n_tokens <= 0) continue;
+    const Segment& sg = segments[k++];
+    if (!ch.logits) continue;
+    for (int64_t t = ch.all_rows ? 0 : sg.n - 1; t < sg.n; ++t) rows.push_back(sg.row0 + t);
+  }
+  if (rows.empty()) return;
+  std::vector<float> Xr(rows.size() * hc * d), out(rows.size() * V);
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(&X[rows[i] * hc * d], hc * d, &Xr[i * hc * d]);
+  head_forward(Xr.data(), int64_t(rows.size()), w_.hc_head, w_.norm, num, out.data());
+  size_t r = 0;
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.n_tokens <= 0 || !ch.logits) continue;
+    const int64_t n = ch.all_rows ? ch.n_tokens : 1;
+    std::copy_n(&out[r * V], n * V, ch.logits);
+    r += size_t(n);
+  }
 }
 
 void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
@@ -137,7 +173,8 @@ void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tok
   for (int64_t t = 0; t < S; ++t)
     for (int64_t i = 0; i < hc; ++i)
       for (int64_t j = 0; j < d; ++j) Z[(t * hc + i) * d + j] = num.bf16(ep[t * d + j] + hp[(t * hc + i) * d + j]);
-  block_forward(m.block, ropes_[c.n_layers + k], Z.data(), next_tokens, S, pos0, st.mtp_layers[k], num, Zn.data());
+  std::vector<Segment> seg = {{0, S, pos0, &st.mtp_layers[k]}};
+  block_forward(m.block, ropes_[c.n_layers + k], Z.data(), next_tokens, S, seg, num, Zn.data());
   if (logits) head_forward(Zn.data(), S, m.hc_head, m.norm, num, logits);
 }
 

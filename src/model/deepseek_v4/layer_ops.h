@@ -15,9 +15,19 @@ namespace deepinfer::v4 {
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y);
 
-// Attention sublayer (MODEL.md 7): a [S, dim] (normed collapsed stream) -> out [S, dim].
+// One sequence's share of a batched step: rows [row0, row0 + n) of the batch hold its tokens
+// at positions p0 .. p0 + n - 1; state is that sequence's state of the current layer.
+struct Segment {
+  int64_t row0 = 0, n = 0, p0 = 0;
+  LayerState* state = nullptr;
+};
+
+// Attention sublayer (MODEL.md 7): a [rows, dim] (normed collapsed stream) -> out [rows, dim].
+// Row-wise work (projections, norms, RoPE) runs over the whole batch; compressors, indexer
+// selection, key lists and ring updates run per segment. A row's result never depends on
+// the other rows of the batch (batch invariance).
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
-                       const float* a, int64_t S, int64_t p0, LayerState& st, float* out);
+                       const float* a, int64_t rows, const std::vector<Segment>& segments, float* out);
 
 // MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,

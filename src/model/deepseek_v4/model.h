@@ -15,6 +15,17 @@
 
 namespace deepinfer::v4 {
 
+// One sequence's part of a batched forward step.
+struct SequenceChunk {
+  const int32_t* tokens = nullptr;  // n_tokens ids, at positions state->n_past ...
+  int64_t n_tokens = 0;
+  SequenceState* state = nullptr;   // advanced by n_tokens
+  float* logits = nullptr;          // null, or [n_tokens, vocab] if all_rows, else [1, vocab] (last row)
+  bool all_rows = false;
+};
+
+struct Segment;  // layer_ops.h
+
 class Model {
  public:
   // Loads DIR/config.json and the safetensors shards; every tensor is checked before return.
@@ -34,6 +45,12 @@ class Model {
   void forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
                std::vector<float>* final_streams = nullptr) const;
 
+  // Several sequences in one step (continuous batching): their rows share every weight
+  // product, each keeps its own attention state. Each sequence's logits equal what forward()
+  // gives it alone. Distinct chunks must have distinct states.
+  void forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
+                     std::vector<float>* final_streams = nullptr) const;
+
   // MTP module k (MODEL.md 10): streams [S, hc, dim] of the backbone at positions p,
   // next_tokens[S] the tokens at p+1; logits [S, vocab] predict the token at p+2.
   // Uses and advances st.mtp_layers[k] (its own window ring) at positions mtp_pos0 ...
@@ -43,7 +60,7 @@ class Model {
  private:
   Model() = default;
   void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
-                     int64_t S, int64_t p0, LayerState& ls, const Numerics& num, float* X) const;
+                     int64_t rows, const std::vector<Segment>& segments, const Numerics& num, float* X) const;
   void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
                     const Numerics& num, float* logits) const;
 
