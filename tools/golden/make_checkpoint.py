@@ -742,7 +742,7 @@ def assemble(args) -> tuple[dict, dict, int, str]:
         cfg["compress_ratios"] = ratios
     L = cfg["num_hidden_layers"]
     ratios = list(cfg["compress_ratios"])
-    if len(ratios) < L + n_mtp:                   # e.g. --layers changed: extend with the pattern
+    if len(ratios) < L + n_mtp:                   # e.g. fewer MTP entries: MTP ratios are 0
         if len(ratios) < L:
             raise SystemExit(f"compress_ratios has {len(ratios)} entries for {L} layers; "
                              f"pass --compress-ratios")
