@@ -133,6 +133,16 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& source_name) {
+  try {
+    return load(text, source_name);
+  } catch (const std::runtime_error& e) {
+    const std::string prefix = "tokenizer.json (" + source_name + "): ";
+    if (std::string_view(e.what()).substr(0, prefix.size()) == prefix) throw;
+    throw std::runtime_error(prefix + e.what());
+  }
+}
+
+Tokenizer Tokenizer::load(std::string_view text, const std::string& source_name) {
   auto impl = std::make_shared<Impl>();
   impl->source = source_name;
   json root;
@@ -159,14 +169,12 @@ Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& 
 
     const json& vocab = member(model, "vocab", *impl);
     if (!vocab.is_object()) impl->fail("model.vocab must be an object");
-    int64_t max_id = -1;
     impl->vocab.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
       if (!it.value().is_number_integer()) impl->fail("vocab id of \"" + it.key() + "\" is not an integer");
       const int64_t id = it.value().get<int64_t>();
       if (id < 0 || id > std::numeric_limits<int32_t>::max() / 2) impl->fail("vocab id out of range for \"" + it.key() + "\"");
       impl->vocab.emplace(it.key(), static_cast<int32_t>(id));
-      max_id = std::max(max_id, id);
     }
 
     std::vector<std::pair<std::string, std::string>> merges;
@@ -196,11 +204,17 @@ Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& 
     if (!impl->pre.has_byte_level()) impl->fail("pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)");
 
     if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
+      // tokenizers re-adds the tokens in file order and does not use the "id" field: a
+      // content already known (added before, or in the vocabulary) keeps that id, anything
+      // else gets the next id after max(added ids, vocabulary entry count). Consistent
+      // files (as written by tokenizers) get their own ids back.
+      const int64_t model_size = static_cast<int64_t>(impl->vocab.size());
+      int64_t max_added = -1;
+      std::unordered_map<std::string, std::size_t> index_of;
       for (const json& t : *it) {
         AddedToken a;
-        const int64_t id = member(t, "id", *impl).get<int64_t>();
-        if (id < 0 || id > std::numeric_limits<int32_t>::max() / 2) impl->fail("added token id out of range");
-        a.id = static_cast<int32_t>(id);
+        const int64_t file_id = member(t, "id", *impl).get<int64_t>();
+        if (file_id < 0) impl->fail("added token id out of range");
         a.content = member(t, "content", *impl).get<std::string>();
         if (!is_valid_utf8(a.content)) impl->fail("added token content is not valid UTF-8");
         a.single_word = flag(t, "single_word", false);
@@ -208,7 +222,23 @@ Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& 
         a.rstrip = flag(t, "rstrip", false);
         a.normalized = flag(t, "normalized", true);
         a.special = flag(t, "special", false);
-        max_id = std::max(max_id, id);
+        if (auto known = index_of.find(a.content); known != index_of.end()) {
+          a.id = impl->added[known->second].id;
+          impl->added[known->second] = std::move(a);  // the later definition wins
+          continue;
+        }
+        int64_t id;
+        if (auto v = impl->vocab.find(a.content); v != impl->vocab.end()) {
+          id = v->second;
+        } else if (max_added < 0) {
+          id = model_size;
+        } else {
+          id = (max_added >= model_size || model_size == 0) ? max_added + 1 : model_size;
+        }
+        if (id > std::numeric_limits<int32_t>::max() / 2) impl->fail("added token id out of range");
+        a.id = static_cast<int32_t>(id);
+        max_added = std::max(max_added, id);
+        index_of.emplace(a.content, impl->added.size());
         impl->added.push_back(std::move(a));
       }
     }
@@ -335,6 +365,23 @@ bool Tokenizer::is_added_token(int32_t id) const {
 }
 
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+
+std::vector<std::string> Tokenizer::pre_tokenize(std::string_view input) const {
+  std::string sanitised;
+  std::string_view text = input;
+  if (!is_valid_utf8(input)) {
+    sanitised = utf8_lossy(input);
+    text = sanitised;
+  }
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  PreTokText t, scratch;
+  t.assign(text);
+  std::vector<Piece> pieces{Piece{0, static_cast<uint32_t>(t.cps.size())}};
+  const PreTokText* r = impl_->pre.run(&t, pieces, scratch);
+  for (const Piece& p : pieces) out.emplace_back(r->slice(p.begin, p.end));
+  return out;
+}
 
 std::size_t Tokenizer::cache_entries() const { return impl_->bpe->cache_entries(); }
 

@@ -21,6 +21,9 @@
 //          exactly one ByteLevel step, placed last.
 //   decoder: null, ByteLevel, or a Sequence holding only ByteLevel.
 //   post_processor: ignored.
+//   added_tokens: ids are assigned the way tokenizers assigns them on load (the "id"
+//          field is not used; see tokenizer.cpp), which gives the file's ids for every
+//          file written by tokenizers.
 //
 // Invalid UTF-8 input: never an error. The text is first made valid by replacing each
 // maximal ill-formed subsequence with U+FFFD (the rule of Python's
@@ -79,12 +82,18 @@ class Tokenizer {
   bool is_added_token(int32_t id) const;
   const std::vector<AddedToken>& added_tokens() const;
 
+  // Pre-tokenizer only (no added-token matching, no BPE): the raw bytes of each piece, as
+  // tokenizers' pre_tokenizer.pre_tokenize_str gives them (before byte-level mapping).
+  std::vector<std::string> pre_tokenize(std::string_view text) const;
+
+  // Number of words in the BPE cache (diagnostics).
   std::size_t cache_entries() const;
 
   struct Impl;
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  static Tokenizer load(std::string_view json, const std::string& source_name);
   std::shared_ptr<const Impl> impl_;
 };
 
