@@ -3,12 +3,14 @@
 #   1. Debian packages (compiler, CMake, GoogleTest, Google Benchmark, JSON, HTTP)
 #   2. a Python venv in .venv with the tooling packages (checkpoint generator, tokenizer data)
 #   3. a Release build in build/
-#   4. models/default: a small DeepSeek-V4 checkpoint in the official layout, RANDOM weights
+#   4. models/golden: the checkpoints of the committed golden sets (tests/data/golden), regenerated
+#   5. models/default: a small DeepSeek-V4 checkpoint in the official layout, RANDOM weights
 set -euo pipefail
 cd "$(dirname "$0")"
 
 apt_packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-              nlohmann-json3-dev libcpp-httplib-dev python3 python3-venv python3-pip)
+              nlohmann-json3-dev libcpp-httplib-dev python3 python3-venv python3-pip
+              clang libclang-rt-14-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -30,6 +32,9 @@ fi
 echo "setup: building (Release) in build/"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
+
+echo "setup: regenerating the committed golden checkpoints into models/golden (sha256-checked)"
+.venv/bin/python tools/golden/goldens.py regen --out models/golden
 
 if [ ! -f models/default/model.safetensors ]; then
   echo "setup: writing the embedded default checkpoint (random weights) to models/default"

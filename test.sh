@@ -3,7 +3,8 @@
 #   1. every CTest test of the Release build in build/
 #   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer in build-san/
 #      (configured and built here on first use; incremental afterwards)
-# Pass --fast to skip the sanitizer pass while iterating.
+#   3. the libFuzzer targets of tests/fuzz (parsers) for a bounded time each
+# Pass --fast to run only the Release tests while iterating.
 set -euo pipefail
 cd "$(dirname "$0")"
 jobs="$(nproc)"
@@ -19,3 +20,6 @@ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_SANITIZE=O
 cmake --build build-san -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs"
+
+echo "== fuzzers (tests/fuzz, ${FUZZ_SECONDS:-20}s each)"
+tests/fuzz/run.sh

@@ -66,25 +66,30 @@ std::string TensorView::shape_str() const {
   return os.str();
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
-  const size_t size = file_.size();
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : file_(path), tensors_(parse_safetensors(file_.data(), file_.size(), path)) {}
+
+std::map<std::string, TensorView> parse_safetensors(const uint8_t* file_data, size_t size, const std::string& path) {
+  std::map<std::string, TensorView> tensors_;
   auto fail = [&](const std::string& what) -> LoadError { return LoadError(path + ": " + what); };
   if (size < 8) throw fail("truncated: shorter than the 8-byte header length");
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_.data()[i];
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_data[i];
   if (header_len > size - 8) throw fail("truncated: header length " + std::to_string(header_len) +
                                         " exceeds file size " + std::to_string(size));
   json header;
   try {
-    header = json::parse(file_.data() + 8, file_.data() + 8 + header_len);
+    header = json::parse(file_data + 8, file_data + 8 + header_len);
   } catch (const std::exception& e) {
     throw fail(std::string("malformed JSON header: ") + e.what());
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
-  const uint8_t* base = file_.data() + 8 + header_len;
+  const uint8_t* base = file_data + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto& [name, info] : header.items()) {
+  for (auto& item : header.items()) {
+    const std::string name = item.key();
+    const json& info = item.value();
     if (name == "__metadata__") continue;
     auto tfail = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
@@ -126,6 +131,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second) throw fail("tensor data ranges overlap");
+  return tensors_;
 }
 
 static std::vector<std::string> shard_files(const std::string& dir) {

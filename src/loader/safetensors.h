@@ -38,6 +38,10 @@ struct TensorView {
   std::string shape_str() const;
 };
 
+// Parses and validates a whole safetensors image held in memory (header and every tensor's
+// range); `name` is used in error messages. Views point into `data`.
+std::map<std::string, TensorView> parse_safetensors(const uint8_t* data, size_t size, const std::string& name);
+
 // One mapped .safetensors file with its parsed header.
 class SafetensorsFile {
  public:
