@@ -226,7 +226,6 @@ bool category_mask_by_name(const std::string& n, CategoryMask& m) {
       {"lm", "modifierletter", category_bit(G::Lm)},
       {"lo", "otherletter", category_bit(G::Lo)},
       {"lc", "casedletter", category_bit(G::Lu) | category_bit(G::Ll) | category_bit(G::Lt)},
-      {"l&", "l&", category_bit(G::Lu) | category_bit(G::Ll) | category_bit(G::Lt)},
       {"m", "mark", kMaskM},
       {"mn", "nonspacingmark", category_bit(G::Mn)},
       {"mc", "spacingmark", category_bit(G::Mc)},
@@ -236,6 +235,7 @@ bool category_mask_by_name(const std::string& n, CategoryMask& m) {
       {"nl", "letternumber", category_bit(G::Nl)},
       {"no", "othernumber", category_bit(G::No)},
       {"p", "punctuation", kMaskP},
+      {"punct", "punct", kMaskP},  // Oniguruma's Unicode \p{Punct} is P only
       {"pc", "connectorpunctuation", category_bit(G::Pc)},
       {"pd", "dashpunctuation", category_bit(G::Pd)},
       {"ps", "openpunctuation", category_bit(G::Ps)},
@@ -347,7 +347,7 @@ class Parser {
     if (!has_a && !has_b) return false;
     lo = has_a ? a : 0;
     hi = has_b ? b : kInfinite;
-    if (hi != kInfinite && hi < lo) fail("bad interval {n,m} with m < n");
+    if (hi != kInfinite && hi < lo) std::swap(lo, hi);  // Oniguruma reads {3,2} as {2,3}
     i_ = j + 1;
     return true;
   }

@@ -5,15 +5,16 @@
 //   literals, escapes \t \n \r \f \v \a \e \xHH \x{H..} \uHHHH and escaped punctuation;
 //   .  (any character except \n);  classes [...] / [^...] with ranges and escapes;
 //   \d \D \s \S \w \W \h \H, \p{..} \P{..} \p{^..} with general categories (L, Lu, Letter,
-//   Uppercase_Letter, LC/L&, ...), scripts (Han, Hani, Latin, ...), Any, Alphabetic,
-//   White_Space/Space, Word, Digit, Alnum; anchors ^ $ (line), \A \z \Z, \b \B;
+//   Uppercase_Letter, LC, Punct, ...), scripts (Han, Hani, Latin, ...), Any, Alphabetic,
+//   White_Space/Space, Word, Digit, ASCII; anchors ^ $ (line), \A \z \Z, \b \B;
 //   groups (...) (?:...) (?<name>...) (?i:...) (?-i:...) (?i) (?>...);
 //   look-ahead (?=...) (?!...); quantifiers ? * + {n} {n,} {,m} {n,m}, lazy (??, *?, +?,
 //   {..}?) and possessive (?+, *+, ++).
 // Case-insensitive matching folds ASCII letters plus U+017F (long s) and U+212A (Kelvin
 // sign), the only non-ASCII characters whose simple case folding is ASCII.
 // Not supported (std::runtime_error at compile time): back-references, look-behind,
-// class intersection (&&), nested classes, POSIX brackets, and unbounded repetition of a
+// extended mode (?x), POSIX brackets [[:alpha:]],
+// class intersection (&&), nested classes, and unbounded repetition of a
 // sub-expression that can match the empty string.
 //
 // Matching semantics are Perl-style leftmost-first with backtracking, like Oniguruma.
