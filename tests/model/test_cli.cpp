@@ -57,6 +57,10 @@ TEST(Cli, LogitsWritesNpyAndGenerateMatchesGolden) {
   std::string magic(6, '\0');
   in.read(magic.data(), 6);
   EXPECT_EQ(magic, "\x93NUMPY");
+  r = run("logits --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " --out " + out +
+          " --numerics reference --compare " + std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/reference/seq7.prefill.f32");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("argmax agreement 1.0000"), std::string::npos) << r.output;
   r = run("generate --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " -n 4 --numerics float");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\n"), std::string::npos);

@@ -95,19 +95,23 @@ std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numeri
     }
     const int64_t n_vis = std::min((p + 1) / 4, n_keys);
     score.assign(n_vis, 0.0f);
-    for (int64_t s = 0; s < n_vis; ++s) {
-      const float* k = keys.entry(s);
-      double total = 0.0;
-      for (int64_t h = 0; h < HI; ++h) {
-        const float* qh = q.data() + (t * HI + h) * DI;
-        double d = 0.0;
-        for (int64_t c = 0; c < DI; ++c) d += double(qh[c]) * double(k[c]);
-        float dot = num.bf16(float(d));
-        dot = std::max(dot, 0.0f);
-        total += double(num.bf16(dot * wts[t * HI + h]));
+    // Scores of all visible entries; long contexts make this loop large, so it is split
+    // over the pool (each score is computed by one thread: results do not depend on it).
+    parallel_for(num.backend->pool(), n_vis, 64, [&](int64_t s0, int64_t s1, int) {
+      for (int64_t s = s0; s < s1; ++s) {
+        const float* k = keys.entry(s);
+        double total = 0.0;
+        for (int64_t h = 0; h < HI; ++h) {
+          const float* qh = q.data() + (t * HI + h) * DI;
+          double d = 0.0;
+          for (int64_t c = 0; c < DI; ++c) d += double(qh[c]) * double(k[c]);
+          float dot = num.bf16(float(d));
+          dot = std::max(dot, 0.0f);
+          total += double(num.bf16(dot * wts[t * HI + h]));
+        }
+        score[s] = num.bf16(float(total));
       }
-      score[s] = num.bf16(float(total));
-    }
+    });
     const int64_t k = std::min(cfg.index_topk, n_vis);
     order.resize(n_vis);
     std::iota(order.begin(), order.end(), 0);
