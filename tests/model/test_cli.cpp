@@ -9,6 +9,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "golden.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -47,7 +49,9 @@ struct Scratch {
 
 TEST(Cli, LogitsWritesNpyAndGenerateMatchesGolden) {
   Scratch s;
-  std::string tokens = s.file("t.txt", "0 716 235 808 326 211 817\n");
+  std::string ids;
+  for (int32_t t : golden::sequence("tiny-v4-c", "seq7")) ids += std::to_string(t) + " ";
+  std::string tokens = s.file("t.txt", ids + "\n");
   std::string out = (s.dir / "o.npy").string();
   Result r = run("logits --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " --out " + out +
                  " --numerics float --mode chunk:3 --threads 2");
