@@ -1,5 +1,7 @@
 #include "core/weight.h"
 
+#include <cstring>
+
 namespace deepinfer {
 
 WeightMatrix weight_row_slice(const WeightMatrix& w, int64_t r0, int64_t n) {
@@ -23,14 +25,18 @@ WeightMatrix weight_row_slice(const WeightMatrix& w, int64_t r0, int64_t n) {
 
 void weight_decode_row(const WeightMatrix& w, int64_t r, float* out) {
   switch (w.format) {
-    case WeightFormat::F32: {
-      const float* src = reinterpret_cast<const float*>(w.data) + r * w.cols;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = src[c];
+    // Checkpoint tensors need not be aligned to their element size (safetensors does not
+    // promise it), so plain values are read with memcpy.
+    case WeightFormat::F32:
+      std::memcpy(out, w.data + r * w.cols * 4, size_t(w.cols) * 4);
       return;
-    }
     case WeightFormat::BF16: {
-      const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data) + r * w.cols;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(src[c]);
+      const uint8_t* src = w.data + r * w.cols * 2;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * c, 2);
+        out[c] = bf16_to_f32(h);
+      }
       return;
     }
     case WeightFormat::FP8_BLOCK: {

@@ -6,6 +6,7 @@
 //                + ue8m0 scales [rows, cols/32]
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "core/formats.h"
 
@@ -29,8 +30,16 @@ struct WeightMatrix {
 // Exact fp32 value of one element (scale products are exact: few mantissa bits times 2^k).
 inline float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
   switch (w.format) {
-    case WeightFormat::F32: return reinterpret_cast<const float*>(w.data)[r * w.cols + c];
-    case WeightFormat::BF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(w.data)[r * w.cols + c]);
+    case WeightFormat::F32: {
+      float v;
+      std::memcpy(&v, w.data + (r * w.cols + c) * 4, 4);
+      return v;
+    }
+    case WeightFormat::BF16: {
+      uint16_t h;
+      std::memcpy(&h, w.data + (r * w.cols + c) * 2, 2);
+      return bf16_to_f32(h);
+    }
     case WeightFormat::FP8_BLOCK:
       return e4m3_to_f32(w.data[r * w.cols + c]) *
              e8m0_to_f32(w.scale[(r / w.block) * w.scale_cols + c / w.block]);
