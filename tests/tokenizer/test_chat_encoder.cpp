@@ -111,3 +111,55 @@ TEST(ChatPyJson, MatchesPythonJsonDumps) {
   EXPECT_EQ(py_str(Json(nullptr), "x"), "None");
   EXPECT_THROW(py_str(Json::array(), "x"), std::invalid_argument);
 }
+
+// Expectations stated by the V4.1 release's own encoder tests (encoding/test_encoding.py):
+// numeric effort budgets, the mid-conversation system turn, images, spaced DSML.
+TEST(ChatEncoder, V41ReleaseTestExpectations) {
+  const std::string head = "<｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: ";
+  const std::string tail = " (range 1-100, the higher the value, the more thorough the reasoning)\n\n";
+  const Json q = Json::parse(R"([{"role": "user", "content": "question"}])");
+  EncodeOptions o;
+  o.thinking_mode = "thinking";
+  for (auto [effort, budget] : std::vector<std::pair<Json, int>>{
+           {nullptr, 75}, {"low", 50}, {"high", 75}, {"max", 100}, {1, 1}, {42, 42}, {100, 100}}) {
+    o.reasoning_effort = effort;
+    EXPECT_EQ(encode_messages(ChatFamily::V41, q, o),
+              head + std::to_string(budget) + tail + "<｜User｜>question<｜Assistant｜><think>");
+  }
+  for (const Json& bad : {Json(-1), Json(0), Json(101), Json("medium"), Json(true), Json(false), Json(1.5)}) {
+    o.reasoning_effort = bad;
+    EXPECT_THROW(encode_messages(ChatFamily::V41, q, o), std::invalid_argument) << bad.dump();
+  }
+  o.thinking_mode = "chat";
+  o.reasoning_effort = "max";
+  EXPECT_EQ(encode_messages(ChatFamily::V41, Json::parse(R"([{"role": "user", "content": "hello"}])"), o),
+            "<｜begin▁of▁sentence｜><｜User｜>hello<｜Assistant｜></think>");
+
+  o.thinking_mode = "thinking";
+  o.reasoning_effort = 88;
+  EXPECT_EQ(encode_messages(ChatFamily::V41, Json::parse(R"([{"role": "system", "content": "sys"},
+              {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
+              {"role": "system", "content": "mid sys"}])"), o),
+            head + "88" + tail +
+                "sys<｜User｜>q1<｜Assistant｜></think>a1<｜end▁of▁sentence｜><｜System｜>mid sys<｜Assistant｜><think>");
+
+  o = EncodeOptions{};
+  EXPECT_EQ(encode_messages(ChatFamily::V41, Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "inspect"},
+              {"type": "image_url", "image_url": {"url": "/unused/image.png"}}]}])"), o),
+            "<｜begin▁of▁sentence｜><｜User｜>inspect\n\n<｜deepseek_image｜><｜Assistant｜></think>");
+  EXPECT_EQ(encode_messages(ChatFamily::V41, Json::parse(R"([{"role": "user", "content": "classify me", "task": "query"}])"), o),
+            "<｜begin▁of▁sentence｜><｜User｜>classify me<｜query｜>");
+
+  // An assistant tool-call turn renders to the completion text the release test pins,
+  // and re-encoding it after the user turn as context gives the same text.
+  const std::string completion =
+      "  reason  </think>summary\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"lookup\">\n"
+      "<｜DSML｜ parameter name=\"query\" string=\"true\">value</｜DSML｜ parameter>\n"
+      "<｜DSML｜ parameter name=\"limit\" string=\"false\">2</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n"
+      "</｜DSML｜ calls><｜end▁of▁sentence｜>";
+  const Json assistant = Json::parse(R"([{"role": "assistant", "reasoning_content": "  reason  ", "content": "summary",
+      "tool_calls": [{"type": "function", "function": {"name": "lookup", "arguments": "{\"query\":\"value\",\"limit\":2}"}}]}])");
+  o.thinking_mode = "thinking";
+  o.context = Json::parse(R"([{"role": "user", "content": "question"}])");
+  EXPECT_EQ(encode_messages(ChatFamily::V41, assistant, o), completion);
+}

@@ -233,6 +233,7 @@ TEST(ChatParser, MalformedDsmlIsReported) {
       {"\n\n<｜DSML｜tool_calls>\n" + I + P("a", "true", "1") + EOS, 0},                          // EOS inside
       {"\n\n<｜DSML｜tool_calls>\n" + I + P("a", "true", "1") + EI, 1},                           // block never closed
       {"\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f", 0},                                  // truncated tag
+      {"text <｜｜DSML｜ calls> more", 0},                                                        // token without '<'
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.text);

@@ -16,7 +16,7 @@ constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
 constexpr size_t kMaxTagBytes = 4096;
 
-enum Marker { kThinkEndM, kThinkStartM, kDsmlM, kEosM };
+enum Marker { kThinkEndM, kThinkStartM, kDsmlM, kBareDsmlM, kEosM };
 struct MarkerDef {
   std::string_view text;
   Marker kind;
@@ -34,6 +34,7 @@ constexpr MarkerDef kTextMarkers[] = {
     {"\n\n</｜DSML｜", kDsmlM, 2},
     {"\n</｜DSML｜", kDsmlM, 1},
     {"</｜DSML｜", kDsmlM, 0},
+    {"｜DSML｜", kBareDsmlM, 0},  // the DSML token without its '<': never text
     {"<｜end▁of▁sentence｜>", kEosM, 0},
 };
 constexpr MarkerDef kValueMarkers[] = {
@@ -226,6 +227,10 @@ bool OutputParser::step_text(bool final, std::vector<ChatEvent>& out) {
         state_ = State::Content;
         break;
       case kThinkStartM: buf_.erase(0, h.pos + h.m->text.size()); break;
+      case kBareDsmlM:
+        buf_.erase(0, h.pos + h.m->text.size());
+        error("stray DSML token outside a tag (dropped)", out);
+        break;
       case kEosM:
         buf_.clear();
         state_ = State::Done;
