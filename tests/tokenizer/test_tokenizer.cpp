@@ -3,6 +3,7 @@
 // invalid UTF-8, special tokens, malformed files, long inputs, and the CLI.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -279,7 +281,12 @@ TEST(Tokenizer, LongSingleWordsAreLinearTime) {
   while (emoji.size() < (1u << 20)) emoji += "\xF0\x9F\x98\x80";
   const std::vector<std::pair<std::string, std::string>> inputs = {
       {"a-run", std::string(1 << 20, 'a')}, {"random-letters", letters}, {"spaces", std::string(1 << 20, ' ')},
-      {"bangs", std::string(1 << 20, '!')}, {"emoji", emoji}};
+      {"bangs", std::string(1 << 20, '!')}, {"emoji", emoji},
+      {"spaces-then-x", std::string((1 << 20) - 1, ' ') + "x"}, {"crlf", [] {
+         std::string s;
+         while (s.size() < (1u << 20)) s += "\r\n";
+         return s;
+       }()}};
   for (const auto& [label, big] : inputs) {
     const std::string quarter = big.substr(0, big.size() / 4);
     std::vector<int32_t> ids_q, ids_b;
@@ -290,6 +297,26 @@ TEST(Tokenizer, LongSingleWordsAreLinearTime) {
     EXPECT_LT(tb, 10 * tq + 0.25) << label;
     EXPECT_EQ(tok.decode(ids_b), big) << label;
   }
+}
+
+TEST(Tokenizer, ConcurrentEncodeIsConsistent) {
+  const Tokenizer& tok = test_tokenizer("v4");
+  std::vector<std::vector<int32_t>> want;
+  for (const CorpusCase& c : corpus()) want.push_back(tok.encode(c.text));
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const auto& cases = corpus();
+      for (int rep = 0; rep < 3; ++rep) {
+        for (std::size_t i = (t * 131) % cases.size(), n = 0; n < cases.size(); ++n, i = (i + 1) % cases.size()) {
+          if (tok.encode(cases[i].text) != want[i]) ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 // ---- CLI -----------------------------------------------------------------------------

@@ -186,6 +186,14 @@ def natural_texts():
         if os.path.exists(p):
             with open(p, encoding="utf-8") as f:
                 out.append(("code_py_" + rel.replace("/", "_"), f.read()[:10000]))
+    # Real CJK text: CPython's codec test files (UTF-8 versions).
+    seen = set()
+    for p in sorted(glob.glob(os.path.join(stdlib, "test", "cjkencodings", "*-utf8.txt"))):
+        with open(p, encoding="utf-8", errors="replace") as f:
+            txt = f.read()[:3000]
+        if txt not in seen:
+            seen.add(txt)
+            out.append(("cjk_" + os.path.basename(p)[:-len("-utf8.txt")], txt))
     for rel in ["src/tokenizer/regex.cpp", "src/tokenizer/bpe.cpp"]:
         p = os.path.join(ROOT, rel)
         if os.path.exists(p):
@@ -213,7 +221,7 @@ def random_cases(rng):
     ascii_alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     ascii_punct = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
     ws = [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000"]
-    for i in range(160):
+    for i in range(400):
         n = rng.randint(1, 48)
         s = []
         for _ in range(n):
@@ -227,7 +235,7 @@ def random_cases(rng):
             else:
                 s.append(rng.choice(ws))
         cases.append((f"random_unicode_{i:03d}", "".join(s)))
-    for i in range(60):
+    for i in range(150):
         n = rng.randint(1, 60)
         alphabet = ascii_alpha[:10] + "'" + ascii_punct[:6] + " \n\r\t" + "sdtmlrve"
         cases.append((f"random_ascii_{i:03d}", "".join(rng.choice(alphabet) for _ in range(n))))
