@@ -56,6 +56,16 @@ TEST(TokenizerBench, EncodeDecodeThroughput) {
   const std::string text = repeat_to(sample, 16u << 20);
   const double mb = static_cast<double>(text.size()) / (1 << 20);
 
+  {
+    // Cold: a fresh tokenizer (empty word cache) on the sample once.
+    const Tokenizer fresh = Tokenizer::from_file(std::string(DI_TEST_DATA_DIR) + "/tokenizer/v4_tokenizer.json");
+    const auto c0 = std::chrono::steady_clock::now();
+    const auto cold_ids = fresh.encode(sample);
+    const double t_cold = seconds_since(c0);
+    std::printf("[ info ] cold cache: %zu bytes in %.4fs = %.1f MiB/s\n", sample.size(), t_cold,
+                static_cast<double>(sample.size()) / (1 << 20) / t_cold);
+    EXPECT_EQ(cold_ids, tok.encode(sample));
+  }
   (void)tok.encode(sample);  // warm the word cache with the sample once
   auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> ids = tok.encode(text);
