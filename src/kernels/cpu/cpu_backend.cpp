@@ -1,10 +1,26 @@
-// Fast CPU backend. Work is split over output rows across the pool; each thread decodes a
-// weight row once (from its FP8/FP4/BF16 encoding) and reuses it for every activation row.
-// Accumulation is fp32 (8 independent partial sums), unlike the ref backend's double.
-#include <algorithm>
+// Fast CPU backend. Three variants behind one interface, chosen once at creation:
+//   Scalar - portable threaded C++: each thread decodes a weight row once (from its
+//            FP8/FP4/BF16 encoding) and reuses it for every activation row; fp32
+//            accumulation with 8 partial sums. Also the fallback for shapes the SIMD
+//            kernels do not take (odd FP8 block sizes, act blocks that are not multiples of
+//            the vector width, extreme activation scales).
+//   Avx2 / Avx512 - the kernels of cpu_kernels_avx2.cpp / cpu_kernels_avx512.cpp behind the
+//            driver below: activations are prepared once per call (copied, or act-quantised
+//            bit-identically to act_quant_ref) into per-thread scratch, then output rows are
+//            split over the pool. No allocation once the scratch has grown to the shapes in
+//            use, no thread creation, no cpuid per call.
+// Accumulation is fp32 everywhere, unlike the ref backend's double.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/kernels.h"
 
 namespace deepinfer::kernels {
@@ -35,9 +51,9 @@ void decode_codes(const WeightMatrix& w, int64_t r, float* out) {
   }
 }
 
-class CpuBackend final : public Backend {
+class ScalarBackend final : public Backend {
  public:
-  explicit CpuBackend(ThreadPool* pool) : pool_(pool) {}
+  explicit ScalarBackend(ThreadPool* pool) : pool_(pool) {}
   const char* name() const override { return "cpu"; }
   ThreadPool* pool() const override { return pool_; }
 
@@ -89,8 +105,205 @@ class CpuBackend final : public Backend {
   ThreadPool* pool_;
 };
 
+
+// ------------------------------------------------------------------------------ SIMD driver
+
+// 64-byte aligned, grow-only buffer; one per thread, so the steady state allocates nothing.
+struct Scratch {
+  std::vector<unsigned char> mem;
+  void* get(size_t bytes) {
+    if (mem.size() < bytes + 64) mem.resize(bytes + 64);
+    const auto p = reinterpret_cast<uintptr_t>(mem.data());
+    return reinterpret_cast<void*>((p + 63) & ~uintptr_t(63));
+  }
+};
+thread_local Scratch tl_act;   // prepared activations, owned by the calling thread
+thread_local Scratch tl_work;  // weight tiles of the thread running a row range
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// What a parallel region needs, captured by one reference (keeps std::function off the heap).
+struct PrepJob {
+  const cpu::IsaKernels* k;
+  const float* x;
+  int64_t K, act_block, xs;
+  float* xf;
+  uint16_t* xb;
+  std::atomic<bool> bf16_ok{true};
+  std::atomic<float> max_scale{0.0f};
+  void operator()(int64_t m0, int64_t m1) {
+    if (act_block > 0) {
+      const float s = k->prep_act_quant(x, K, act_block, m0, m1, xs, xf, xb);
+      float cur = max_scale.load();
+      while (s > cur && !max_scale.compare_exchange_weak(cur, s)) {
+      }
+    } else if (!k->prep_float(x, K, m0, m1, xs, xf, xb)) {
+      bf16_ok.store(false);
+    }
+  }
+};
+
+struct RowsJob {
+  const cpu::IsaKernels* k;
+  const cpu::LinearCall* c;
+  size_t scratch;
+};
+
+class SimdBackend final : public Backend {
+ public:
+  SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k) : pool_(pool), k_(k), scalar_(pool) {}
+  const char* name() const override { return "cpu"; }
+  ThreadPool* pool() const override { return pool_; }
+
+  void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
+    if (!supported(W)) return scalar_.linear_f32(x, M, W, y);
+    run(x, M, W, 0, y);
+  }
+
+  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const override {
+    if (!W.is_quantized()) return linear_f32(x, M, W, y);
+    if (!supported(W) || !act_supported(W, act_block) || !run(x, M, W, act_block, y))
+      scalar_.linear_act_quant(x, M, W, act_block, y);
+  }
+
+  void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
+                      bool round_probs, float* out) const override {
+    sink_attention_ref(q, keys, n_keys, dim, scale, sink, round_probs, out);
+  }
+
+ private:
+  static bool supported(const WeightMatrix& W) {
+    switch (W.format) {
+      case WeightFormat::F32:
+      case WeightFormat::BF16: return true;
+      case WeightFormat::FP8_BLOCK: return W.block > 0;
+      case WeightFormat::FP4_BLOCK: return W.cols % 32 == 0;
+    }
+    return false;
+  }
+
+  // The act-quant GEMM equals the plain product of x_qdq with the exact weights when every
+  // weight scale block lies inside one act block (FP8: act_block divides B; FP4: 32 divides
+  // act_block); otherwise the reference's indexing differs and Scalar reproduces it.
+  bool act_supported(const WeightMatrix& W, int64_t ab) const {
+    if (ab <= 0 || W.cols % ab != 0 || ab % k_.act_align != 0) return false;
+    return W.format == WeightFormat::FP8_BLOCK ? W.block % ab == 0 : ab % 32 == 0;
+  }
+
+  // act_block > 0: act-quant path. Returns false (nothing written) when the activations'
+  // scales leave the exact-product range, for the caller to fall back to Scalar.
+  bool run(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const {
+    const int64_t N = W.rows, K = W.cols;
+    if (M <= 0 || N <= 0) return true;
+    if (K == 0) {
+      std::memset(y, 0, size_t(M * N) * sizeof(float));
+      return true;
+    }
+    const bool gemv = M <= k_.gemv_max_m;
+    const int64_t xs = round_up(K, k_.k_align), m_rows = gemv ? M : round_up(M, k_.m_align);
+    const size_t nx = size_t(m_rows * xs);
+    float* xf = static_cast<float*>(tl_act.get(nx * (sizeof(float) + sizeof(uint16_t))));
+    uint16_t* xb = reinterpret_cast<uint16_t*>(xf + nx);
+
+    PrepJob prep;
+    prep.k = &k_;
+    prep.x = x;
+    prep.K = K;
+    prep.act_block = act_block;
+    prep.xs = xs;
+    prep.xf = xf;
+    prep.xb = xb;
+    if (M * K >= (int64_t(1) << 16))
+      parallel_for(pool_, M, 1, [&prep](int64_t m0, int64_t m1, int) { prep(m0, m1); });
+    else
+      prep(0, M);
+    if (m_rows > M) {
+      std::memset(xf + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(float));
+      std::memset(xb + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(uint16_t));
+    }
+    if (act_block > 0 && !(prep.max_scale.load() <= cpu::kMaxActScale)) return false;
+
+    cpu::LinearCall c;
+    c.W = &W;
+    c.M = M;
+    c.N = N;
+    c.K = K;
+    c.y = y;
+    c.xf = xf;
+    c.xb = xb;
+    c.xs = xs;
+    c.m_rows = m_rows;
+    c.use_bf16 = k_.bf16 && (act_block > 0 || prep.bf16_ok.load());
+    RowsJob job{&k_, &c, k_.scratch_bytes(c)};
+    parallel_for(pool_, N, gemv ? k_.gemv_grain : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
+      void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
+      job.k->rows(*job.c, n0, n1, scratch);
+    });
+    return true;
+  }
+
+  ThreadPool* pool_;
+  const cpu::IsaKernels& k_;
+  ScalarBackend scalar_;
+};
+
+const cpu::IsaKernels* isa_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::Avx2: return &cpu::avx2_kernels();
+    case Isa::Avx512: return &cpu::avx512_kernels();
+    case Isa::Scalar: break;
+  }
+  return nullptr;
+}
+
+Isa detect_isa() {
+  Isa best = isa_supported(Isa::Avx512) ? Isa::Avx512 : isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Scalar;
+  if (const char* env = std::getenv("DEEPINFER_CPU_ISA")) {
+    const std::string want(env);
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+      if (want == isa_name(isa) && isa_supported(isa)) best = isa;
+  }
+  return best;
+}
+
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return std::make_unique<CpuBackend>(pool); }
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return cpu_features().has_avx2_tier();
+    case Isa::Avx512: return cpu_features().has_avx512_tier();
+  }
+  return false;
+}
+
+Isa cpu_dispatch_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa) {
+  if (!isa_supported(isa))
+    throw std::invalid_argument(std::string("cpu backend: this CPU does not support ") + isa_name(isa));
+  if (isa == Isa::Scalar) return std::make_unique<ScalarBackend>(pool);
+  return std::make_unique<SimdBackend>(pool, *isa_kernels(isa));
+}
+
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return make_cpu_backend_isa(pool, cpu_dispatch_isa()); }
+
+void cpu_act_quant(Isa isa, float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
+  const cpu::IsaKernels* k = isa_supported(isa) ? isa_kernels(isa) : nullptr;
+  if (!k || block <= 0 || block % k->act_align != 0 || n % block != 0) return act_quant_ref(x, n, block, q_out, s_out);
+  k->act_quant(x, n, block, q_out, s_out);
+}
 
 }  // namespace deepinfer::kernels

@@ -1,0 +1,31 @@
+// CPU backend variants, for tests, benchmarks and logs. make_cpu_backend() (backend.h)
+// picks the best variant this machine supports once, at creation; the variants here can
+// be forced explicitly so every ISA path is tested on a machine that has it.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace deepinfer::kernels {
+
+enum class Isa {
+  Scalar,  // portable threaded C++ (the original cpu backend; also the fallback for odd shapes)
+  Avx2,    // AVX2 + FMA + F16C, fp32 FMA everywhere
+  Avx512,  // AVX-512 F/BW/VL/DQ + BF16 + VBMI: bf16 dot products where products are exact
+};
+
+const char* isa_name(Isa isa);
+bool isa_supported(Isa isa);
+// What make_cpu_backend() uses: the best supported ISA, unless the environment variable
+// DEEPINFER_CPU_ISA (scalar / avx2 / avx512) names a supported one.
+Isa cpu_dispatch_isa();
+// A cpu backend with a forced ISA; throws std::invalid_argument if this CPU lacks it.
+std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa);
+
+// The act-quant of the given ISA's linear_act_quant, with act_quant_ref's interface
+// (n a multiple of block): must be bit-identical to act_quant_ref. Blocks the ISA does not
+// vectorise fall back to act_quant_ref itself.
+void cpu_act_quant(Isa isa, float* x, int64_t n, int64_t block, float* q_out, float* s_out);
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,70 @@
+// Internal interface between the generic cpu backend driver (cpu_backend.cpp: threading,
+// scratch, fallbacks) and the ISA-specific kernel files (cpu_kernels_avx2.cpp,
+// cpu_kernels_avx512.cpp, compiled with their ISA flags).
+//
+// The ISA files see only plain structs and raw pointers: they must not instantiate C++
+// library templates or call inline functions shared with generic code, because the linker
+// could pick their ISA-compiled copy for a generic caller. Everything in them has internal
+// linkage except the kernel table getters below, and nothing runs at static-init time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/weight.h"
+
+namespace deepinfer::kernels::cpu {
+
+// One linear call y[M, N] = x[M, K] . W^T after the activations were prepared.
+struct LinearCall {
+  const WeightMatrix* W = nullptr;
+  int64_t M = 0, N = 0, K = 0;
+  float* y = nullptr;
+  // Prepared activation rows, natural column order, zero beyond K up to the stride xs and
+  // zero rows from M up to m_rows: xf fp32 always; xb the same values as bf16 bits,
+  // valid only when use_bf16.
+  const float* xf = nullptr;
+  const uint16_t* xb = nullptr;
+  int64_t xs = 0;
+  int64_t m_rows = 0;
+  // Every x value is exactly a bf16 and 0 or of magnitude in [2^-40, 2^40]: with weights
+  // (times their scales) in the same range, bf16 products are exact fp32 values, never
+  // subnormal, so bf16 dot products equal fp32 FMA on the same terms up to summation order.
+  bool use_bf16 = false;
+};
+
+// Exact-product range of use_bf16 (biased fp32 exponents of 2^-40 and 2^40).
+constexpr uint32_t kBf16RangeLoBits = uint32_t(127 - 40) << 23;
+constexpr uint32_t kBf16RangeHiBits = uint32_t(127 + 40) << 23;
+// act-quant scales at or below this keep x_qdq = q * s inside that range (q in [2^-9, 448]).
+constexpr float kMaxActScale = 2147483648.0f;  // 2^31
+
+struct IsaKernels {
+  const char* name;
+  bool bf16;            // has bf16 dot-product kernels (uses xb when use_bf16)
+  int64_t k_align;      // prepared row stride xs is a multiple of this
+  int64_t m_align;      // GEMM path: m_rows = M rounded up to this
+  int64_t gemv_max_m;   // M at or below: fused decode + dot per weight row; above: decoded tiles
+  int64_t act_align;    // act_block must be a multiple of this for prep_act_quant
+  int64_t gemv_grain;   // row grain for splitting N over threads
+  int64_t gemm_grain;
+  // Float path: rows [m0, m1) of x[., K] into xf (and xb, as bf16 bits) with zero padding to
+  // xs. Returns whether every value qualifies for use_bf16.
+  bool (*prep_float)(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t* xb);
+  // Act-quant path: rows [m0, m1) act-quantised (act_quant_ref semantics, bit for bit) with
+  // blocks of `block` (a multiple of act_align dividing K); xf/xb receive x_qdq = q * s.
+  // Returns the largest block scale (+inf possible).
+  float (*prep_act_quant)(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
+                          uint16_t* xb);
+  // act_quant_ref's interface for one vector (block a multiple of act_align).
+  void (*act_quant)(float* x, int64_t n, int64_t block, float* q_out, float* s_out);
+  // Scratch bytes one thread needs for rows().
+  size_t (*scratch_bytes)(const LinearCall& c);
+  // y rows [n0, n1) (columns n of y) of the call; scratch is 64-byte aligned.
+  void (*rows)(const LinearCall& c, int64_t n0, int64_t n1, void* scratch);
+};
+
+// Defined in the ISA files; call only after checking the CPU supports the ISA.
+const IsaKernels& avx2_kernels();
+const IsaKernels& avx512_kernels();
+
+}  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,448 @@
+// AVX2 + FMA + F16C kernels, compiled with those ISA flags and called only after the
+// dispatcher's CPU check. See cpu_isa.h for the rules of this file (no shared templates or
+// inline functions, no static initialisers that run code).
+//
+// Weight decoding goes through fp16, whose exact conversion (vcvtph2ps) handles subnormals:
+//   e4m3 byte b -> fp16 bits sign | (b & 0x7f) << 7 = e4m3 * 2^-8 exactly (subnormals too),
+//                  built by sign-extending to 16 bits, shifting by 7 and clearing bit 14. The
+//                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
+//                  and that row's outputs become NaN (exactly what a NaN weight gives).
+//   e2m1 nibble -> high byte of the fp16 value (low byte zero) by vpshufb.
+// All products are fp32 FMA; block scales multiply each block's partial sum.
+// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -Wall reports as
+// uninitialised once inlined here: a false positive of the compiler's own headers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_isa.h"
+
+namespace deepinfer::kernels::cpu {
+
+namespace {
+
+inline float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// Lanes i < n all ones.
+inline __m256i lane_mask(int64_t n) {
+  const int c = n < 0 ? 0 : n > 8 ? 8 : int(n);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Bytes [p, p + nbytes) into a zeroed 128-byte buffer (partial chunks).
+inline const uint8_t* staged(const uint8_t* p, int64_t nbytes, uint8_t* buf) {
+  std::memset(buf, 0, 128);
+  std::memcpy(buf, p, size_t(nbytes));
+  return buf;
+}
+
+// ------------------------------------------------------------------------------ decoders
+// f32() yields columns [k, k + nv) of a weight row (zeros beyond) as NF vectors of the
+// codes times CODE_SCALE; SCALED decoders have block scales over block() columns.
+
+struct F32Dec {
+  static constexpr int CH = 16, NF = 2;
+  static constexpr bool SCALED = false, NAN_CODES = false;
+  static constexpr float CODE_SCALE = 1.0f;
+  struct Row {
+    const float* p;
+    __m256i nan;
+  };
+  const LinearCall* c;
+  explicit F32Dec(const LinearCall& call) : c(&call) {}
+  int64_t block() const { return c->K; }
+  Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K, _mm256_setzero_si256()}; }
+  float scale(const Row&, int64_t) const { return 1.0f; }
+  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+    if (nv == CH) {
+      w[0] = _mm256_loadu_ps(r.p + k);
+      w[1] = _mm256_loadu_ps(r.p + k + 8);
+    } else {
+      w[0] = _mm256_maskload_ps(r.p + k, lane_mask(nv));
+      w[1] = _mm256_maskload_ps(r.p + k + 8, lane_mask(nv - 8));
+    }
+  }
+};
+
+struct Bf16Dec {
+  static constexpr int CH = 16, NF = 2;
+  static constexpr bool SCALED = false, NAN_CODES = false;
+  static constexpr float CODE_SCALE = 1.0f;
+  struct Row {
+    const uint8_t* p;
+    __m256i nan;
+  };
+  const LinearCall* c;
+  explicit Bf16Dec(const LinearCall& call) : c(&call) {}
+  int64_t block() const { return c->K; }
+  Row row(int64_t n) const { return {c->W->data + n * c->K * 2, _mm256_setzero_si256()}; }
+  float scale(const Row&, int64_t) const { return 1.0f; }
+  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+    alignas(32) uint8_t buf[128];
+    const uint8_t* p = nv == CH ? r.p + 2 * k : staged(r.p + 2 * k, 2 * nv, buf);
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+    w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+    w[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  }
+};
+
+struct Fp8Dec {
+  static constexpr int CH = 32, NF = 4;
+  static constexpr bool SCALED = true, NAN_CODES = true;
+  static constexpr float CODE_SCALE = 1.0f / 256.0f;
+  struct Row {
+    const uint8_t* p;
+    const uint8_t* s;
+    __m256i nan;  // bytes equal to 0xff after or-ing the sign: a NaN code was seen
+  };
+  const LinearCall* c;
+  explicit Fp8Dec(const LinearCall& call) : c(&call) {}
+  int64_t block() const { return c->W->block; }
+  Row row(int64_t n) const {
+    const WeightMatrix& W = *c->W;
+    return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols, _mm256_setzero_si256()};
+  }
+  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  static void half(__m128i b, __m256* w) {
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
+    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  }
+  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+    alignas(32) uint8_t buf[128];
+    const uint8_t* p = nv == CH ? r.p + k : staged(r.p + k, nv, buf);
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i ones = _mm256_set1_epi8(char(0xff));
+    r.nan = _mm256_or_si256(r.nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))), ones));
+    half(_mm256_castsi256_si128(b), w);
+    half(_mm256_extracti128_si256(b, 1), w + 2);
+  }
+  static bool has_nan(const Row& r) { return !_mm256_testz_si256(r.nan, r.nan); }
+};
+
+struct Fp4Dec {
+  static constexpr int CH = 32, NF = 4;
+  static constexpr bool SCALED = true, NAN_CODES = false;
+  static constexpr float CODE_SCALE = 1.0f;
+  struct Row {
+    const uint8_t* p;
+    const uint8_t* s;
+    __m256i nan;
+  };
+  const LinearCall* c;
+  __m128i tab;
+  explicit Fp4Dec(const LinearCall& call)
+      : c(&call),
+        // high byte of fp16(e2m1(i)); the low byte is zero for every e2m1 value
+        tab(_mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc),
+                          char(0xbe), char(0xc0), char(0xc2), char(0xc4), char(0xc6))) {}
+  int64_t block() const { return 32; }
+  Row row(int64_t n) const {
+    const WeightMatrix& W = *c->W;
+    return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols, _mm256_setzero_si256()};
+  }
+  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+    alignas(32) uint8_t buf[128];
+    const uint8_t* p = nv == CH ? r.p + k / 2 : staged(r.p + k / 2, (nv + 1) / 2, buf);
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m128i tl = _mm_shuffle_epi8(tab, _mm_and_si128(b, nib));
+    const __m128i th = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+    const __m128i n0 = _mm_unpacklo_epi8(tl, th), n1 = _mm_unpackhi_epi8(tl, th);  // columns 0-15, 16-31
+    const __m128i z = _mm_setzero_si128();
+    w[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, n0));
+    w[1] = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, n0));
+    w[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, n1));
+    w[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, n1));
+    if (nv & 1) {  // odd tail: the high nibble of the last byte is not a column of this row
+      const int64_t q = nv / 8;
+      w[q] = _mm256_and_ps(w[q], _mm256_castsi256_ps(lane_mask(nv - 8 * q)));
+    }
+  }
+  static bool has_nan(const Row&) { return false; }
+};
+
+inline __m256 load_x(const LinearCall& c, int64_t m, int64_t k) { return _mm256_loadu_ps(c.xf + m * c.xs + k); }
+inline __m256 load_x_n(const LinearCall& c, int64_t m, int64_t k, int64_t n) {
+  return _mm256_maskload_ps(c.xf + m * c.xs + k, lane_mask(n));
+}
+
+template <class D>
+bool row_nan(const typename D::Row& r) {
+  if constexpr (D::NAN_CODES)
+    return D::has_nan(r);
+  else
+    return false;
+}
+
+// ------------------------------------------------------------------------------ decode (GEMV)
+
+template <class D, int MR, int NRW>
+void gemv_group(const LinearCall& c, const D& d, int64_t n) {
+  constexpr int NV = D::NF;
+  typename D::Row row[NRW];
+  for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+  __m256 acc[MR][NRW];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
+  const int64_t K = c.K, bw = d.block();
+  const __m256 unscale = _mm256_set1_ps(1.0f / D::CODE_SCALE);
+  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+    const int64_t k1 = min64(K, k0 + bw);
+    __m256 t[MR][NRW];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) t[m][r] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < k1; k += D::CH) {
+      const int64_t nv = min64(D::CH, k1 - k);
+      __m256 xv[MR][NV];
+      if (nv == D::CH) {
+        for (int m = 0; m < MR; ++m)
+          for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
+      } else {  // masked: x beyond the block must not meet the zero weights (inf * 0)
+        for (int m = 0; m < MR; ++m)
+          for (int v = 0; v < NV; ++v) xv[m][v] = load_x_n(c, m, k + 8 * v, nv - 8 * v);
+      }
+      for (int r = 0; r < NRW; ++r) {
+        __m256 w[NV];
+        d.f32(row[r], k, nv, w);
+        for (int v = 0; v < NV; ++v)
+          for (int m = 0; m < MR; ++m) t[m][r] = _mm256_fmadd_ps(w[v], xv[m][v], t[m][r]);
+      }
+    }
+    if constexpr (D::SCALED) {
+      for (int r = 0; r < NRW; ++r) {
+        const __m256 s = _mm256_set1_ps(d.scale(row[r], blk));
+        for (int m = 0; m < MR; ++m) {
+          __m256 tm = t[m][r];
+          if constexpr (D::CODE_SCALE != 1.0f) tm = _mm256_mul_ps(tm, unscale);
+          acc[m][r] = _mm256_fmadd_ps(tm, s, acc[m][r]);
+        }
+      }
+    } else {
+      for (int m = 0; m < MR; ++m)
+        for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_add_ps(acc[m][r], t[m][r]);
+    }
+  }
+  for (int r = 0; r < NRW; ++r) {
+    const bool nan = row_nan<D>(row[r]);
+    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
+  }
+}
+
+template <class D, int MR, int NRW>
+void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + NRW <= n1; n += NRW) gemv_group<D, MR, NRW>(c, d, n);
+  for (; n < n1; ++n) gemv_group<D, MR, 1>(c, d, n);
+}
+
+template <class D>
+void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  switch (c.M) {
+    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1);
+    case 2: return gemv_range<D, 2, 2>(c, d, n0, n1);
+    case 3: return gemv_range<D, 3, 1>(c, d, n0, n1);
+    default: return gemv_range<D, 4, 1>(c, d, n0, n1);
+  }
+}
+
+// ------------------------------------------------------------------------------ prefill (GEMM)
+
+constexpr int kMR = 3, kNR = 4;
+
+// Exact fp32 weights of row n (code * block scale, as weight_decode_row), zero to Kp.
+template <class D>
+void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
+  typename D::Row r = d.row(n);
+  const int64_t K = c.K, bw = d.block();
+  const __m256 unscale = _mm256_set1_ps(1.0f / D::CODE_SCALE);
+  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+    const int64_t k1 = min64(K, k0 + bw);
+    const __m256 s = _mm256_set1_ps(d.scale(r, blk));
+    for (int64_t k = k0; k < k1; k += D::CH) {
+      const int64_t nv = min64(D::CH, k1 - k);
+      __m256 w[D::NF];
+      d.f32(r, k, nv, w);
+      for (int v = 0; v < D::NF; ++v) {
+        if constexpr (D::CODE_SCALE != 1.0f) w[v] = _mm256_mul_ps(w[v], unscale);  // exact
+        if constexpr (D::SCALED) w[v] = _mm256_mul_ps(w[v], s);
+        if (nv == D::CH)
+          _mm256_storeu_ps(dst + k + 8 * v, w[v]);
+        else
+          _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
+      }
+    }
+  }
+  if (row_nan<D>(r))
+    for (int64_t k = 0; k < K; ++k) dst[k] = f32_of(0x7fc00000u);
+  for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
+}
+
+template <int MR, int NR>
+void micro_f32(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) {
+  __m256 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < Kp; k += 8) {
+    __m256 xv[MR];
+    for (int m = 0; m < MR; ++m) xv[m] = _mm256_loadu_ps(x + m * xs + k);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 wv = _mm256_loadu_ps(w + r * ws + k);
+      for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(xv[m], wv, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) out[m * NR + r] = hsum(acc[m][r]);
+}
+
+int64_t tile_rows(int64_t Kp) {
+  int64_t nt = (int64_t(256) * 1024 / (Kp * 4)) / kNR * kNR;
+  return nt < kNR ? kNR : nt > 48 ? 48 : nt;
+}
+
+template <class D>
+void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
+  const int64_t Kp = c.xs, NT = tile_rows(Kp), N = c.N, M = c.M;
+  float* tile = static_cast<float*>(scratch);
+  alignas(32) float out[kMR * kNR];
+  for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
+    const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
+    for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
+    std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
+    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
+      const int64_t mv = min64(kMR, M - m0);
+      for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+        micro_f32<kMR, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
+        const int64_t rv = min64(kNR, rows - r0);
+        for (int64_t m = 0; m < mv; ++m)
+          for (int64_t r = 0; r < rv; ++r) c.y[(m0 + m) * N + nt0 + r0 + r] = out[m * kNR + r];
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ entry points
+
+constexpr int64_t kGemvMaxM = 4;
+
+template <class D>
+void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  const D d(c);
+  if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
+  gemm_rows<D>(c, d, n0, n1, scratch);
+}
+
+void rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  switch (c.W->format) {
+    case WeightFormat::F32: return rows_for<F32Dec>(c, n0, n1, scratch);
+    case WeightFormat::BF16: return rows_for<Bf16Dec>(c, n0, n1, scratch);
+    case WeightFormat::FP8_BLOCK: return rows_for<Fp8Dec>(c, n0, n1, scratch);
+    case WeightFormat::FP4_BLOCK: return rows_for<Fp4Dec>(c, n0, n1, scratch);
+  }
+}
+
+size_t scratch_bytes(const LinearCall& c) {
+  return c.M <= kGemvMaxM ? 0 : size_t(tile_rows(c.xs) * c.xs) * sizeof(float);
+}
+
+// ------------------------------------------------------------------------------ activations
+
+bool prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t*) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const float* src = x + m * K;
+    float* df = xf + m * xs;
+    for (int64_t k = 0; k < xs; k += 8) _mm256_storeu_ps(df + k, _mm256_maskload_ps(src + k, lane_mask(K - k)));
+  }
+  return false;
+}
+
+// One act_quant block of n (multiple of 8) values; see the AVX-512 version for why each
+// step is bit-identical to act_quant_ref.
+inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq_out) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absmask), amax);
+  float am = hmax(amax);
+  am = am < 1e-4f ? 1e-4f : am;
+  const float inv448 = 1.0f / 448.0f;
+  const float s = pow2_ceil_scale(am * inv448);
+  const float inv = 1.0f / s;
+  const __m256 vinv = _mm256_set1_ps(inv), vs = _mm256_set1_ps(s);
+  const __m256 lo = _mm256_set1_ps(-448.0f), hi = _mm256_set1_ps(448.0f);
+  const __m256i min_qe = _mm256_set1_epi32(127 - 9 + 3);
+  const __m256 hi16 = _mm256_castsi256_ps(_mm256_set1_epi32(int(0xffff0000u)));
+  for (int64_t i = 0; i < n; i += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
+    v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));  // NaN in v passes through
+    const __m256 a = _mm256_and_ps(v, absmask);
+    const __m256i e = _mm256_max_epi32(_mm256_srli_epi32(_mm256_castps_si256(a), 23), min_qe);
+    const __m256 C = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(23 - 3)), 23));
+    const __m256 r = _mm256_sub_ps(_mm256_add_ps(a, C), C);
+    const __m256 q = _mm256_or_ps(r, _mm256_andnot_ps(absmask, v));
+    const __m256 qs = _mm256_and_ps(_mm256_mul_ps(q, vs), hi16);  // exact; bf16 = truncation
+    if (q_out) _mm256_storeu_ps(q_out + i, q);
+    _mm256_storeu_ps(qdq_out + i, qs);
+  }
+  return s;
+}
+
+float prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
+                     uint16_t*) {
+  float smax = 0.0f;
+  for (int64_t m = m0; m < m1; ++m) {
+    float* df = xf + m * xs;
+    for (int64_t b0 = 0; b0 < K; b0 += block) {
+      const float s = act_quant_block(x + m * K + b0, block, nullptr, df + b0);
+      smax = s > smax ? s : smax;
+    }
+    for (int64_t k = K; k < xs; ++k) df[k] = 0.0f;
+  }
+  return smax;
+}
+
+void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const float s = act_quant_block(x + b0, block, q_out ? q_out + b0 : nullptr, x + b0);
+    if (s_out) s_out[b0 / block] = s;
+  }
+}
+
+constexpr IsaKernels kKernels = {
+    "avx2",         false, 16, kMR, kGemvMaxM, 8, 8, kNR, prep_float, prep_act_quant, act_quant,
+    scratch_bytes,  rows,
+};
+
+}  // namespace
+
+const IsaKernels& avx2_kernels() { return kKernels; }
+
+}  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,616 @@
+// AVX-512 kernels (F/BW/VL/DQ + BF16 + VBMI), compiled with those ISA flags and called only
+// after the dispatcher's CPU check. See cpu_isa.h for the rules of this file (no shared
+// templates or inline functions, no static initialisers that run code).
+//
+// Weight decoding (exact, table driven):
+//   e4m3 -> bf16: two 128-entry byte tables (low / high byte of the bf16 magnitude) looked up
+//                 with vpermi2b on the 7 magnitude bits; the sign is or-ed in; the NaN codes
+//                 0x7f / 0xff map to a bf16 NaN. Byte pairs become bf16 words or fp32 dwords
+//                 (natural column order) with one two-source byte permute each.
+//   e2m1 -> bf16 / fp32: 16-entry tables looked up with vpermw / vpermps, the nibbles spread
+//                 to one element per column by a byte permute and a masked shift.
+// Products:
+//   fp32 path - fp32 FMA of the prepared fp32 activations with the exact weight codes; FP8 /
+//               FP4 block scales multiply each block's partial sum (as the reference does).
+//   bf16 path - when the activations are exact bf16 values in range (always true for
+//               act-quantised activations), vdpbf16ps: bf16 x bf16 products are exact in fp32.
+// Decode (M <= 4) fuses the decode with the dot products; prefill decodes tiles of weight
+// rows once (exact fp32 values, then bf16 when every value is in range) and runs a
+// register-blocked 4 x 6 microkernel over all activation rows.
+// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -Wall reports as
+// uninitialised once inlined here: a false positive of the compiler's own headers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_isa.h"
+
+namespace deepinfer::kernels::cpu {
+
+namespace {
+
+// ------------------------------------------------------------------------------- tables
+
+constexpr uint16_t e4m3_mag_bf16(int m) {
+  if (m == 127) return 0x7fc0;  // NaN
+  const int e = m >> 3, man = m & 7;
+  if (e == 0) {  // subnormal: man * 2^-9
+    if (man == 0) return 0;
+    const int p = man >= 4 ? 2 : man >= 2 ? 1 : 0;
+    return uint16_t(((p - 9 + 127) << 7) | ((man - (1 << p)) << (7 - p)));
+  }
+  return uint16_t(((e + 120) << 7) | (man << 4));
+}
+
+constexpr uint16_t e2m1_bf16(int nib) {
+  constexpr uint16_t mag[8] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0};
+  return uint16_t(mag[nib & 7] | ((nib & 8) ? 0x8000 : 0));
+}
+
+struct alignas(64) Tables {
+  uint8_t e4m3_lo[128];       // low byte of bf16(|e4m3(m)|)
+  uint8_t e4m3_hi[128];       // high byte (sign excluded)
+  uint16_t e2m1_w[32];        // bf16(e2m1(i & 15))
+  uint32_t e2m1_f[16];        // fp32 bits of e2m1(i)
+  uint8_t idx_w[2][64];       // (lo, hi) bytes of columns 32h.. -> bf16 words, natural order
+  uint8_t idx_f[4][64];       // (lo, hi) bytes of columns 16q.. -> high half of fp32 dwords
+  uint8_t idx_dup_w[64];      // FP4: source byte c/2 into both bytes of word c
+  uint8_t idx_dup_d[2][64];   // FP4: source byte c/2 into all bytes of dword c (cols 16h..)
+  uint16_t idx_bf_f[2][32];   // bf16 word 16h + j -> high half of dword j
+};
+
+constexpr Tables make_tables() {
+  Tables t{};
+  for (int m = 0; m < 128; ++m) {
+    t.e4m3_lo[m] = uint8_t(e4m3_mag_bf16(m) & 0xff);
+    t.e4m3_hi[m] = uint8_t(e4m3_mag_bf16(m) >> 8);
+  }
+  for (int i = 0; i < 32; ++i) t.e2m1_w[i] = e2m1_bf16(i & 15);
+  for (int i = 0; i < 16; ++i) t.e2m1_f[i] = uint32_t(e2m1_bf16(i)) << 16;
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 32; ++j) {
+      t.idx_w[h][2 * j] = uint8_t(32 * h + j);
+      t.idx_w[h][2 * j + 1] = uint8_t(64 + 32 * h + j);
+    }
+  for (int q = 0; q < 4; ++q)
+    for (int j = 0; j < 16; ++j) {
+      t.idx_f[q][4 * j + 0] = 0;
+      t.idx_f[q][4 * j + 1] = 0;
+      t.idx_f[q][4 * j + 2] = uint8_t(16 * q + j);
+      t.idx_f[q][4 * j + 3] = uint8_t(64 + 16 * q + j);
+    }
+  for (int c = 0; c < 32; ++c) t.idx_dup_w[2 * c] = t.idx_dup_w[2 * c + 1] = uint8_t(c / 2);
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 16; ++j)
+      for (int b = 0; b < 4; ++b) t.idx_dup_d[h][4 * j + b] = uint8_t((16 * h + j) / 2);
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 16; ++j) {
+      t.idx_bf_f[h][2 * j] = 0;
+      t.idx_bf_f[h][2 * j + 1] = uint16_t(16 * h + j);
+    }
+  return t;
+}
+
+constexpr Tables kT = make_tables();
+
+// ------------------------------------------------------------------------------ helpers
+
+inline float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+// ue8m0 byte -> 2^(b-127), 0xff NaN (as e8m0_to_f32).
+inline float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
+
+inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
+inline uint32_t mask32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
+inline uint16_t mask16(int64_t n) { return n >= 16 ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : uint16_t((1u << n) - 1); }
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
+
+inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+
+// Lanes that are 0 or of magnitude in [2^-40, 2^40] (rejects NaN, inf, subnormals).
+inline __mmask16 in_range(__m512 v) {
+  const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 zero = _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512());
+  const __mmask16 mid = _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(int(kBf16RangeLoBits))),
+                                                _mm512_set1_epi32(int(kBf16RangeHiBits - kBf16RangeLoBits)));
+  return zero | mid;
+}
+
+// ------------------------------------------------------------------------------ decoders
+// Each decoder yields, for columns [k, k + nv) of a weight row (nv <= CH, zeros beyond),
+// the exact weight codes as NF fp32 vectors and (for FP8 / FP4) NB bf16 vectors. Block
+// scales (SCALED) apply to blocks of block() columns.
+
+struct F32Dec {
+  static constexpr int CH = 32, NF = 2, NB = 0;
+  static constexpr bool SCALED = false, BF16_TILES = false;
+  struct Row {
+    const float* p;
+  };
+  const LinearCall* c;
+  explicit F32Dec(const LinearCall& call) : c(&call) {}
+  int64_t block() const { return c->K; }
+  Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
+  float scale(const Row&, int64_t) const { return 1.0f; }
+  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+    if (nv == CH) {
+      w[0] = _mm512_loadu_ps(r.p + k);
+      w[1] = _mm512_loadu_ps(r.p + k + 16);
+    } else {
+      w[0] = _mm512_maskz_loadu_ps(mask16(nv), r.p + k);
+      w[1] = _mm512_maskz_loadu_ps(mask16(nv - 16), r.p + k + 16);
+    }
+  }
+  void b16(const Row&, int64_t, int64_t, __m512i*) const {}
+};
+
+struct Bf16Dec {
+  static constexpr int CH = 32, NF = 2, NB = 0;
+  static constexpr bool SCALED = false, BF16_TILES = true;
+  struct Row {
+    const uint16_t* p;
+  };
+  const LinearCall* c;
+  __m512i i0, i1;
+  explicit Bf16Dec(const LinearCall& call)
+      : c(&call), i0(load_i(kT.idx_bf_f[0])), i1(load_i(kT.idx_bf_f[1])) {}
+  int64_t block() const { return c->K; }
+  Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
+  float scale(const Row&, int64_t) const { return 1.0f; }
+  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+    const __m512i v = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
+    w[0] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i0, v));
+    w[1] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i1, v));
+  }
+  void b16(const Row&, int64_t, int64_t, __m512i*) const {}
+};
+
+struct Fp8Dec {
+  static constexpr int CH = 64, NF = 4, NB = 2;
+  static constexpr bool SCALED = true, BF16_TILES = true;
+  struct Row {
+    const uint8_t* p;
+    const uint8_t* s;
+  };
+  const LinearCall* c;
+  __m512i lo0, lo1, hi0, hi1, sign;
+  explicit Fp8Dec(const LinearCall& call)
+      : c(&call),
+        lo0(load_i(kT.e4m3_lo)),
+        lo1(load_i(kT.e4m3_lo + 64)),
+        hi0(load_i(kT.e4m3_hi)),
+        hi1(load_i(kT.e4m3_hi + 64)),
+        sign(_mm512_set1_epi8(char(0x80))) {}
+  int64_t block() const { return c->W->block; }
+  Row row(int64_t n) const {
+    const WeightMatrix& W = *c->W;
+    return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
+  }
+  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  void bytes(const Row& r, int64_t k, int64_t nv, __m512i& lo, __m512i& hi) const {
+    const __m512i b = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi8(mask64(nv), r.p + k);
+    lo = _mm512_permutex2var_epi8(lo0, b, lo1);
+    hi = _mm512_permutex2var_epi8(hi0, b, hi1);
+    hi = _mm512_ternarylogic_epi32(hi, b, sign, 0xf8);  // hi | (b & 0x80)
+  }
+  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+    __m512i lo, hi;
+    bytes(r, k, nv, lo, hi);
+    const __mmask64 m = 0xccccccccccccccccull;
+    for (int q = 0; q < 4; ++q)
+      w[q] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(m, lo, load_i(kT.idx_f[q]), hi));
+  }
+  void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
+    __m512i lo, hi;
+    bytes(r, k, nv, lo, hi);
+    w[0] = _mm512_permutex2var_epi8(lo, load_i(kT.idx_w[0]), hi);
+    w[1] = _mm512_permutex2var_epi8(lo, load_i(kT.idx_w[1]), hi);
+  }
+};
+
+struct Fp4Dec {
+  static constexpr int CH = 32, NF = 2, NB = 1;
+  static constexpr bool SCALED = true, BF16_TILES = true;
+  struct Row {
+    const uint8_t* p;
+    const uint8_t* s;
+  };
+  const LinearCall* c;
+  __m512i tw, dup_w, dup_d0, dup_d1;
+  __m512 tf;
+  explicit Fp4Dec(const LinearCall& call)
+      : c(&call),
+        tw(load_i(kT.e2m1_w)),
+        dup_w(load_i(kT.idx_dup_w)),
+        dup_d0(load_i(kT.idx_dup_d[0])),
+        dup_d1(load_i(kT.idx_dup_d[1])),
+        tf(_mm512_castsi512_ps(load_i(kT.e2m1_f))) {}
+  int64_t block() const { return 32; }
+  Row row(int64_t n) const {
+    const WeightMatrix& W = *c->W;
+    return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
+  }
+  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  __m512i src(const Row& r, int64_t k, int64_t nv) const {
+    const __m128i b = nv == CH ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2))
+                               : _mm_maskz_loadu_epi8(uint16_t(mask16((nv + 1) / 2)), r.p + k / 2);
+    return _mm512_castsi128_si512(b);
+  }
+  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+    const __m512i b = src(r, k, nv);
+    __m512i d0 = _mm512_permutexvar_epi8(dup_d0, b), d1 = _mm512_permutexvar_epi8(dup_d1, b);
+    d0 = _mm512_mask_srli_epi32(d0, 0xaaaa, d0, 4);  // odd columns: high nibble
+    d1 = _mm512_mask_srli_epi32(d1, 0xaaaa, d1, 4);
+    w[0] = _mm512_permutexvar_ps(d0, tf);
+    w[1] = _mm512_permutexvar_ps(d1, tf);
+    if (nv < CH) {  // a zero byte decodes to 0.0 already; only odd nv needs the mask
+      w[0] = _mm512_maskz_mov_ps(mask16(nv), w[0]);
+      w[1] = _mm512_maskz_mov_ps(mask16(nv - 16), w[1]);
+    }
+  }
+  void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
+    const __m512i b = src(r, k, nv);
+    __m512i d = _mm512_permutexvar_epi8(dup_w, b);
+    d = _mm512_mask_srli_epi16(d, 0xaaaaaaaau, d, 4);
+    w[0] = _mm512_permutexvar_epi16(d, tw);
+    if (nv < CH) w[0] = _mm512_maskz_mov_epi16(mask32(nv), w[0]);
+  }
+};
+
+// ------------------------------------------------------------------------------ decode (GEMV)
+
+template <bool BF>
+struct Vec;
+template <>
+struct Vec<false> {
+  using T = __m512;
+  static constexpr int W = 16;
+  static T load(const LinearCall& c, int64_t m, int64_t k) { return _mm512_loadu_ps(c.xf + m * c.xs + k); }
+  static T load_n(const LinearCall& c, int64_t m, int64_t k, int64_t n) {
+    return _mm512_maskz_loadu_ps(mask16(n), c.xf + m * c.xs + k);
+  }
+  static __m512 madd(__m512 acc, T w, T x) { return _mm512_fmadd_ps(w, x, acc); }
+};
+template <>
+struct Vec<true> {
+  using T = __m512i;
+  static constexpr int W = 32;
+  static T load(const LinearCall& c, int64_t m, int64_t k) { return load_i(c.xb + m * c.xs + k); }
+  static T load_n(const LinearCall& c, int64_t m, int64_t k, int64_t n) {
+    return _mm512_maskz_loadu_epi16(mask32(n), c.xb + m * c.xs + k);
+  }
+  static __m512 madd(__m512 acc, T w, T x) { return dp(acc, w, x); }
+};
+
+// MR activation rows times NRW weight rows starting at n, fused decode + dot.
+template <class D, bool BF, int MR, int NRW>
+void gemv_group(const LinearCall& c, const D& d, int64_t n) {
+  using V = Vec<BF>;
+  using T = typename V::T;
+  constexpr int NV = BF ? D::NB : D::NF;
+  typename D::Row row[NRW];
+  for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+  __m512 acc[MR][NRW];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
+  const int64_t K = c.K, bw = d.block();
+  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+    const int64_t k1 = min64(K, k0 + bw);
+    __m512 t[MR][NRW];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) t[m][r] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < k1; k += D::CH) {
+      const int64_t nv = min64(D::CH, k1 - k);
+      T xv[MR][NV];
+      if (nv == D::CH) {
+        for (int m = 0; m < MR; ++m)
+          for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
+      } else {  // masked: x beyond the block must not meet the zero weights (inf * 0)
+        for (int m = 0; m < MR; ++m)
+          for (int v = 0; v < NV; ++v) xv[m][v] = V::load_n(c, m, k + v * V::W, nv - v * V::W);
+      }
+      for (int r = 0; r < NRW; ++r) {
+        T w[NV];
+        if constexpr (BF)
+          d.b16(row[r], k, nv, w);
+        else
+          d.f32(row[r], k, nv, w);
+        for (int v = 0; v < NV; ++v)
+          for (int m = 0; m < MR; ++m) t[m][r] = V::madd(t[m][r], w[v], xv[m][v]);
+      }
+    }
+    if constexpr (D::SCALED) {
+      for (int r = 0; r < NRW; ++r) {
+        const __m512 s = _mm512_set1_ps(d.scale(row[r], blk));
+        for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(t[m][r], s, acc[m][r]);
+      }
+    } else {
+      for (int m = 0; m < MR; ++m)
+        for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_add_ps(acc[m][r], t[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NRW; ++r) c.y[m * c.N + n + r] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+template <class D, bool BF, int MR, int NRW>
+void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + NRW <= n1; n += NRW) gemv_group<D, BF, MR, NRW>(c, d, n);
+  for (; n < n1; ++n) gemv_group<D, BF, MR, 1>(c, d, n);
+}
+
+template <class D, bool BF>
+void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  switch (c.M) {
+    case 1: return gemv_range<D, BF, 1, 4>(c, d, n0, n1);
+    case 2: return gemv_range<D, BF, 2, 2>(c, d, n0, n1);
+    case 3: return gemv_range<D, BF, 3, 1>(c, d, n0, n1);
+    default: return gemv_range<D, BF, 4, 1>(c, d, n0, n1);
+  }
+}
+
+// ------------------------------------------------------------------------------ prefill (GEMM)
+
+constexpr int kMR = 4, kNR = 6;
+
+// Exact fp32 weights of row n (code * block scale, as weight_decode_row), zero to Kp.
+template <class D>
+void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
+  const typename D::Row r = d.row(n);
+  const int64_t K = c.K, bw = d.block();
+  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+    const int64_t k1 = min64(K, k0 + bw);
+    const __m512 s = _mm512_set1_ps(d.scale(r, blk));
+    for (int64_t k = k0; k < k1; k += D::CH) {
+      const int64_t nv = min64(D::CH, k1 - k);
+      __m512 w[D::NF];
+      d.f32(r, k, nv, w);
+      for (int v = 0; v < D::NF; ++v) {
+        if constexpr (D::SCALED) w[v] = _mm512_mul_ps(w[v], s);
+        if (nv == D::CH)
+          _mm512_storeu_ps(dst + k + 16 * v, w[v]);
+        else
+          _mm512_mask_storeu_ps(dst + k + 16 * v, mask16(nv - 16 * v), w[v]);
+      }
+    }
+  }
+  for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
+}
+
+// fp32 row -> bf16 row (exact when in range); false if some value is out of range.
+bool row_to_bf16(const float* src, uint16_t* dst, int64_t Kp) {
+  __mmask16 ok = 0xffff;
+  for (int64_t k = 0; k < Kp; k += 32) {
+    const __m512 a = _mm512_loadu_ps(src + k), b = _mm512_loadu_ps(src + k + 16);
+    ok &= in_range(a) & in_range(b);
+    _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+  }
+  return ok == 0xffff;
+}
+
+template <int MR, int NR>
+void micro_bf16(const uint16_t* x, int64_t xs, const uint16_t* w, int64_t ws, int64_t Kp, float* out) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < Kp; k += 32) {
+    __m512i xv[MR];
+    for (int m = 0; m < MR; ++m) xv[m] = load_i(x + m * xs + k);
+    for (int r = 0; r < NR; ++r) {
+      const __m512i wv = load_i(w + r * ws + k);
+      for (int m = 0; m < MR; ++m) acc[m][r] = dp(acc[m][r], xv[m], wv);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) out[m * NR + r] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+template <int MR, int NR>
+void micro_f32(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < Kp; k += 16) {
+    __m512 xv[MR];
+    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * xs + k);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 wv = _mm512_loadu_ps(w + r * ws + k);
+      for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(xv[m], wv, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) out[m * NR + r] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+// Tile height: about 512 KiB of fp32 tile, a multiple of kNR, at most 48 rows.
+int64_t tile_rows(int64_t Kp) {
+  int64_t nt = (int64_t(512) * 1024 / (Kp * 4)) / kNR * kNR;
+  return nt < kNR ? kNR : nt > 48 ? 48 : nt;
+}
+
+size_t gemm_scratch(const LinearCall& c) {
+  const int64_t Kp = c.xs;
+  return size_t(Kp + tile_rows(Kp) * Kp) * sizeof(float);
+}
+
+template <class D>
+void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
+  const int64_t Kp = c.xs, NT = tile_rows(Kp), N = c.N, M = c.M;
+  float* rowbuf = static_cast<float*>(scratch);
+  float* tile = rowbuf + Kp;
+  uint16_t* tileb = reinterpret_cast<uint16_t*>(tile);  // bf16 tile reuses the fp32 space
+  alignas(64) float out[kMR * kNR];
+  for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
+    const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
+    bool bf = c.use_bf16 && D::BF16_TILES;
+    if (bf) {
+      for (int64_t r = 0; r < rows && bf; ++r) {
+        decode_row_f32(c, d, nt0 + r, rowbuf, Kp);
+        bf = row_to_bf16(rowbuf, tileb + r * Kp, Kp);
+      }
+      if (bf) std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
+    }
+    if (!bf) {
+      for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
+      std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
+      const int64_t mv = min64(kMR, M - m0);
+      for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+        if (bf)
+          micro_bf16<kMR, kNR>(c.xb + m0 * c.xs, c.xs, tileb + r0 * Kp, Kp, Kp, out);
+        else
+          micro_f32<kMR, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
+        const int64_t rv = min64(kNR, rows - r0);
+        for (int64_t m = 0; m < mv; ++m)
+          for (int64_t r = 0; r < rv; ++r) c.y[(m0 + m) * N + nt0 + r0 + r] = out[m * kNR + r];
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ entry points
+
+constexpr int64_t kGemvMaxM = 4;
+
+template <class D>
+void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  const D d(c);
+  if (c.M <= kGemvMaxM) {
+    if constexpr (D::NB > 0) {
+      if (c.use_bf16) return gemv_rows<D, true>(c, d, n0, n1);
+    }
+    return gemv_rows<D, false>(c, d, n0, n1);
+  }
+  gemm_rows<D>(c, d, n0, n1, scratch);
+}
+
+void rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  switch (c.W->format) {
+    case WeightFormat::F32: return rows_for<F32Dec>(c, n0, n1, scratch);
+    case WeightFormat::BF16: return rows_for<Bf16Dec>(c, n0, n1, scratch);
+    case WeightFormat::FP8_BLOCK: return rows_for<Fp8Dec>(c, n0, n1, scratch);
+    case WeightFormat::FP4_BLOCK: return rows_for<Fp4Dec>(c, n0, n1, scratch);
+  }
+}
+
+size_t scratch_bytes(const LinearCall& c) { return c.M <= kGemvMaxM ? 0 : gemm_scratch(c); }
+
+// ------------------------------------------------------------------------------ activations
+
+bool prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t* xb) {
+  __mmask16 ok = 0xffff;
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
+  for (int64_t m = m0; m < m1; ++m) {
+    const float* src = x + m * K;
+    float* df = xf + m * xs;
+    uint16_t* db = xb + m * xs;
+    for (int64_t k = 0; k < xs; k += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(mask16(K - k), src + k);
+      const __m512i b = _mm512_castps_si512(v);
+      ok &= in_range(v) & _mm512_testn_epi32_mask(b, low16);
+      _mm512_storeu_ps(df + k, v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(db + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+    }
+  }
+  return ok == 0xffff;
+}
+
+// One act_quant block of n (multiple of 16) values: q codes, x_qdq = q * s; returns s.
+// Bit-identical to act_quant_ref: same amax (NaN ignored as std::max does), the same
+// pow2_ceil_scale, x * (1 / s) == x / s for a power of two s (both correctly rounded from
+// the same value; s = inf gives 1/s = 0 and the same zeros / NaN), clamp with NaN passing
+// through, and e4m3 round-to-nearest-even by adding and subtracting 2^(quantum exp + 23).
+inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq_out, uint16_t* qdq_b16) {
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), absmask));
+    amax = _mm512_max_ps(a, amax);  // NaN in a -> keeps amax
+  }
+  float am = _mm512_reduce_max_ps(amax);
+  am = am < 1e-4f ? 1e-4f : am;
+  const float inv448 = 1.0f / 448.0f;
+  const float s = pow2_ceil_scale(am * inv448);
+  const float inv = 1.0f / s;
+  const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s);
+  const __m512 lo = _mm512_set1_ps(-448.0f), hi = _mm512_set1_ps(448.0f);
+  const __m512i min_qe = _mm512_set1_epi32(127 - 9 + 3);
+  for (int64_t i = 0; i < n; i += 16) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+    v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));  // NaN in v passes through
+    const __m512i vb = _mm512_castps_si512(v);
+    const __m512i ab = _mm512_and_si512(vb, absmask);
+    const __m512 a = _mm512_castsi512_ps(ab);
+    // quantum exponent: max(e - 3, -9) (biased); C = 2^(quantum + 23)
+    const __m512i e = _mm512_max_epi32(_mm512_srli_epi32(ab, 23), min_qe);
+    const __m512 C = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(23 - 3)), 23));
+    const __m512 r = _mm512_sub_ps(_mm512_add_ps(a, C), C);
+    const __m512 q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_andnot_si512(absmask, vb)));
+    // q * s is exact; its bf16 rounding is a truncation (also for NaN / inf, as f32_to_bf16)
+    const __m512i qsb = _mm512_castps_si512(_mm512_mul_ps(q, vs));
+    const __m512 qs = _mm512_castsi512_ps(_mm512_and_si512(qsb, _mm512_set1_epi32(int(0xffff0000u))));
+    if (q_out) _mm512_storeu_ps(q_out + i, q);
+    if (qdq_out) _mm512_storeu_ps(qdq_out + i, qs);
+    if (qdq_b16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qdq_b16 + i),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(qsb, 16)));
+  }
+  return s;
+}
+
+float prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
+                     uint16_t* xb) {
+  float smax = 0.0f;
+  for (int64_t m = m0; m < m1; ++m) {
+    float* df = xf + m * xs;
+    uint16_t* db = xb + m * xs;
+    for (int64_t b0 = 0; b0 < K; b0 += block) {
+      const float s = act_quant_block(x + m * K + b0, block, nullptr, df + b0, db + b0);
+      smax = s > smax ? s : smax;
+    }
+    for (int64_t k = K; k < xs; ++k) {
+      df[k] = 0.0f;
+      db[k] = 0;
+    }
+  }
+  return smax;
+}
+
+void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const float s = act_quant_block(x + b0, block, q_out ? q_out + b0 : nullptr, x + b0, nullptr);
+    if (s_out) s_out[b0 / block] = s;
+  }
+}
+
+constexpr IsaKernels kKernels = {
+    "avx512",       true, 64, kMR, kGemvMaxM, 16, 8, kNR, prep_float, prep_act_quant, act_quant,
+    scratch_bytes,  rows,
+};
+
+}  // namespace
+
+const IsaKernels& avx512_kernels() { return kKernels; }
+
+}  // namespace deepinfer::kernels::cpu
