@@ -234,6 +234,7 @@ TEST(ChatParser, MalformedDsmlIsReported) {
       {"\n\n<｜DSML｜tool_calls>\n" + I + P("a", "true", "1") + EI, 1},                           // block never closed
       {"\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f", 0},                                  // truncated tag
       {"text <｜｜DSML｜ calls> more", 0},                                                        // token without '<'
+      {dsml(ChatFamily::V4, I + "<｜DSML｜parameter name=\"a\" strin🙂g=\"true\">v</｜DSML｜parameter>\n" + EI + I + EI), 1},  // junk in tag
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.text);

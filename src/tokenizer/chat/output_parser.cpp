@@ -96,8 +96,8 @@ bool is_name_char(char c) {
 }
 
 std::string snippet(std::string_view s) {
-  std::string out(s.substr(0, std::min<size_t>(s.size(), 80)));
-  return out.size() < s.size() ? out + "..." : out;
+  if (s.size() <= 80) return std::string(s);
+  return std::string(s.substr(0, utf8_cut(s, 80))) + "...";
 }
 
 }  // namespace
@@ -265,11 +265,14 @@ int OutputParser::read_tag(bool final, Tag& tag, size_t& len) const {
   if (eos != std::string_view::npos) s = s.substr(0, eos);
   const bool capped = s.size() > kMaxTagBytes;  // the same limit whatever the chunking
   if (capped) s = s.substr(0, kMaxTagBytes);
-  auto need_more = [&]() -> int {
-    if (!final && eos == std::string_view::npos && !capped) return 0;
-    const size_t gt = s.find('>');
+  const bool may_grow = !final && eos == std::string_view::npos && !capped;
+  // A bad tag extends to its '>' (so that its extent does not depend on the chunking).
+  auto bad = [&](size_t from) -> int {
+    const size_t gt = s.find('>', from);
+    if (gt == std::string_view::npos && may_grow) return 0;
     return malformed(gt == std::string_view::npos ? s.size() : gt + 1);
   };
+  auto need_more = [&]() -> int { return may_grow ? 0 : bad(i); };
   tag = Tag{};
   tag.closing = closing;
   while (i < s.size() && s[i] == ' ') ++i;
@@ -281,23 +284,14 @@ int OutputParser::read_tag(bool final, Tag& tag, size_t& len) const {
       ++i;
       break;
     }
-    if (!is_name_char(s[i])) {
-      const size_t gt = s.find('>', i);
-      return malformed(gt == std::string_view::npos ? s.size() : gt + 1);
-    }
+    if (!is_name_char(s[i])) return bad(i);
     std::string key;
     while (i < s.size() && is_name_char(s[i])) key += s[i++];
     if (i >= s.size()) return need_more();
-    if (s[i] != '=') {
-      const size_t gt = s.find('>', i);
-      return malformed(gt == std::string_view::npos ? s.size() : gt + 1);
-    }
+    if (s[i] != '=') return bad(i);
     ++i;
     if (i >= s.size()) return need_more();
-    if (s[i] != '"') {
-      const size_t gt = s.find('>', i);
-      return malformed(gt == std::string_view::npos ? s.size() : gt + 1);
-    }
+    if (s[i] != '"') return bad(i);
     const size_t q = s.find('"', i + 1);
     if (q == std::string_view::npos) return need_more();
     tag.attrs.emplace_back(key, std::string(s.substr(i + 1, q - i - 1)));
