@@ -1,0 +1,393 @@
+// Every cpu backend variant this machine supports (Scalar, AVX2, AVX-512), forced one by one,
+// against the scalar referee: awkward shapes and tails, both numerics paths (fp32 and
+// bf16-exact activations), act-quant blocks of V4 and V4.1, special values, guard values
+// after the outputs, thread counts 1/2/3; and the vectorised act_quant bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/kernels.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+
+namespace {
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa_supported(isa)) v.push_back(isa);
+  return v;
+}
+
+struct Weight {
+  std::vector<uint8_t> data, scale;
+  WeightMatrix w;
+};
+
+// Random weight; FP8 block edge `block` (128 for V4, 32 for V4.1); scale bytes in [s_lo, s_hi].
+Weight make_weight(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng, int64_t block = 128,
+                   int s_lo = 118, int s_hi = 128) {
+  Weight o;
+  o.w.format = f;
+  o.w.rows = rows;
+  o.w.cols = cols;
+  std::uniform_int_distribution<int> byte(0, 255), sc(s_lo, s_hi);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  if (f == WeightFormat::FP8_BLOCK) {
+    o.data.resize(rows * cols);
+    for (auto& b : o.data) {
+      do b = uint8_t(byte(rng));
+      while ((b & 0x7f) == 0x7f);
+    }
+    o.w.block = block;
+    o.w.scale_cols = (cols + block - 1) / block;
+    o.scale.resize(((rows + block - 1) / block) * o.w.scale_cols);
+  } else if (f == WeightFormat::FP4_BLOCK) {
+    o.data.resize(rows * cols / 2);
+    for (auto& b : o.data) b = uint8_t(byte(rng));
+    o.w.block = 32;
+    o.w.scale_cols = cols / 32;
+    o.scale.resize(rows * o.w.scale_cols);
+  } else if (f == WeightFormat::BF16) {
+    o.data.resize(rows * cols * 2);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      uint16_t h = f32_to_bf16(nd(rng));
+      o.data[2 * i] = uint8_t(h);
+      o.data[2 * i + 1] = uint8_t(h >> 8);
+    }
+  } else {
+    o.data.resize(rows * cols * 4);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float v = nd(rng);
+      std::memcpy(&o.data[4 * i], &v, 4);
+    }
+  }
+  for (auto& s : o.scale) s = uint8_t(sc(rng));
+  o.w.data = o.data.data();
+  o.w.scale = o.scale.empty() ? nullptr : o.scale.data();
+  return o;
+}
+
+enum class XKind { Bf16, F32, Sparse };
+
+std::vector<float> make_x(int64_t M, int64_t K, XKind kind, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_int_distribution<int> coin(0, 3);
+  std::vector<float> x(M * K);
+  for (auto& v : x) {
+    v = nd(rng);
+    if (kind == XKind::Bf16) v = round_bf16(v);
+    if (kind == XKind::Sparse && coin(rng) != 0) v = 0.0f;
+  }
+  return x;
+}
+
+// Sum over k of |x * w| for every output: the scale of fp32 reassociation noise.
+std::vector<double> magnitudes(const std::vector<float>& x, int64_t M, const WeightMatrix& W) {
+  const int64_t N = W.rows, K = W.cols;
+  std::vector<double> mag(M * N);
+  std::vector<float> row(K);
+  for (int64_t n = 0; n < N; ++n) {
+    weight_decode_row(W, n, row.data());
+    for (int64_t m = 0; m < M; ++m) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += std::abs(double(x[m * K + k]) * row[k]);
+      mag[m * N + n] = s;
+    }
+  }
+  return mag;
+}
+
+constexpr float kGuard = 1234.5f;
+constexpr int kGuards = 7;
+
+// Runs f(y) into a buffer with guard values after the M*N outputs; checks the guards.
+template <class F>
+std::vector<float> guarded(int64_t count, F&& f, const std::string& what) {
+  std::vector<float> y(count + kGuards, kGuard);
+  f(y.data());
+  for (int g = 0; g < kGuards; ++g) EXPECT_EQ(y[count + g], kGuard) << what << ": guard " << g << " overwritten";
+  y.resize(count);
+  return y;
+}
+
+::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want,
+                                 const std::vector<double>& mag, double rel) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      if (!std::isnan(got[i])) return ::testing::AssertionFailure() << "index " << i << ": want NaN, got " << got[i];
+      continue;
+    }
+    if (!std::isfinite(got[i])) return ::testing::AssertionFailure() << "index " << i << ": got " << got[i];
+    const double err = std::abs(double(got[i]) - double(want[i]));
+    if (err > rel * mag[i] + 1e-30)
+      return ::testing::AssertionFailure() << "index " << i << ": got " << got[i] << " want " << want[i] << " err "
+                                           << err << " > " << rel << " * " << mag[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::string label(Isa isa, WeightFormat f, int64_t M, int64_t N, int64_t K, int threads, const char* path) {
+  static const char* names[] = {"F32", "BF16", "FP8", "FP4"};
+  return std::string(isa_name(isa)) + " " + names[int(f)] + " " + path + " M=" + std::to_string(M) +
+         " N=" + std::to_string(N) + " K=" + std::to_string(K) + " threads=" + std::to_string(threads);
+}
+
+// linear_f32 of every variant against linear_f32_ref.
+void check_linear(const Backend& be, Isa isa, int threads, const Weight& o, int64_t M, XKind kind, std::mt19937& rng) {
+  const int64_t N = o.w.rows, K = o.w.cols;
+  const std::vector<float> x = make_x(M, K, kind, rng);
+  std::vector<float> want(M * N);
+  linear_f32_ref(x.data(), M, o.w, want.data());
+  const std::string what = label(isa, o.w.format, M, N, K, threads, kind == XKind::F32 ? "f32" : "bf16-x");
+  const std::vector<float> got =
+      guarded(M * N, [&](float* y) { be.linear_f32(x.data(), M, o.w, y); }, what);
+  EXPECT_TRUE(close(got, want, magnitudes(x, M, o.w), 1e-5)) << what;
+}
+
+// linear_act_quant against linear_act_quant_ref; magnitudes from the act-quantised x.
+void check_act_quant(const Backend& be, Isa isa, int threads, const Weight& o, int64_t M, int64_t ab,
+                     std::mt19937& rng, float x_scale = 1.0f) {
+  const int64_t N = o.w.rows, K = o.w.cols;
+  std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
+  for (auto& v : x) v *= x_scale;
+  std::vector<float> want(M * N), xq = x;
+  linear_act_quant_ref(x.data(), M, o.w, ab, want.data());
+  for (int64_t m = 0; m < M; ++m) act_quant_ref(xq.data() + m * K, K, ab);
+  const std::string what = label(isa, o.w.format, M, N, K, threads, "act-quant") + " act_block=" + std::to_string(ab);
+  const std::vector<float> got =
+      guarded(M * N, [&](float* y) { be.linear_act_quant(x.data(), M, o.w, ab, y); }, what);
+  EXPECT_TRUE(close(got, want, magnitudes(xq, M, o.w), 2e-5)) << what;
+}
+
+}  // namespace
+
+TEST(CpuIsa, FeaturesAndDispatch) {
+  EXPECT_FALSE(cpu_features_description().empty());
+  EXPECT_TRUE(isa_supported(Isa::Scalar));
+  EXPECT_TRUE(isa_supported(cpu_dispatch_isa()));
+  ThreadPool pool(2);
+  auto be = make_cpu_backend(&pool);
+  EXPECT_STREQ(be->name(), "cpu");
+  EXPECT_EQ(be->pool(), &pool);
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa_supported(isa))
+      EXPECT_NO_THROW(make_cpu_backend_isa(&pool, isa));
+    else
+      EXPECT_THROW(make_cpu_backend_isa(&pool, isa), std::invalid_argument);
+  }
+  std::printf("cpu features: %s; dispatch: %s\n", cpu_features_description().c_str(), isa_name(cpu_dispatch_isa()));
+}
+
+// F32 / BF16 weights: K tails around the vector widths, odd N, decode and prefill M.
+TEST(CpuIsa, LinearPlainWeightsTails) {
+  std::mt19937 rng(21);
+  for (Isa isa : supported_isas())
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      auto be = make_cpu_backend_isa(&pool, isa);
+      for (auto f : {WeightFormat::F32, WeightFormat::BF16})
+        for (int64_t K : {1, 7, 15, 16, 17, 31, 33, 63, 65, 100, 130})
+          for (int64_t M : {1, 2, 3, 5, 17})
+            for (int64_t N : {1, 9, 31}) {
+              Weight o = make_weight(f, N, K, rng);
+              check_linear(*be, isa, threads, o, M, XKind::F32, rng);
+              check_linear(*be, isa, threads, o, M, XKind::Bf16, rng);
+            }
+    }
+}
+
+TEST(CpuIsa, LinearAllFormatsDecodeAndPrefill) {
+  std::mt19937 rng(22);
+  for (Isa isa : supported_isas())
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      auto be = make_cpu_backend_isa(&pool, isa);
+      for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+        for (int64_t M : {1, 2, 3, 4, 17, 64})
+          for (int64_t N : {1, 7, 33})
+            for (int64_t K : {128, 384}) {
+              Weight o = make_weight(f, N, K, rng);
+              for (XKind kind : {XKind::F32, XKind::Bf16, XKind::Sparse}) check_linear(*be, isa, threads, o, M, kind, rng);
+            }
+    }
+}
+
+// FP8 with K not a multiple of the block or of the vector width (the float path takes any
+// K), the V4.1 block of 32, and more rows than one scale block.
+TEST(CpuIsa, LinearFp8BlocksAndTails) {
+  std::mt19937 rng(23);
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    for (int64_t block : {128, 32})
+      for (int64_t K : {40, 72, 200, 256, 300})
+        for (int64_t M : {1, 3, 9})
+          for (int64_t N : {5, 45, 161}) {
+            Weight o = make_weight(WeightFormat::FP8_BLOCK, N, K, rng, block);
+            check_linear(*be, isa, 2, o, M, XKind::F32, rng);
+            check_linear(*be, isa, 2, o, M, XKind::Bf16, rng);
+          }
+    for (int64_t K : {32, 96, 160, 416})
+      for (int64_t M : {1, 2, 6})
+        for (int64_t N : {3, 34}) {
+          Weight o = make_weight(WeightFormat::FP4_BLOCK, N, K, rng);
+          check_linear(*be, isa, 2, o, M, XKind::F32, rng);
+          check_linear(*be, isa, 2, o, M, XKind::Bf16, rng);
+        }
+  }
+}
+
+// The act-quant GEMM: V4 (act block 128, FP8 B = 128 / FP4) and V4.1 (act block 32, FP8
+// B = 32 / FP4), plus act blocks the SIMD path hands to Scalar (FP8 B = 128 with act block
+// 256; FP4 with act block 16) and activations so large their scale leaves the exact range.
+TEST(CpuIsa, LinearActQuant) {
+  std::mt19937 rng(24);
+  for (Isa isa : supported_isas())
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      auto be = make_cpu_backend_isa(&pool, isa);
+      for (int64_t M : {1, 2, 3, 17, 64})
+        for (int64_t N : {1, 31, 130})
+          for (int64_t K : {128, 384}) {
+            Weight fp8 = make_weight(WeightFormat::FP8_BLOCK, N, K, rng, 128);
+            Weight fp8_32 = make_weight(WeightFormat::FP8_BLOCK, N, K, rng, 32);
+            Weight fp4 = make_weight(WeightFormat::FP4_BLOCK, N, K, rng);
+            check_act_quant(*be, isa, threads, fp8, M, 128, rng);
+            check_act_quant(*be, isa, threads, fp8_32, M, 32, rng);
+            check_act_quant(*be, isa, threads, fp4, M, 128, rng);
+            check_act_quant(*be, isa, threads, fp4, M, 32, rng);
+          }
+    }
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    for (int64_t M : {1, 9}) {
+      Weight fp8 = make_weight(WeightFormat::FP8_BLOCK, 40, 512, rng, 128);
+      Weight fp4 = make_weight(WeightFormat::FP4_BLOCK, 40, 512, rng);
+      check_act_quant(*be, isa, 2, fp8, M, 256, rng);
+      check_act_quant(*be, isa, 2, fp8, M, 64, rng);
+      check_act_quant(*be, isa, 2, fp4, M, 16, rng);
+      check_act_quant(*be, isa, 2, fp4, M, 64, rng);
+      check_act_quant(*be, isa, 2, fp8, M, 128, rng, 1e30f);
+      check_act_quant(*be, isa, 2, fp4, M, 128, rng, 1e-30f);
+    }
+  }
+}
+
+// Weight scales far from 1 (the prefill path then keeps fp32 tiles) but products inside the
+// fp32 range (the referee accumulates in double and cannot overflow), zero weights.
+TEST(CpuIsa, ExtremeScalesAndZeros) {
+  std::mt19937 rng(25);
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    for (auto [lo, hi] : {std::pair{1, 20}, std::pair{180, 227}, std::pair{60, 200}})
+      for (int64_t M : {1, 12}) {
+        Weight fp8 = make_weight(WeightFormat::FP8_BLOCK, 50, 256, rng, 128, lo, hi);
+        Weight fp4 = make_weight(WeightFormat::FP4_BLOCK, 50, 256, rng, 32, lo, hi);
+        check_linear(*be, isa, 2, fp8, M, XKind::Bf16, rng);
+        check_linear(*be, isa, 2, fp4, M, XKind::Bf16, rng);
+        check_act_quant(*be, isa, 2, fp8, M, 128, rng);
+        check_act_quant(*be, isa, 2, fp4, M, 128, rng);
+      }
+    for (int64_t M : {1, 12}) {
+      Weight z = make_weight(WeightFormat::FP8_BLOCK, 20, 256, rng);
+      std::fill(z.data.begin(), z.data.end(), uint8_t(0x80));  // -0
+      check_linear(*be, isa, 2, z, M, XKind::F32, rng);
+      check_act_quant(*be, isa, 2, z, M, 128, rng);
+    }
+  }
+}
+
+// NaN weight codes / NaN scales / NaN activations give NaN exactly where the referee does.
+TEST(CpuIsa, NanPropagation) {
+  std::mt19937 rng(26);
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    for (int64_t M : {1, 2, 10}) {
+      Weight fp8 = make_weight(WeightFormat::FP8_BLOCK, 260, 256, rng);
+      fp8.data[5 * 256 + 17] = 0x7f;    // row 5
+      fp8.data[77 * 256 + 255] = 0xff;  // row 77, last column
+      fp8.scale[1 * 2 + 1] = 0xff;      // rows 128..255, columns 128..255
+      Weight fp4 = make_weight(WeightFormat::FP4_BLOCK, 9, 128, rng);
+      fp4.scale[3 * 4 + 2] = 0xff;  // row 3
+      for (const Weight* o : {&fp8, &fp4}) {
+        check_linear(*be, isa, 2, *o, M, XKind::F32, rng);
+        check_linear(*be, isa, 2, *o, M, XKind::Bf16, rng);
+        check_act_quant(*be, isa, 2, *o, M, 128, rng);
+      }
+      // a NaN activation poisons its own output row only
+      Weight bf = make_weight(WeightFormat::BF16, 13, 100, rng);
+      std::vector<float> x = make_x(M, 100, XKind::Bf16, rng), want(M * 13);
+      x[(M - 1) * 100 + 42] = std::numeric_limits<float>::quiet_NaN();
+      linear_f32_ref(x.data(), M, bf.w, want.data());
+      std::vector<float> got(M * 13);
+      be->linear_f32(x.data(), M, bf.w, got.data());
+      for (int64_t i = 0; i < M * 13; ++i) EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i])) << isa_name(isa) << " " << i;
+    }
+  }
+}
+
+// Output rows are split over threads; each output's arithmetic must not depend on the split.
+TEST(CpuIsa, ThreadCountDoesNotChangeResults) {
+  std::mt19937 rng(27);
+  for (Isa isa : supported_isas())
+    for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+      for (int64_t M : {1, 3, 20}) {
+        Weight o = make_weight(f, 301, 256, rng);
+        const std::vector<float> x = make_x(M, 256, XKind::Bf16, rng);
+        std::vector<float> y1(M * 301), yn(M * 301);
+        ThreadPool p1(1), p3(3);
+        make_cpu_backend_isa(&p1, isa)->linear_f32(x.data(), M, o.w, y1.data());
+        make_cpu_backend_isa(&p3, isa)->linear_f32(x.data(), M, o.w, yn.data());
+        EXPECT_EQ(0, std::memcmp(y1.data(), yn.data(), y1.size() * sizeof(float))) << isa_name(isa) << " M=" << M;
+      }
+}
+
+// The vectorised act_quant of each ISA is bit-identical to act_quant_ref (values, codes,
+// scales), including zeros, subnormals, ties, the 448 edge, huge values, inf and NaN.
+TEST(CpuIsa, ActQuantBitIdentical) {
+  std::mt19937 rng(28);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 15), expo(-30, 30);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t block : {16, 32, 64, 128})
+    for (int trial = 0; trial < 200; ++trial) {
+      const int64_t n = block * 4;
+      std::vector<float> x(n);
+      const int e = expo(rng);
+      for (auto& v : x) {
+        switch (pick(rng)) {
+          case 0: v = 0.0f; break;
+          case 1: v = -0.0f; break;
+          case 2: v = std::ldexp(u(rng), -130); break;  // subnormal
+          case 3: v = round_bf16(std::ldexp(float(int(u(rng) * 64)) + 0.5f, e - 6)); break;  // ties
+          case 4: v = trial % 7 == 0 ? inf : 448.0f; break;
+          case 5: v = trial % 11 == 0 ? nan : -448.0f; break;
+          case 6: v = trial % 13 == 0 ? -inf : std::ldexp(u(rng), 100); break;
+          default: v = std::ldexp(u(rng), e); break;
+        }
+        if (trial % 2) v = round_bf16(v);
+      }
+      std::vector<float> xr = x, qr(n), sr(n / block);
+      act_quant_ref(xr.data(), n, block, qr.data(), sr.data());
+      for (Isa isa : supported_isas()) {
+        std::vector<float> xi = x, qi(n), si(n / block);
+        cpu_act_quant(isa, xi.data(), n, block, qi.data(), si.data());
+        ASSERT_EQ(0, std::memcmp(xr.data(), xi.data(), n * 4)) << isa_name(isa) << " values, block " << block;
+        ASSERT_EQ(0, std::memcmp(qr.data(), qi.data(), n * 4)) << isa_name(isa) << " codes, block " << block;
+        ASSERT_EQ(0, std::memcmp(sr.data(), si.data(), sr.size() * 4)) << isa_name(isa) << " scales, block " << block;
+      }
+    }
+}
