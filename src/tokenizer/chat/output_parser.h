@@ -21,7 +21,8 @@
 // as block name (V3.2 habit), an invoke without the block opener, whitespace
 // variations between tags, a missing EOS, a DSML block inside reasoning (ends
 // the reasoning), stray <think>/</think> tokens (dropped), a leading <think>.
-// Errors (an Error event, never silent): unknown or malformed DSML tags, text
+// Errors (an Error event, never silent): unknown or malformed DSML tags, a DSML
+// token outside a tag (dropped from the text), text
 // inside a block or invoke, parameters outside an invoke, duplicate parameter
 // names, string="false" values that are not JSON, a missing </parameter> or
 // </invoke>, and truncation (EOS or end of input inside DSML). A call hit by an
