@@ -53,9 +53,10 @@ class BpeModel {
   std::size_t cache_entries() const;
   void clear_cache() const;
 
-  // Words of at most this many bytes are cached.
+  // Words of at most this many bytes are cached; once the cache holds kCacheCapacity
+  // words it stops growing (as tokenizers' BPE cache does), bounding it to a few MB.
   static constexpr std::size_t kMaxCachedWordBytes = 128;
-  static constexpr std::size_t kCacheCapacity = 1 << 18;
+  static constexpr std::size_t kCacheCapacity = 1 << 16;
 
  private:
   struct MergeTable;

@@ -274,6 +274,9 @@ Tokenizer Tokenizer::load(std::string_view text, const std::string& source_name)
 }
 
 void Tokenizer::Impl::encode_into(std::string_view input, SpecialTokenMode mode, std::vector<int32_t>& ids) const {
+  if (input.size() >= std::numeric_limits<uint32_t>::max() / 2) {
+    throw std::length_error("tokenizer: text of " + std::to_string(input.size()) + " bytes is too large (limit 2 GiB)");
+  }
   std::string sanitised;
   std::string_view text = input;
   if (!is_valid_utf8(input)) {

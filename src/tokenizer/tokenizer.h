@@ -57,6 +57,7 @@ class Tokenizer {
   static Tokenizer from_json_string(std::string_view json, const std::string& source_name = "<string>");
 
   // match_specials == false is SpecialTokenMode::kMatchNone (safe for untrusted text).
+  // Thread-safe. Texts of 2 GiB or more throw std::length_error.
   std::vector<int32_t> encode(std::string_view text, bool match_specials = true) const;
   std::vector<int32_t> encode(std::string_view text, SpecialTokenMode mode) const;
 
