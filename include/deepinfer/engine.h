@@ -1,0 +1,108 @@
+// The inference engine as the server, CLI and benchmarks see it: submit token-id requests,
+// read streamed token events, cancel. No tensor type appears here.
+//
+// Threading: one engine thread runs the step loop (schedule -> forward -> sample). submit()
+// and RequestStream::cancel() may be called from any thread; events are read from the
+// RequestStream by whoever submitted.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "deepinfer/request.h"
+#include "deepinfer/status.h"
+
+namespace deepinfer {
+
+struct EngineOptions {
+  std::string model_dir;              // checkpoint directory (config.json + safetensors)
+  int threads = 0;                    // compute threads; 0 = all hardware threads
+  std::string numerics = "reference"; // "reference" | "float"
+  std::string kernels = "cpu";        // "cpu" | "ref"
+  // KV memory: exactly one of these may be set; neither = kDefaultKvMemoryBytes.
+  int64_t kv_memory_bytes = 0;
+  int64_t num_kv_blocks = 0;
+  int64_t kv_block_tokens = 64;       // tokens of context per KV block
+  int64_t max_model_len = 0;          // 0 = the checkpoint's max_position_embeddings, capped by KV memory
+  int64_t max_batch_tokens = 512;     // token budget of one step (prefill chunks + decode tokens)
+  int64_t max_running = 32;           // sequences in one step at most
+  int64_t prefix_cache_entries = 8;   // finished-sequence snapshots kept for reuse (0 = off)
+  // Bytes one token id contributes to the text that stop strings are matched against
+  // (special tokens should give ""). Unset: requests with stop strings are rejected.
+  std::function<std::string(int32_t)> token_text;
+
+  static constexpr int64_t kDefaultKvMemoryBytes = int64_t(4) << 30;
+};
+
+struct EngineInfo {
+  std::string model_dir;
+  int64_t vocab_size = 0;
+  int64_t max_model_len = 0;
+  int32_t bos_token_id = 0;
+  int32_t eos_token_id = 1;
+  int64_t kv_block_tokens = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_block_bytes = 0;
+  int64_t kv_fixed_blocks_per_seq = 0;  // window rings + compressor state of one sequence
+};
+
+// A fixed-bucket latency histogram (Prometheus style: counts[i] = observations <= bounds[i],
+// not cumulative here; the last count is the +Inf bucket).
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // bounds.size() + 1
+  double sum = 0.0;
+  uint64_t count = 0;
+  void observe(double v);
+  static Histogram latency_seconds();  // 1 ms .. 60 s
+};
+
+struct EngineStats {
+  int64_t requests_running = 0, requests_waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;  // cached = held by prefix snapshots
+  uint64_t requests_finished_stop = 0, requests_finished_length = 0, requests_finished_abort = 0,
+           requests_finished_error = 0;
+  uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  uint64_t tokens_computed_total = 0;  // tokens run through the model (prefill, recompute, decode)
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_hit_tokens = 0;
+  uint64_t preemptions_total = 0, steps_total = 0;
+  Histogram ttft_seconds = Histogram::latency_seconds();
+  Histogram itl_seconds = Histogram::latency_seconds();
+  Histogram e2e_seconds = Histogram::latency_seconds();
+  Histogram queue_seconds = Histogram::latency_seconds();
+};
+
+// The handle of one submitted request.
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // Waits up to `timeout` for the next event; nullopt on timeout. Several events that
+  // arrived since the last call are merged into one (tokens concatenated, last status kept).
+  virtual std::optional<StreamEvent> next(std::chrono::milliseconds timeout) = 0;
+  // Asks the engine to stop the request; a final event with FinishReason::kAbort follows
+  // (unless it had already finished). Safe to call more than once, from any thread.
+  virtual void cancel() = 0;
+  virtual uint64_t id() const = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Loads the model and starts the engine thread. Throws std::runtime_error (bad
+  // checkpoint, bad options) - start-up is the one place an exception leaves the engine.
+  static std::unique_ptr<Engine> create(const EngineOptions& options);
+
+  virtual const EngineInfo& info() const = 0;
+  // The checks submit() applies, without submitting: prompt ids in range, length within
+  // max_model_len, sampling parameters valid.
+  virtual Status validate(const GenerateRequest& request) const = 0;
+  // Never throws: an invalid request yields a stream whose only event is a kError finish.
+  virtual std::shared_ptr<RequestStream> submit(GenerateRequest request) = 0;
+  virtual EngineStats stats() const = 0;
+};
+
+}  // namespace deepinfer

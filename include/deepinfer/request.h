@@ -1,0 +1,50 @@
+// A generation request and the events streamed back for it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+#include "deepinfer/status.h"
+
+namespace deepinfer {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // token ids, BOS included if wanted
+  SamplingParams params;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error", ""
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;  // -inf for a token masked by top_k / top_p / min_p
+};
+
+struct GeneratedToken {
+  int32_t token = 0;
+  float logprob = 0.0f;              // valid when logprobs were requested
+  std::vector<TokenLogprob> top;     // the `logprobs` most likely alternatives, best first
+  bool is_stop_token = false;        // EOS or a stop_token_ids hit: counted, not shown as text
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+// One event per engine step in which something happened to the request. The last event
+// has finished == true; after it the stream delivers nothing more.
+struct StreamEvent {
+  std::vector<GeneratedToken> tokens;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_string;  // the stop string that ended generation, if any
+  int32_t stop_token = -1;  // the stop token id that ended generation, if any
+  Status error;             // set when finish_reason == kError
+  Usage usage;              // cumulative, valid on every event
+};
+
+}  // namespace deepinfer

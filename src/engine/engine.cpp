@@ -1,0 +1,254 @@
+// The public Engine: an engine thread running EngineCore's step loop, fed through a
+// mutex-protected inbox; events go back through one queue per request (RequestStream).
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "deepinfer/engine.h"
+#include "engine/engine_core.h"
+#include "engine/engine_impl.h"
+#include "engine/model_runner.h"
+
+namespace deepinfer::engine {
+
+namespace {
+
+struct Inbox {
+  struct Submit {
+    uint64_t id;
+    GenerateRequest req;
+    std::shared_ptr<EventSink> sink;
+    Clock::time_point arrival;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Submit> submits;
+  std::vector<uint64_t> cancels;
+  bool stop = false;
+};
+
+void merge_into(StreamEvent& out, StreamEvent&& ev) {
+  for (auto& t : ev.tokens) out.tokens.push_back(std::move(t));
+  out.finished = ev.finished;
+  out.finish_reason = ev.finish_reason;
+  if (!ev.stop_string.empty()) out.stop_string = std::move(ev.stop_string);
+  if (ev.stop_token >= 0) out.stop_token = ev.stop_token;
+  out.error = std::move(ev.error);
+  out.usage = ev.usage;
+}
+
+class Stream final : public RequestStream, public EventSink {
+ public:
+  Stream(uint64_t id, std::weak_ptr<Inbox> inbox) : id_(id), inbox_(std::move(inbox)) {}
+
+  void push(StreamEvent&& ev) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(std::move(ev));
+    }
+    cv_.notify_all();
+  }
+
+  std::optional<StreamEvent> next(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+    StreamEvent out = std::move(queue_.front());
+    queue_.pop_front();
+    while (!queue_.empty()) {
+      merge_into(out, std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    return out;
+  }
+
+  void cancel() override {
+    auto inbox = inbox_.lock();
+    if (!inbox) return;
+    {
+      std::lock_guard<std::mutex> lk(inbox->mu);
+      inbox->cancels.push_back(id_);
+    }
+    inbox->cv.notify_all();
+  }
+
+  uint64_t id() const override { return id_; }
+
+ private:
+  const uint64_t id_;
+  std::weak_ptr<Inbox> inbox_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> queue_;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const EngineInfo& info, const EngineCoreOptions& options, const kv::KvSpec& spec, int64_t n_blocks,
+             std::unique_ptr<Runner> runner)
+      : info_(info), core_(options, spec, n_blocks, std::move(runner)), inbox_(std::make_shared<Inbox>()) {
+    published_ = core_.stats();
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~EngineImpl() override {
+    {
+      std::lock_guard<std::mutex> lk(inbox_->mu);
+      inbox_->stop = true;
+    }
+    inbox_->cv.notify_all();
+    thread_.join();
+  }
+
+  const EngineInfo& info() const override { return info_; }
+  Status validate(const GenerateRequest& request) const override { return core_.validate(request); }
+
+  std::shared_ptr<RequestStream> submit(GenerateRequest request) override {
+    const uint64_t id = next_id_.fetch_add(1);
+    auto stream = std::make_shared<Stream>(id, inbox_);
+    {
+      std::lock_guard<std::mutex> lk(inbox_->mu);
+      inbox_->submits.push_back({id, std::move(request), stream, Clock::now()});
+    }
+    inbox_->cv.notify_all();
+    return stream;
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    return published_;
+  }
+
+ private:
+  void publish() {
+    EngineStats s = core_.stats();
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    published_ = std::move(s);
+  }
+
+  void loop() {
+    for (;;) {
+      std::vector<Inbox::Submit> submits;
+      std::vector<uint64_t> cancels;
+      bool stop = false;
+      {
+        std::unique_lock<std::mutex> lk(inbox_->mu);
+        // core_ is only ever touched by this thread, so reading it here is safe.
+        inbox_->cv.wait(lk, [&] {
+          return inbox_->stop || !inbox_->submits.empty() || !inbox_->cancels.empty() || core_.has_work();
+        });
+        submits.swap(inbox_->submits);
+        cancels.swap(inbox_->cancels);
+        stop = inbox_->stop;
+      }
+      for (auto& s : submits) core_.add(s.id, std::move(s.req), std::move(s.sink), s.arrival);
+      if (stop) {
+        core_.abort_all("the engine is shutting down");
+        publish();
+        return;
+      }
+      for (uint64_t id : cancels) core_.abort(id);
+      try {
+        if (core_.has_work()) core_.step();
+      } catch (const std::exception& e) {
+        // A broken invariant inside the step: fail what is in flight, keep serving.
+        log_warn("engine step failed: %s", e.what());
+        core_.abort_all(std::string("internal error: ") + e.what());
+      }
+      publish();
+    }
+  }
+
+  EngineInfo info_;
+  EngineCore core_;
+  std::shared_ptr<Inbox> inbox_;
+  std::atomic<uint64_t> next_id_{1};
+  mutable std::mutex stats_mu_;
+  EngineStats published_;
+  std::thread thread_;
+};
+
+int64_t max_position_embeddings(const std::string& model_dir) {
+  std::ifstream in(model_dir + "/config.json");
+  if (!in) return 0;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
+    return 0;
+  return j["max_position_embeddings"].get<int64_t>();
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(const EngineInfo& info, const EngineCoreOptions& options, const kv::KvSpec& spec,
+                                    int64_t n_blocks, std::unique_ptr<Runner> runner) {
+  return std::make_unique<EngineImpl>(info, options, spec, n_blocks, std::move(runner));
+}
+
+}  // namespace deepinfer::engine
+
+namespace deepinfer {
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
+  using namespace engine;
+  if (o.model_dir.empty()) throw std::runtime_error("no model directory given");
+  if (o.kv_memory_bytes > 0 && o.num_kv_blocks > 0)
+    throw std::runtime_error("give the KV budget either in bytes or in blocks, not both");
+  auto model = v4::Model::load(o.model_dir);
+  const v4::Config cfg = model->config();
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
+  auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+
+  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(cfg), o.kv_block_tokens);
+  const int64_t bytes = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : EngineOptions::kDefaultKvMemoryBytes;
+  const int64_t n_blocks = o.num_kv_blocks > 0 ? o.num_kv_blocks : bytes / spec.block_bytes;
+  const int64_t capacity = spec.max_tokens_in(n_blocks);
+  if (capacity < 2)
+    throw std::runtime_error("KV memory too small: " + std::to_string(n_blocks) + " blocks of " +
+                             std::to_string(spec.block_bytes) + " B, but one sequence needs " +
+                             std::to_string(spec.fixed_blocks) + " blocks for its fixed state alone");
+  const int64_t max_pos = max_position_embeddings(o.model_dir);
+  int64_t max_len = o.max_model_len;
+  if (max_len > 0) {
+    if (max_pos > 0 && max_len > max_pos)
+      throw std::runtime_error("max model length " + std::to_string(max_len) +
+                               " exceeds the checkpoint's max_position_embeddings " + std::to_string(max_pos));
+    if (max_len > capacity)
+      throw std::runtime_error("max model length " + std::to_string(max_len) + " needs " +
+                               std::to_string(spec.blocks_for(max_len)) + " KV blocks; only " + std::to_string(n_blocks) +
+                               " are configured");
+  } else {
+    max_len = max_pos > 0 ? std::min(max_pos, capacity) : capacity;
+  }
+  log_info("%s", spec.describe().c_str());
+  log_info("KV pool: %lld blocks (%.1f MiB), max model length %lld tokens", (long long)n_blocks,
+           double(n_blocks) * double(spec.block_bytes) / (1024.0 * 1024.0), (long long)max_len);
+
+  EngineInfo info;
+  info.model_dir = o.model_dir;
+  info.vocab_size = cfg.vocab_size;
+  info.max_model_len = max_len;
+  info.bos_token_id = int32_t(cfg.bos_token_id);
+  info.eos_token_id = int32_t(cfg.eos_token_id);
+  info.kv_block_tokens = spec.block_tokens;
+  info.kv_blocks_total = n_blocks;
+  info.kv_block_bytes = spec.block_bytes;
+  info.kv_fixed_blocks_per_seq = spec.fixed_blocks;
+
+  EngineCoreOptions copt;
+  copt.max_model_len = max_len;
+  copt.eos_token_id = int32_t(cfg.eos_token_id);
+  copt.scheduler.max_batch_tokens = o.max_batch_tokens;
+  copt.scheduler.max_running = o.max_running;
+  copt.scheduler.prefix_cache_entries = o.prefix_cache_entries;
+  copt.token_text = o.token_text;
+  return make_engine(info, copt, spec, n_blocks, std::move(runner));
+}
+
+}  // namespace deepinfer

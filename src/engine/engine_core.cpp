@@ -1,0 +1,232 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <random>
+
+namespace deepinfer::engine {
+
+namespace {
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ uint64_t(rd());
+}
+}  // namespace
+
+EngineCore::EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec, int64_t n_blocks,
+                       std::unique_ptr<Runner> runner)
+    : opt_(options),
+      scheduler_(options.scheduler, spec, n_blocks),
+      runner_(std::move(runner)),
+      sampler_(runner_->vocab_size()) {}
+
+Status EngineCore::validate(const GenerateRequest& req) const {
+  const int64_t V = runner_->vocab_size();
+  const int64_t P = int64_t(req.prompt.size());
+  if (P == 0) return Status::error(ErrorCode::kInvalidRequest, "the prompt is empty", "prompt");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= V)
+      return Status::error(ErrorCode::kInvalidRequest,
+                           "prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                               std::to_string(V) + ")",
+                           "prompt");
+  Status s = req.params.validate(V);
+  if (!s.ok()) return s;
+  const int64_t L = opt_.max_model_len;
+  if (P >= L)
+    return Status::error(ErrorCode::kContextLengthExceeded,
+                         "This model's maximum context length is " + std::to_string(L) + " tokens. However, your prompt has " +
+                             std::to_string(P) + " tokens, leaving no room for a completion.",
+                         "prompt");
+  if (req.params.max_tokens > 0 && P + req.params.max_tokens > L)
+    return Status::error(ErrorCode::kContextLengthExceeded,
+                         "This model's maximum context length is " + std::to_string(L) + " tokens. However, you requested " +
+                             std::to_string(P + req.params.max_tokens) + " tokens (" + std::to_string(P) +
+                             " in the prompt, " + std::to_string(req.params.max_tokens) +
+                             " for the completion). Please reduce the prompt or max_tokens.",
+                         "max_tokens");
+  if (!req.params.stop.empty() && !opt_.token_text)
+    return Status::error(ErrorCode::kInvalidRequest, "stop strings need a tokenizer, and none is loaded", "stop");
+  return {};
+}
+
+Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSink> sink, Clock::time_point arrival) {
+  Status s = validate(req);
+  if (!s.ok()) {
+    StreamEvent ev;
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kError;
+    ev.error = s;
+    ev.usage.prompt_tokens = int64_t(req.prompt.size());
+    sink->push(std::move(ev));
+    ++stats_.requests_finished_error;
+    return s;
+  }
+  auto r = std::make_unique<Request>();
+  r->id = id;
+  r->arrival = next_arrival_++;
+  r->n_prompt = int64_t(req.prompt.size());
+  r->tokens = std::move(req.prompt);
+  r->params = std::move(req.params);
+  const int64_t room = opt_.max_model_len - r->n_prompt;
+  r->max_new_tokens = r->params.max_tokens < 0 ? room : std::min(r->params.max_tokens, room);
+  r->rng.seed(r->params.seed ? *r->params.seed : fresh_seed());
+  if (r->params.repetition_penalty != 1.0f) r->penalties.prompt_tokens.insert(r->tokens.begin(), r->tokens.end());
+  if (!r->params.stop.empty()) r->stop = std::make_unique<StopMatcher>(r->params.stop);
+  r->sink = std::move(sink);
+  r->t_arrival = arrival;
+  scheduler_.add(r.get());
+  requests_[id] = std::move(r);
+  return {};
+}
+
+void EngineCore::apply_state_ops() {
+  for (const StateOp& op : scheduler_.take_state_ops()) runner_->apply(op);
+}
+
+Usage EngineCore::usage_of(const Request& r) const {
+  return Usage{r.n_prompt, r.num_output(), r.num_cached};
+}
+
+void EngineCore::finish(Request& r, FinishReason reason, StreamEvent ev, const Status& error) {
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.usage = usage_of(r);
+  // A finished sequence's state is worth keeping for a follow-up turn; a failed one is not.
+  scheduler_.finish(&r, reason != FinishReason::kError);
+  switch (reason) {
+    case FinishReason::kStop: ++stats_.requests_finished_stop; break;
+    case FinishReason::kLength: ++stats_.requests_finished_length; break;
+    case FinishReason::kAbort: ++stats_.requests_finished_abort; break;
+    default: ++stats_.requests_finished_error; break;
+  }
+  stats_.prompt_tokens_total += uint64_t(r.n_prompt);
+  stats_.e2e_seconds.observe(seconds(Clock::now() - r.t_arrival));
+  std::shared_ptr<EventSink> sink = std::move(r.sink);
+  requests_.erase(r.id);  // r is gone from here on
+  sink->push(std::move(ev));
+}
+
+void EngineCore::abort(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  finish(*it->second, FinishReason::kAbort, StreamEvent{});
+  apply_state_ops();
+}
+
+void EngineCore::abort_all(const std::string& why) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, r] : requests_) ids.push_back(id);
+  for (uint64_t id : ids)
+    finish(*requests_.at(id), FinishReason::kError, StreamEvent{}, Status::error(ErrorCode::kUnavailable, why));
+  apply_state_ops();
+}
+
+void EngineCore::fail_scheduled(const std::vector<ScheduledRequest>& sched, const std::string& what) {
+  for (const ScheduledRequest& s : sched)
+    if (requests_.count(s.req->id))
+      finish(*s.req, FinishReason::kError, StreamEvent{}, Status::error(ErrorCode::kInternal, "forward pass failed: " + what));
+  apply_state_ops();
+}
+
+// Samples the token after r's known tokens and decides whether r is done.
+bool EngineCore::sample_next(Request& r, const float* row, StreamEvent& ev) {
+  SampleResult s = sampler_.sample(row, r.params, r.penalties, r.rng);
+  const Clock::time_point now = Clock::now();
+  if (r.num_output() == 0)
+    stats_.ttft_seconds.observe(seconds(now - r.t_arrival));
+  else
+    stats_.itl_seconds.observe(seconds(now - r.t_last_token));
+  r.t_last_token = now;
+  r.tokens.push_back(s.token);
+  if (r.params.frequency_penalty != 0.0f || r.params.presence_penalty != 0.0f || r.params.repetition_penalty != 1.0f)
+    r.penalties.add_output(s.token);
+  ++stats_.generation_tokens_total;
+
+  GeneratedToken g{s.token, s.logprob, std::move(s.top), false};
+  FinishReason reason = FinishReason::kNone;
+  const auto& ids = r.params.stop_token_ids;
+  if (std::find(ids.begin(), ids.end(), s.token) != ids.end()) {
+    g.is_stop_token = true;
+    ev.stop_token = s.token;
+    reason = FinishReason::kStop;
+  } else if (s.token == opt_.eos_token_id && !r.params.ignore_eos) {
+    g.is_stop_token = true;
+    reason = FinishReason::kStop;
+  } else if (r.stop && opt_.token_text) {
+    const int hit = r.stop->push(opt_.token_text(s.token));
+    if (hit >= 0) {
+      ev.stop_string = r.stop->stop(hit);
+      reason = FinishReason::kStop;
+    }
+  }
+  if (reason == FinishReason::kNone && r.num_output() >= r.max_new_tokens) reason = FinishReason::kLength;
+  ev.tokens.push_back(std::move(g));
+  ev.finish_reason = reason;
+  return reason != FinishReason::kNone;
+}
+
+int64_t EngineCore::step() {
+  const std::vector<ScheduledRequest> sched = scheduler_.schedule();
+  apply_state_ops();
+  if (sched.empty()) return 0;
+  const Clock::time_point now = Clock::now();
+  chunks_.clear();
+  int64_t n_run = 0;
+  for (const ScheduledRequest& s : sched) {
+    Request& r = *s.req;
+    if (!r.scheduled_once) {
+      r.scheduled_once = true;
+      r.t_scheduled = now;
+      stats_.queue_seconds.observe(seconds(now - r.t_arrival));
+    }
+    chunks_.push_back({r.id, r.tokens.data() + r.num_computed, s.n_tokens, r.num_computed,
+                       r.num_computed + s.n_tokens == r.num_tokens()});
+    n_run += s.n_tokens;
+  }
+  try {
+    runner_->run(chunks_, logits_);
+  } catch (const std::exception& e) {
+    fail_scheduled(sched, e.what());
+    return 0;
+  }
+  ++stats_.steps_total;
+  stats_.tokens_computed_total += uint64_t(n_run);
+  const int64_t V = runner_->vocab_size();
+  size_t row = 0;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    Request& r = *sched[i].req;
+    r.num_computed += sched[i].n_tokens;
+    if (!chunks_[i].want_logits) continue;
+    const float* lr = logits_.data() + row++ * V;
+    if (on_logits) on_logits(r.id, r.num_tokens(), lr);
+    StreamEvent ev;
+    if (sample_next(r, lr, ev)) {
+      finish(r, ev.finish_reason, std::move(ev));
+    } else {
+      ev.usage = usage_of(r);
+      r.sink->push(std::move(ev));
+    }
+  }
+  apply_state_ops();
+  return n_run;
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s = stats_;
+  s.requests_running = int64_t(scheduler_.running().size());
+  s.requests_waiting = int64_t(scheduler_.waiting().size());
+  s.kv_blocks_total = scheduler_.kv().total_blocks();
+  s.kv_blocks_used = scheduler_.kv().used_blocks();
+  s.kv_blocks_cached = scheduler_.cached_blocks();
+  const SchedulerCounters& c = scheduler_.counters();
+  s.preemptions_total = c.preemptions;
+  s.prefix_cache_queries = c.prefix_queries;
+  s.prefix_cache_hits = c.prefix_hits;
+  s.prefix_cache_hit_tokens = c.prefix_hit_tokens;
+  return s;
+}
+
+}  // namespace deepinfer::engine

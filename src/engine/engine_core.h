@@ -1,0 +1,70 @@
+// One engine step, single-threaded: schedule -> run -> sample -> emit. The public Engine
+// drives it from its thread; tests drive it directly with a fake runner.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/engine.h"
+#include "engine/request_state.h"
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+namespace deepinfer::engine {
+
+struct EngineCoreOptions {
+  int64_t max_model_len = 0;
+  int32_t eos_token_id = 1;
+  SchedulerOptions scheduler;
+  std::function<std::string(int32_t)> token_text;  // for stop strings; may be empty
+};
+
+class EngineCore {
+ public:
+  EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec, int64_t n_blocks, std::unique_ptr<Runner> runner);
+
+  // Thread-safe (reads only the immutable options).
+  Status validate(const GenerateRequest& req) const;
+  // Queues a request. An invalid one gets its error event at once and is not queued.
+  Status add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSink> sink, Clock::time_point arrival);
+  // Cancels a queued or running request (final event: kAbort). Unknown ids are ignored.
+  void abort(uint64_t id);
+  // Fails every live request (engine shutting down).
+  void abort_all(const std::string& why);
+
+  bool has_work() const { return scheduler_.has_work(); }
+  // One scheduler step. Returns the number of tokens run through the model.
+  int64_t step();
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const EngineCoreOptions& options() const { return opt_; }
+  // Counters and histograms; gauges (running, waiting, KV) filled from the current state.
+  EngineStats stats() const;
+
+  // Test hook: called with every logits row before sampling (request id, position of the
+  // token it predicts, row [vocab]).
+  std::function<void(uint64_t, int64_t, const float*)> on_logits;
+
+ private:
+  void apply_state_ops();
+  bool sample_next(Request& r, const float* row, StreamEvent& ev);
+  void finish(Request& r, FinishReason reason, StreamEvent ev, const Status& error = {});
+  Usage usage_of(const Request& r) const;
+  void fail_scheduled(const std::vector<ScheduledRequest>& sched, const std::string& what);
+
+  EngineCoreOptions opt_;
+  Scheduler scheduler_;
+  std::unique_ptr<Runner> runner_;
+  Sampler sampler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
+  uint64_t next_arrival_ = 0;
+  std::vector<float> logits_;
+  std::vector<ScheduledChunk> chunks_;
+  EngineStats stats_;
+};
+
+}  // namespace deepinfer::engine

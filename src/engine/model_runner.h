@@ -1,0 +1,45 @@
+// The runner over the DeepSeek-V4 model: one Model::forward_batch call per step for all
+// scheduled chunks (rows share the weight products; each sequence keeps its own state, and
+// its logits equal what it would get alone). Owns the per-sequence SequenceState objects
+// and the prefix-cache snapshots, keyed by the scheduler's ids.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/thread_pool.h"
+#include "engine/runner.h"
+#include "kernels/backend.h"
+#include "kv/kv_spec.h"
+#include "model/deepseek_v4/model.h"
+
+namespace deepinfer::engine {
+
+class ModelRunner final : public Runner {
+ public:
+  // threads: compute threads (>= 1); numerics "reference"|"float"; kernels "cpu"|"ref".
+  // Throws std::invalid_argument for bad names, std::runtime_error if the numerics cannot
+  // run this checkpoint.
+  ModelRunner(std::unique_ptr<v4::Model> model, int threads, const std::string& numerics, const std::string& kernels);
+
+  int64_t vocab_size() const override { return model_->config().vocab_size; }
+  void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) override;
+  void apply(const StateOp& op) override;
+
+  const v4::Model& model() const { return *model_; }
+  size_t live_sequences() const { return seqs_.size(); }
+  size_t live_snapshots() const { return snaps_.size(); }
+
+ private:
+  std::unique_ptr<v4::Model> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<kernels::Backend> backend_;
+  v4::Numerics num_;
+  std::unordered_map<uint64_t, v4::SequenceState> seqs_;
+  std::unordered_map<uint64_t, v4::SequenceState> snaps_;
+};
+
+// What one sequence of this checkpoint holds, for the KV accounting.
+kv::KvLayout kv_layout_of(const v4::Config& cfg);
+
+}  // namespace deepinfer::engine

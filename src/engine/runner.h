@@ -1,0 +1,46 @@
+// The runner: the only part of the engine that touches the model. The scheduler speaks in
+// sequence ids and token counts; the runner turns one step's chunks into logits rows.
+//
+// run() receives every chunk of the step at once, so a batched forward (one call for all
+// sequences, as ModelRunner does with Model::forward_batch) and a per-sequence loop are
+// interchangeable behind it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer::engine {
+
+struct ScheduledChunk {
+  uint64_t seq_id = 0;
+  const int32_t* tokens = nullptr;  // n_tokens ids at positions pos0 .. pos0 + n_tokens - 1
+  int64_t n_tokens = 0;
+  int64_t pos0 = 0;                 // == the tokens the sequence's state holds already
+  bool want_logits = false;         // the chunk reaches the end of the known tokens: sample after it
+};
+
+// Changes to per-sequence state that the scheduler decides and the runner carries out,
+// in order, before the step's chunks run.
+struct StateOp {
+  enum class Kind {
+    kFree,             // drop seq's state (finished, cancelled or preempted)
+    kSaveSnapshot,     // move seq's state to snapshot `snap` (prefix cache)
+    kRestoreSnapshot,  // move snapshot `snap` to seq (prefix-cache hit)
+    kDropSnapshot,     // drop snapshot `snap` (evicted)
+  };
+  Kind kind = Kind::kFree;
+  uint64_t seq = 0;
+  uint64_t snap = 0;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual int64_t vocab_size() const = 0;
+  // Advances each chunk's sequence (a sequence seen for the first time starts empty) and
+  // writes one logits row per chunk with want_logits, in chunk order: logits_rows becomes
+  // [n_wanted, vocab]. Throws on failure; the engine then fails the step's requests.
+  virtual void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) = 0;
+  virtual void apply(const StateOp& op) = 0;
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,59 @@
+// Token sampling for one logits row of one request (order of operations and the logprob
+// definition: include/deepinfer/sampling_params.h). Deterministic given the row, the
+// parameters, the history and the request's RNG: batch composition never enters, so a
+// seeded request gives the same tokens alone or in a busy batch.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "deepinfer/request.h"
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer::engine {
+
+// The request's RNG: std::mt19937_64 is fully specified by the standard, so a seed gives
+// the same stream on every platform. One draw per sampled (non-greedy) token.
+using Rng = std::mt19937_64;
+double rng_uniform(Rng& rng);  // [0, 1), 53 random bits
+
+// What the penalties need to know about a request's history.
+struct PenaltyState {
+  std::unordered_set<int32_t> prompt_tokens;      // for repetition_penalty only
+  std::unordered_map<int32_t, int32_t> output_counts;
+  void add_output(int32_t token) { ++output_counts[token]; }
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab_size);
+  int64_t vocab_size() const { return vocab_; }
+
+  // Samples one token from `logits` [vocab]. Logprobs are filled when params.logprobs >= 0.
+  SampleResult sample(const float* logits, const SamplingParams& params, const PenaltyState& history, Rng& rng);
+
+  // The processed logprobs (log-softmax of what the last sample() drew from; masked tokens
+  // -inf) over the whole vocabulary. For tests and diagnostics.
+  std::vector<float> last_logprobs() const;
+
+ private:
+  void apply_bias_and_penalties(const SamplingParams& p, const PenaltyState& h);
+  void apply_filters(const SamplingParams& p);
+  int32_t draw(Rng& rng) const;
+  double log_normalizer() const;
+
+  int64_t vocab_;
+  std::vector<float> x_;        // processed logits of the current row (-inf = masked)
+  std::vector<int32_t> order_;  // scratch index list
+  std::vector<float> values_;   // scratch values
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,204 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace deepinfer::engine {
+
+Scheduler::Scheduler(const SchedulerOptions& options, const kv::KvSpec& spec, int64_t n_blocks)
+    : opt_(options), kv_(spec, n_blocks), cache_(options.prefix_cache_entries) {
+  if (opt_.max_running < 1) throw std::invalid_argument("max_running must be >= 1");
+  if (opt_.max_batch_tokens <= opt_.max_running)
+    throw std::invalid_argument("max_batch_tokens (" + std::to_string(opt_.max_batch_tokens) +
+                                ") must exceed max_running (" + std::to_string(opt_.max_running) +
+                                ") so that prefill chunks progress while every decoder runs");
+}
+
+void Scheduler::add(Request* r) {
+  r->phase = Phase::kWaiting;
+  waiting_.push_back(r);
+}
+
+std::vector<StateOp> Scheduler::take_state_ops() {
+  std::vector<StateOp> out;
+  out.swap(ops_);
+  return out;
+}
+
+int64_t Scheduler::cached_blocks() const {
+  int64_t n = 0;
+  for (kv::OwnerId o : kv_.owners())
+    if (o & kSnapshotBit) n += kv_.held(o);
+  return n;
+}
+
+// Decode tokens first (one per decoder), then what is left to running prefills, oldest first.
+std::vector<int64_t> Scheduler::plan_running() const {
+  std::vector<int64_t> plan(running_.size(), 0);
+  int64_t budget = opt_.max_batch_tokens;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i)
+    if (running_[i]->remaining() == 1) {
+      plan[i] = 1;
+      --budget;
+    }
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i)
+    if (running_[i]->remaining() > 1) {
+      plan[i] = std::min(running_[i]->remaining(), budget);
+      budget -= plan[i];
+    }
+  return plan;
+}
+
+void Scheduler::preempt(Request* victim) {
+  // Victims are always the newest running request: the back of running_.
+  running_.pop_back();
+  kv_.free(victim->id);
+  ops_.push_back({StateOp::Kind::kFree, victim->id, 0});
+  victim->num_computed = 0;
+  victim->num_cached = 0;
+  victim->prefix_checked = false;
+  victim->phase = Phase::kWaiting;
+  ++victim->n_preemptions;
+  ++counters_.preemptions;
+  waiting_.push_front(victim);
+}
+
+bool Scheduler::evict_one_snapshot() {
+  auto snap = cache_.oldest();
+  if (!snap) return false;
+  cache_.erase(*snap);
+  kv_.free(*snap | kSnapshotBit);
+  ops_.push_back({StateOp::Kind::kDropSnapshot, 0, *snap});
+  return true;
+}
+
+// Reserves blocks for r to reach num_computed + n tokens, evicting snapshots and then
+// preempting the newest running requests. False when r itself had to be preempted.
+bool Scheduler::reserve_running(Request* r, int64_t n, bool* preempted_self) {
+  while (!kv_.reserve(r->id, r->num_computed + n)) {
+    if (evict_one_snapshot()) continue;
+    Request* victim = running_.back();
+    preempt(victim);
+    if (victim == r) {
+      *preempted_self = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit) {
+  cache_.erase(hit.snapshot_id);
+  kv_.transfer(hit.snapshot_id | kSnapshotBit, r->id);
+  ops_.push_back({StateOp::Kind::kRestoreSnapshot, r->id, hit.snapshot_id});
+  r->num_computed = hit.n_tokens;
+  r->num_cached = std::min(hit.n_tokens, r->n_prompt);
+  ++counters_.prefix_hits;
+  counters_.prefix_hit_tokens += uint64_t(r->num_cached);
+}
+
+// Admits the head of the queue if its first chunk fits (free blocks plus evictable
+// snapshots); never preempts running requests for a newcomer.
+bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
+  std::optional<kv::PrefixCache::Hit> hit;
+  if (cache_.max_entries() > 0 && r->num_computed == 0) hit = cache_.lookup(r->tokens);
+  const int64_t start = hit ? hit->n_tokens : 0;
+  const int64_t n = std::min(r->num_tokens() - start, budget_left);
+  const int64_t have = hit ? kv_.held(hit->snapshot_id | kSnapshotBit) : 0;
+  const int64_t need = kv_.spec().blocks_for(start + n) - have;
+  if (need > kv_.free_blocks() + (cached_blocks() - have)) return false;
+  if (cache_.max_entries() > 0 && !r->prefix_checked) ++counters_.prefix_queries;
+  r->prefix_checked = true;
+  if (hit) restore_snapshot(r, *hit);
+  while (!kv_.reserve(r->id, r->num_computed + n))
+    if (!evict_one_snapshot()) throw std::logic_error("scheduler: admission check and KV pool disagree");
+  waiting_.pop_front();
+  r->phase = Phase::kRunning;
+  running_.push_back(r);
+  *n_scheduled = n;
+  return true;
+}
+
+std::vector<ScheduledRequest> Scheduler::schedule() {
+  std::vector<ScheduledRequest> out;
+  const std::vector<int64_t> plan = plan_running();
+  bool preempted = false;
+  int64_t used = 0;
+  // Oldest first; preemption only ever removes from the back, behind the cursor.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request* r = running_[i];
+    const int64_t n = plan[i];
+    if (n == 0) continue;
+    const size_t before = running_.size();
+    bool self = false;
+    const bool ok = reserve_running(r, n, &self);
+    if (running_.size() != before) preempted = true;
+    if (!ok) break;
+    out.push_back({r, n});
+    used += n;
+  }
+  if (preempted) return out;
+  while (!waiting_.empty() && used < opt_.max_batch_tokens && int64_t(running_.size()) < opt_.max_running) {
+    Request* r = waiting_.front();
+    int64_t n = 0;
+    if (!admit(r, opt_.max_batch_tokens - used, &n)) break;
+    out.push_back({r, n});
+    used += n;
+  }
+  return out;
+}
+
+void Scheduler::finish(Request* r, bool keep_snapshot) {
+  if (r->phase == Phase::kWaiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  } else if (r->phase == Phase::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), r));
+    if (keep_snapshot && cache_.max_entries() > 0 && r->num_computed > 0) {
+      const uint64_t snap = next_snapshot_++;
+      kv_.transfer(r->id, snap | kSnapshotBit);
+      ops_.push_back({StateOp::Kind::kSaveSnapshot, r->id, snap});
+      std::vector<int32_t> toks(r->tokens.begin(), r->tokens.begin() + r->num_computed);
+      for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {
+        kv_.free(evicted | kSnapshotBit);
+        ops_.push_back({StateOp::Kind::kDropSnapshot, 0, evicted});
+      }
+    } else {
+      kv_.free(r->id);
+      ops_.push_back({StateOp::Kind::kFree, r->id, 0});
+    }
+  }
+  r->phase = Phase::kFinished;
+}
+
+bool Scheduler::check_integrity(std::string* why) const {
+  if (!kv_.check_integrity(why)) return false;
+  auto fail = [&](const std::string& m) {
+    if (why) *why = m;
+    return false;
+  };
+  int64_t owners_seen = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Request* r = running_[i];
+    if (r->phase != Phase::kRunning) return fail("running request not in running phase");
+    if (i > 0 && running_[i - 1]->arrival >= r->arrival) return fail("running requests out of arrival order");
+    if (kv_.held(r->id) != kv_.spec().blocks_for(r->num_computed))
+      return fail("request " + std::to_string(r->id) + " holds " + std::to_string(kv_.held(r->id)) +
+                  " blocks for " + std::to_string(r->num_computed) + " tokens");
+    ++owners_seen;
+  }
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    const Request* r = waiting_[i];
+    if (r->phase != Phase::kWaiting) return fail("waiting request not in waiting phase");
+    if (kv_.held(r->id) != 0) return fail("waiting request holds blocks");
+    if (i > 0 && waiting_[i - 1]->arrival >= r->arrival) return fail("waiting requests out of arrival order");
+    if (!running_.empty() && running_.back()->arrival >= r->arrival)
+      return fail("a waiting request is older than a running one");
+  }
+  for (kv::OwnerId o : kv_.owners())
+    if (o & kSnapshotBit) ++owners_seen;
+  if (owners_seen != int64_t(kv_.owners().size())) return fail("blocks held by an owner that is neither running nor cached");
+  if (cache_.size() > cache_.max_entries()) return fail("prefix cache over its entry limit");
+  return true;
+}
+
+}  // namespace deepinfer::engine

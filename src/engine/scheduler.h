@@ -1,0 +1,92 @@
+// The token-budget scheduler (vLLM v1 style: it speaks tokens, not phases). Each step
+// hands out at most max_batch_tokens tokens:
+//   1. running requests first, decode tokens before prefill chunks (a decoder costs one
+//      token, so decoders are never starved by a long prompt); the remaining budget goes to
+//      running prefills oldest first (chunked prefill);
+//   2. then waiting requests, strictly FCFS (the head is never overtaken, so a long prompt
+//      cannot be starved by short ones), if no preemption happened this step.
+// KV blocks are reserved before a chunk is scheduled. When the pool is short: evict
+// prefix-cache snapshots (LRU), then preempt the newest running request (its state is
+// dropped; it goes back to the head of the queue and later recomputes prompt + output).
+// The oldest running request is therefore never preempted by others and, since
+// max_model_len fits the pool, always progresses.
+//
+// Ordering invariant (checked by check_integrity): running requests are sorted by arrival,
+// waiting requests too, and every running request arrived before every waiting one.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request_state.h"
+#include "engine/runner.h"
+#include "kv/kv_manager.h"
+#include "kv/prefix_cache.h"
+
+namespace deepinfer::engine {
+
+struct SchedulerOptions {
+  int64_t max_batch_tokens = 512;   // must exceed max_running so prefills always progress
+  int64_t max_running = 32;
+  int64_t prefix_cache_entries = 8;
+};
+
+struct ScheduledRequest {
+  Request* req = nullptr;
+  int64_t n_tokens = 0;
+};
+
+struct SchedulerCounters {
+  uint64_t preemptions = 0;
+  uint64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  // Throws std::invalid_argument for max_batch_tokens <= max_running or non-positive limits.
+  Scheduler(const SchedulerOptions& options, const kv::KvSpec& spec, int64_t n_blocks);
+
+  void add(Request* r);
+  std::vector<ScheduledRequest> schedule();
+  // Removes a finished or cancelled request. With keep_snapshot, a running request's state
+  // becomes a prefix-cache snapshot instead of being freed.
+  void finish(Request* r, bool keep_snapshot);
+  // State changes for the runner, in the order they were decided.
+  std::vector<StateOp> take_state_ops();
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  const std::vector<Request*>& running() const { return running_; }
+  const std::deque<Request*>& waiting() const { return waiting_; }
+  const kv::KvManager& kv() const { return kv_; }
+  const kv::PrefixCache& prefix_cache() const { return cache_; }
+  int64_t cached_blocks() const;  // held by snapshots
+  const SchedulerCounters& counters() const { return counters_; }
+  const SchedulerOptions& options() const { return opt_; }
+
+  // KV integrity, block tables that match each request's computed tokens, and the ordering
+  // invariant above.
+  bool check_integrity(std::string* why = nullptr) const;
+
+  static constexpr uint64_t kSnapshotBit = uint64_t(1) << 63;
+
+ private:
+  std::vector<int64_t> plan_running() const;
+  bool reserve_running(Request* r, int64_t n_tokens, bool* preempted_self);
+  bool admit(Request* r, int64_t budget_left, int64_t* n_scheduled);
+  void preempt(Request* victim);
+  bool evict_one_snapshot();
+  void restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit);
+
+  SchedulerOptions opt_;
+  kv::KvManager kv_;
+  kv::PrefixCache cache_;
+  std::vector<Request*> running_;
+  std::deque<Request*> waiting_;
+  std::vector<StateOp> ops_;
+  SchedulerCounters counters_;
+  uint64_t next_snapshot_ = 1;
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,42 @@
+#include "kv/prefix_cache.h"
+
+#include <algorithm>
+
+namespace deepinfer::kv {
+
+std::optional<PrefixCache::Hit> PrefixCache::lookup(const std::vector<int32_t>& tokens) const {
+  std::optional<Hit> best;
+  for (const Entry& e : entries_) {
+    if (e.tokens.empty() || e.tokens.size() >= tokens.size()) continue;
+    if (best && int64_t(e.tokens.size()) <= best->n_tokens) continue;
+    if (std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) best = Hit{e.id, int64_t(e.tokens.size())};
+  }
+  return best;
+}
+
+std::vector<uint64_t> PrefixCache::insert(uint64_t snapshot_id, std::vector<int32_t> tokens) {
+  entries_.push_back(Entry{snapshot_id, std::move(tokens), ++clock_});
+  std::vector<uint64_t> evicted;
+  while (int64_t(entries_.size()) > max_entries_) {
+    auto id = oldest();
+    evicted.push_back(*id);
+    erase(*id);
+  }
+  return evicted;
+}
+
+bool PrefixCache::erase(uint64_t snapshot_id) {
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.id == snapshot_id; });
+  if (it == entries_.end()) return false;
+  entries_.erase(it);
+  return true;
+}
+
+std::optional<uint64_t> PrefixCache::oldest() const {
+  if (entries_.empty()) return std::nullopt;
+  auto it = std::min_element(entries_.begin(), entries_.end(),
+                             [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+  return it->id;
+}
+
+}  // namespace deepinfer::kv

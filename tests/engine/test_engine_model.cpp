@@ -1,0 +1,175 @@
+// The engine over the real tiny model (tiny-v4-c): a prompt alone and inside a busy mixed
+// batch gives the same greedy tokens and logits; recompute after preemption and reuse of a
+// prefix-cache snapshot change nothing; the threaded public Engine streams and cancels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "deepinfer/engine.h"
+#include "engine/engine_core.h"
+#include "engine/model_runner.h"
+#include "harness.h"
+
+using namespace deepinfer;
+using namespace deepinfer::engine;
+using namespace deepinfer::engine::testing;
+
+namespace {
+
+std::string model_dir() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
+
+std::vector<int32_t> prompt(int64_t n, int32_t salt) {
+  std::vector<int32_t> v{0};  // BOS
+  for (int64_t i = 1; i < n; ++i) v.push_back(int32_t((i * 37 + salt * 101) % 1000 + 3));
+  return v;
+}
+
+struct ModelCore {
+  std::unique_ptr<EngineCore> core;
+  std::map<uint64_t, std::shared_ptr<Collector>> sinks;
+  std::map<uint64_t, std::vector<std::vector<float>>> rows;  // logits rows seen per request
+  uint64_t next_id = 1;
+
+  ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0) {
+    auto runner = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, "reference", "cpu");
+    const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
+    EngineCoreOptions o;
+    o.max_model_len = 1024;
+    o.eos_token_id = 1;
+    o.scheduler.max_batch_tokens = budget;
+    o.scheduler.max_running = max_running;
+    o.scheduler.prefix_cache_entries = cache;
+    core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(runner));
+    core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
+  }
+  uint64_t submit(std::vector<int32_t> p, SamplingParams sp) {
+    const uint64_t id = next_id++;
+    sinks[id] = std::make_shared<Collector>();
+    core->add(id, GenerateRequest{std::move(p), sp}, sinks[id], Clock::now());
+    return id;
+  }
+  void run() {
+    while (core->has_work()) {
+      core->step();
+      std::string why;
+      ASSERT_TRUE(core->scheduler().check_integrity(&why)) << why;
+    }
+  }
+};
+
+float max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0.0f;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) m = std::max(m, std::fabs(a[i][j] - b[i][j]));
+  return m;
+}
+
+}  // namespace
+
+TEST(EngineModel, AloneAndInABusyMixedBatchAgree) {
+  const auto p = prompt(70, 1);
+  ModelCore alone(512, 8);
+  const uint64_t a = alone.submit(p, greedy(12));
+  alone.run();
+
+  // Budget 24: the prompt is prefilled in chunks next to decoders and other prefills.
+  ModelCore busy(24, 6);
+  SamplingParams noisy;
+  noisy.temperature = 0.9f;
+  noisy.top_p = 0.9f;
+  noisy.seed = 7;
+  noisy.max_tokens = 20;
+  noisy.ignore_eos = true;
+  busy.submit(prompt(9, 2), greedy(30));
+  busy.submit(prompt(40, 3), noisy);
+  busy.core->step();
+  busy.core->step();
+  const uint64_t b = busy.submit(p, greedy(12));
+  busy.submit(prompt(55, 4), noisy);
+  busy.submit(prompt(3, 5), greedy(25));
+  busy.run();
+
+  EXPECT_EQ(alone.sinks[a]->tokens(), busy.sinks[b]->tokens());
+  EXPECT_EQ(alone.sinks[a]->tokens().size(), 12u);
+  EXPECT_LE(max_abs_diff(alone.rows[a], busy.rows[b]), 1e-5f);
+}
+
+TEST(EngineModel, PreemptionAndPrefixReuseChangeNothing) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(prompt(50 + 4 * i, i + 10));
+  ModelCore roomy(256, 8);
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(roomy.submit(p, greedy(24)));
+  roomy.run();
+
+  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(v4::Model::load(model_dir())->config()), 64);
+  ModelCore tight(256, 8, 2 * spec.fixed_blocks + 2, 2);  // two admitted, not both grown past 64
+  std::vector<uint64_t> tids;
+  for (const auto& p : prompts) tids.push_back(tight.submit(p, greedy(24)));
+  tight.run();
+  EXPECT_GT(tight.core->stats().preemptions_total, 0u);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(roomy.sinks[ids[i]]->tokens(), tight.sinks[tids[i]]->tokens()) << i;
+    EXPECT_LE(max_abs_diff(roomy.rows[ids[i]], tight.rows[tids[i]]), 1e-5f) << i;
+  }
+
+  // Follow-up turn: old prompt + output + new tokens. Served from the snapshot vs. cold.
+  std::vector<int32_t> turn2 = prompts[3];
+  for (int32_t t : tight.sinks[tids[3]]->tokens()) turn2.push_back(t);
+  for (int32_t t : {7, 8, 9}) turn2.push_back(t);
+  const uint64_t warm = tight.submit(turn2, greedy(10));
+  tight.run();
+  EXPECT_EQ(tight.core->stats().prefix_cache_hits, 1u);
+  EXPECT_EQ(tight.sinks[warm]->events.back().usage.cached_tokens, int64_t(prompts[3].size() + 23));
+  ModelCore cold(256, 8);
+  const uint64_t c = cold.submit(turn2, greedy(10));
+  cold.run();
+  EXPECT_EQ(tight.sinks[warm]->tokens(), cold.sinks[c]->tokens());
+  EXPECT_LE(max_abs_diff(tight.rows[warm], cold.rows[c]), 1e-5f);
+}
+
+TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
+  EngineOptions o;
+  o.model_dir = model_dir();
+  o.threads = 1;
+  o.num_kv_blocks = 2000;
+  auto eng = Engine::create(o);
+  EXPECT_EQ(eng->info().vocab_size, 1024);
+  EXPECT_EQ(eng->info().max_model_len, (2000 - eng->info().kv_fixed_blocks_per_seq) * 64);
+  auto s = eng->submit(GenerateRequest{prompt(20, 1), greedy(16)});
+  std::vector<int32_t> got;
+  for (;;) {
+    auto ev = s->next(std::chrono::seconds(30));
+    ASSERT_TRUE(ev);
+    for (const auto& t : ev->tokens) got.push_back(t.token);
+    if (ev->finished) {
+      EXPECT_EQ(ev->finish_reason, FinishReason::kLength);
+      EXPECT_EQ(ev->usage.completion_tokens, 16);
+      EXPECT_EQ(ev->usage.prompt_tokens, 20);
+      break;
+    }
+  }
+  EXPECT_EQ(got.size(), 16u);
+  auto long_one = eng->submit(GenerateRequest{prompt(20, 2), greedy(900)});
+  auto first = long_one->next(std::chrono::seconds(30));
+  ASSERT_TRUE(first);
+  long_one->cancel();
+  for (;;) {
+    auto ev = long_one->next(std::chrono::seconds(30));
+    ASSERT_TRUE(ev);
+    if (ev->finished) {
+      EXPECT_EQ(ev->finish_reason, FinishReason::kAbort);
+      EXPECT_LT(ev->usage.completion_tokens, 900);
+      break;
+    }
+  }
+  auto bad = eng->submit(GenerateRequest{{5000}, greedy(1)});
+  auto ev = bad->next(std::chrono::seconds(30));
+  ASSERT_TRUE(ev && ev->finished);
+  EXPECT_EQ(ev->error.code, ErrorCode::kInvalidRequest);
+  const EngineStats st = eng->stats();
+  EXPECT_EQ(st.requests_finished_abort, 1u);
+  EXPECT_GE(st.generation_tokens_total, 17u);
+}

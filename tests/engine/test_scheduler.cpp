@@ -1,0 +1,261 @@
+// The token-budget scheduler and the step loop over a fake runner: budget sharing, decode
+// priority, chunked prefill, preemption by recompute, prefix-cache reuse, cancellation,
+// stop conditions, and a property test over random workloads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "harness.h"
+
+using namespace deepinfer;
+using namespace deepinfer::engine;
+using namespace deepinfer::engine::testing;
+
+namespace {
+
+SchedulerOptions opts(int64_t budget, int64_t max_running, int64_t cache = 0) {
+  SchedulerOptions o;
+  o.max_batch_tokens = budget;
+  o.max_running = max_running;
+  o.prefix_cache_entries = cache;
+  return o;
+}
+
+int64_t scheduled_tokens(const FakeRunner& r, uint64_t id) {
+  for (const auto& [s, n] : r.last_step)
+    if (s == id) return n;
+  return 0;
+}
+
+}  // namespace
+
+TEST(Scheduler, BudgetMustExceedMaxRunning) {
+  EXPECT_THROW(Scheduler(opts(8, 8), small_spec(), 100), std::invalid_argument);
+  EXPECT_NO_THROW(Scheduler(opts(9, 8), small_spec(), 100));
+}
+
+TEST(Scheduler, DecodesFirstThenChunkedPrefillShareTheBudget) {
+  Harness h(10000, opts(64, 4));
+  const uint64_t a = h.submit(ramp(10), greedy(20));
+  h.core->step();
+  EXPECT_EQ(scheduled_tokens(*h.runner, a), 10);
+  const uint64_t b = h.submit(ramp(200), greedy(5));
+  h.core->step();
+  EXPECT_EQ(scheduled_tokens(*h.runner, a), 1);   // the decoder keeps its token
+  EXPECT_EQ(scheduled_tokens(*h.runner, b), 63);  // the long prompt takes the rest
+  h.core->step();
+  EXPECT_EQ(scheduled_tokens(*h.runner, a), 1);
+  EXPECT_EQ(scheduled_tokens(*h.runner, b), 63);
+  h.run();
+  EXPECT_EQ(h.sinks[a]->tokens().size(), 20u);
+  EXPECT_EQ(h.sinks[b]->tokens().size(), 5u);
+  EXPECT_EQ(h.sinks[a]->reason(), FinishReason::kLength);
+}
+
+TEST(Scheduler, ChunkingDoesNotChangeTheOutput) {
+  std::vector<int32_t> want;
+  for (int64_t budget : {8, 33, 1000}) {
+    Harness h(10000, opts(budget, 4));
+    const uint64_t id = h.submit(ramp(150), greedy(12));
+    h.run();
+    if (want.empty()) want = h.sinks[id]->tokens();
+    EXPECT_EQ(h.sinks[id]->tokens(), want) << "budget " << budget;
+  }
+}
+
+TEST(Scheduler, PreemptionRecomputesAndGivesTheSameTokens) {
+  // Reference: plenty of memory.
+  std::map<int, std::vector<int32_t>> want;
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.seed = 1234;
+  sampled.max_tokens = 40;
+  sampled.ignore_eos = true;
+  auto workload = [&](Harness& h) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 6; ++i) ids.push_back(h.submit(ramp(30 + 20 * i, int32_t(i + 2)), i % 2 ? sampled : greedy(40)));
+    return ids;
+  };
+  {
+    Harness h(100000, opts(64, 8));
+    auto ids = workload(h);
+    h.run();
+    for (int i = 0; i < 6; ++i) want[i] = h.sinks[ids[size_t(i)]]->tokens();
+    EXPECT_EQ(h.core->stats().preemptions_total, 0u);
+  }
+  // Tight: two sequences fit when admitted, not when grown, so the newest is preempted.
+  const kv::KvSpec s = small_spec();
+  Harness h(2 * s.fixed_blocks + 6, opts(64, 8), 700);
+  auto ids = workload(h);
+  h.run();
+  EXPECT_GT(h.core->stats().preemptions_total, 0u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(h.sinks[ids[size_t(i)]]->tokens(), want[i]) << "request " << i;
+  EXPECT_EQ(h.core->scheduler().kv().used_blocks(), 0);
+}
+
+TEST(Scheduler, PrefixCacheServesAnExtendingPrompt) {
+  Harness h(10000, opts(64, 4, 4));
+  const uint64_t a = h.submit(ramp(40), greedy(8));
+  h.run();
+  std::vector<int32_t> turn2 = ramp(40);
+  for (int32_t t : h.sinks[a]->tokens()) turn2.push_back(t);
+  turn2.push_back(5);
+  turn2.push_back(9);
+  const uint64_t b = h.submit(turn2, greedy(6));
+  h.core->step();
+  // 40 prompt + 7 fed outputs came from the snapshot; only the rest is computed.
+  EXPECT_EQ(scheduled_tokens(*h.runner, b), int64_t(turn2.size()) - 47);
+  h.run();
+  const EngineStats st = h.core->stats();
+  EXPECT_EQ(st.prefix_cache_hits, 1u);
+  EXPECT_EQ(st.prefix_cache_hit_tokens, 47u);
+  EXPECT_EQ(h.sinks[b]->events.back().usage.cached_tokens, 47);
+  // Same tokens as without the cache.
+  Harness cold(10000, opts(64, 4, 0));
+  const uint64_t c = cold.submit(turn2, greedy(6));
+  cold.run();
+  EXPECT_EQ(h.sinks[b]->tokens(), cold.sinks[c]->tokens());
+}
+
+TEST(Scheduler, CancelWaitingAndRunning) {
+  Harness h(10000, opts(16, 2));
+  const uint64_t a = h.submit(ramp(100), greedy(50));
+  const uint64_t b = h.submit(ramp(10), greedy(50));
+  const uint64_t c = h.submit(ramp(10), greedy(50));
+  h.core->step();
+  h.core->step();
+  h.core->abort(a);  // running (mid-prefill)
+  h.core->abort(c);  // waiting
+  h.core->abort(777);
+  h.check();
+  EXPECT_EQ(h.sinks[a]->reason(), FinishReason::kAbort);
+  EXPECT_EQ(h.sinks[c]->reason(), FinishReason::kAbort);
+  h.run();
+  EXPECT_EQ(h.sinks[b]->reason(), FinishReason::kLength);
+  EXPECT_TRUE(h.runner->seqs.empty());
+}
+
+TEST(Scheduler, StopConditions) {
+  Harness probe(10000, opts(64, 4));
+  const uint64_t p = probe.submit(ramp(12), greedy(10));
+  probe.run();
+  const std::vector<int32_t> out = probe.sinks[p]->tokens();
+  ASSERT_EQ(out.size(), 10u);
+
+  Harness h(10000, opts(64, 4));
+  SamplingParams stop_tok = greedy(10);
+  stop_tok.stop_token_ids = {out[3]};
+  SamplingParams stop_str = greedy(10);
+  stop_str.stop = {"<" + std::to_string(out[4]) + "><" + std::to_string(out[5]) + ">"};  // spans two tokens
+  SamplingParams eos = greedy(10);
+  eos.ignore_eos = false;
+  const uint64_t a = h.submit(ramp(12), stop_tok);
+  const uint64_t b = h.submit(ramp(12), stop_str);
+  Harness he(10000, opts(64, 4), 2048, out[2]);  // EOS = the third output token
+  const uint64_t c = he.submit(ramp(12), eos);
+  h.run();
+  he.run();
+  auto first = [&](size_t n) { return std::vector<int32_t>(out.begin(), out.begin() + long(n)); };
+  EXPECT_EQ(h.sinks[a]->tokens(), first(4));
+  EXPECT_EQ(h.sinks[a]->events.back().stop_token, out[3]);
+  EXPECT_TRUE(h.sinks[a]->events.back().tokens.back().is_stop_token);
+  EXPECT_EQ(h.sinks[b]->tokens(), first(6));
+  EXPECT_EQ(h.sinks[b]->events.back().stop_string, stop_str.stop[0]);
+  EXPECT_EQ(he.sinks[c]->tokens(), first(3));
+  EXPECT_EQ(he.sinks[c]->reason(), FinishReason::kStop);
+}
+
+TEST(Scheduler, ValidationErrorsAreEventsNotCrashes) {
+  Harness h(10000, opts(64, 4), 100);
+  EXPECT_EQ(h.core->add(1, GenerateRequest{{}, greedy(1)}, std::make_shared<Collector>(), Clock::now()).code,
+            ErrorCode::kInvalidRequest);
+  EXPECT_EQ(h.core->add(2, GenerateRequest{ramp(100), greedy(1)}, std::make_shared<Collector>(), Clock::now()).code,
+            ErrorCode::kContextLengthExceeded);
+  EXPECT_EQ(h.core->add(3, GenerateRequest{ramp(50), greedy(60)}, std::make_shared<Collector>(), Clock::now()).code,
+            ErrorCode::kContextLengthExceeded);
+  EXPECT_EQ(h.core->add(4, GenerateRequest{{1, 64}, greedy(1)}, std::make_shared<Collector>(), Clock::now()).code,
+            ErrorCode::kInvalidRequest);
+  SamplingParams p = greedy(1);
+  p.top_p = 1.5f;
+  auto sink = std::make_shared<Collector>();
+  EXPECT_EQ(h.core->add(5, GenerateRequest{{1, 2}, p}, sink, Clock::now()).param, "top_p");
+  ASSERT_TRUE(sink->finished());
+  EXPECT_EQ(sink->reason(), FinishReason::kError);
+  EXPECT_FALSE(h.core->has_work());
+  // No max_tokens: generation stops at the context length.
+  SamplingParams open = greedy(1);
+  open.max_tokens = -1;
+  const uint64_t id = h.submit(ramp(90), open);
+  h.run();
+  EXPECT_EQ(h.sinks[id]->tokens().size(), 10u);
+  EXPECT_EQ(h.sinks[id]->reason(), FinishReason::kLength);
+}
+
+// Random submissions, cancellations and memory pressure. After every step: KV integrity
+// (free + used == total, tables match computed tokens), ordering, and the oldest running
+// request was scheduled (nobody starves). At the end every request has finished.
+TEST(Scheduler, PropertyRandomWorkloads) {
+  uint64_t hits = 0, preemptions = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937 rng(seed);
+    const kv::KvSpec s = small_spec();
+    const int64_t max_len = 400;
+    const int64_t n_blocks = s.blocks_for(max_len) + int64_t(rng() % 60);
+    Harness h(n_blocks, opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 3)), max_len);
+    std::vector<uint64_t> live;
+    std::map<uint64_t, std::vector<int32_t>> prompts;
+    std::vector<std::vector<int32_t>> finished_tokens;  // prompt + output of finished requests
+    int submitted = 0;
+    for (int it = 0; it < 400 || h.core->has_work(); ++it) {
+      ASSERT_LT(it, 20000) << "seed " << seed << ": no progress";
+      if (it < 400 && rng() % 3 == 0) {
+        std::vector<int32_t> prompt;
+        if (!finished_tokens.empty() && rng() % 2) prompt = finished_tokens[rng() % finished_tokens.size()];
+        const int64_t extra = 1 + int64_t(rng() % 120);
+        for (int64_t i = 0; i < extra; ++i) prompt.push_back(int32_t(rng() % Harness::kVocab));
+        SamplingParams p = greedy(1 + int64_t(rng() % 40));
+        if (int64_t(prompt.size()) + p.max_tokens > max_len) prompt.erase(prompt.begin(), prompt.end() - extra);
+        if (rng() % 2) {
+          p.temperature = 1.0f;
+          p.seed = rng();
+        }
+        const uint64_t id = h.submit(prompt, p);
+        prompts[id] = prompt;
+        live.push_back(id);
+        ++submitted;
+      }
+      if (!live.empty() && rng() % 17 == 0) h.core->abort(live[rng() % live.size()]);
+      const auto& running = h.core->scheduler().running();
+      const uint64_t oldest = running.empty() ? 0 : running.front()->id;
+      h.core->step();
+      if (oldest) {
+        ASSERT_GT(scheduled_tokens(*h.runner, oldest), 0) << "seed " << seed << ": oldest request starved";
+      }
+      h.check();
+      for (auto i = live.begin(); i != live.end();) {
+        if (h.sinks[*i]->finished()) {
+          std::vector<int32_t> all = prompts[*i];
+          for (int32_t t : h.sinks[*i]->tokens()) all.push_back(t);
+          finished_tokens.push_back(all);
+          i = live.erase(i);
+        } else {
+          ++i;
+        }
+      }
+    }
+    for (const auto& [id, sink] : h.sinks) {
+      ASSERT_TRUE(sink->finished()) << "seed " << seed << " request " << id;
+      EXPECT_NE(sink->reason(), FinishReason::kError);
+    }
+    EXPECT_EQ(h.core->scheduler().kv().used_blocks(), h.core->scheduler().cached_blocks());
+    EXPECT_EQ(int64_t(h.runner->seqs.size()), 0);
+    EXPECT_EQ(int64_t(h.runner->snaps.size()), h.core->scheduler().prefix_cache().size());
+    EXPECT_GT(submitted, 50);
+    hits += h.core->stats().prefix_cache_hits;
+    preemptions += h.core->stats().preemptions_total;
+  }
+  EXPECT_GT(hits, 0u);
+  EXPECT_GT(preemptions, 0u);
+}
