@@ -39,7 +39,10 @@ using namespace deepinfer::tokenizer::testing;
 
 std::string ids_str(const std::vector<int32_t>& ids, std::size_t max = 40) {
   std::string s;
-  for (std::size_t i = 0; i < ids.size() && i < max; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size() && i < max; ++i) {
+    if (i) s.push_back(' ');
+    s.append(std::to_string(ids[i]));
+  }
   if (ids.size() > max) s += " ... (" + std::to_string(ids.size()) + " ids)";
   return s;
 }
@@ -107,8 +110,8 @@ TEST(TokenizerCorpus, DeepSeekV4PreTokensMatchHuggingFace) {
     const std::vector<std::string> got = tok.pre_tokenize(cases[i].text);
     if (got != want && failures++ < 10) {
       std::string w, g;
-      for (const auto& p : want) w += "[" + to_hex(p) + "]";
-      for (const auto& p : got) g += "[" + to_hex(p) + "]";
+      for (const auto& p : want) w.append("[").append(to_hex(p)).append("]");
+      for (const auto& p : got) g.append("[").append(to_hex(p)).append("]");
       ADD_FAILURE() << cases[i].name << "\n  want " << w.substr(0, 400) << "\n  got  " << g.substr(0, 400);
     }
   }
@@ -350,7 +353,10 @@ TEST(TokenizerCli, TokenizeAndDetokenize) {
   ASSERT_EQ(status, 0) << out;
   const auto ids = test_tokenizer("v4").encode(text);
   std::string want;
-  for (std::size_t i = 0; i < ids.size(); ++i) want += (i ? " " : "") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) want.push_back(' ');
+    want.append(std::to_string(ids[i]));
+  }
   EXPECT_EQ(out, want + "\n");
   // stdin, and a directory as --model
   const std::string out2 = run_cli("tokenize --model " + tok_json + " < " + tmp, status);
