@@ -128,3 +128,19 @@ TEST(Cli, MalformedCheckpointsGiveOneClearError) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
 }
+
+// Text in: generate --prompt streams text; chat renders turns with the DeepSeek encoder.
+TEST(Cli, TextPromptAndChat) {
+  const std::string model = " --model " + shared_model("tiny-v4-c") + " --numerics float";
+  Result r = run("generate" + model + " --prompt 'Hello world' -n 5");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("generate" + model + " --prompt 'Hello' --tokens-file /dev/null");
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = run("chat" + model + " -n 4 < /dev/null");
+  EXPECT_EQ(r.code, 0) << r.output;
+  Scratch s;
+  std::string turns = s.file("turns.txt", "Hi\nAnd again\n");
+  r = run("chat" + model + " -n 4 --thinking < " + turns);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[thinking]"), std::string::npos) << r.output;
+}

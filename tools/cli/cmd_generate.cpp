@@ -1,41 +1,71 @@
-// deepinfer generate --model DIR --tokens-file F -n N [--numerics ...] [--threads N]
-// Prints the greedy continuation (ties to the lowest id, no EOS stop) as ids on one line.
+// deepinfer generate [--model DIR] (--tokens-file F | --prompt TEXT) -n N [--numerics ...] [--threads N]
+// Greedy continuation (ties to the lowest id).
+//   --tokens-file: prints the N continuation ids on one line (no EOS stop): the stable
+//                  contract other tools and checks use.
+//   --prompt:      the text is tokenized with the model's tokenizer.json (BOS prepended, special
+//                  token strings matched) and the continuation is streamed as text; stops at EOS.
 #include <cstdio>
+#include <optional>
 
 #include "args.h"
 #include "command.h"
 #include "model_cli.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
 namespace {
 
+using tokenizer::IncrementalDetokenizer;
+using tokenizer::Tokenizer;
+
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "-n", "--numerics", "--threads", "--kernels"});
+  Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels"});
   const long n = args.get_int("-n", 16);
   if (n < 0) throw ArgError("-n must be >= 0");
+  const bool text_mode = args.get("--prompt").has_value();
+  if (text_mode == args.get("--tokens-file").has_value()) throw ArgError("give exactly one of --tokens-file or --prompt");
   const Compute compute = compute_args(args);
   const v4::Numerics& num = compute.num;
-  auto tokens = read_token_file(args.require("--tokens-file"));
   auto model = load_model_arg(args);
   model->check_numerics(num);
-  const int64_t V = model->config().vocab_size;
+  const v4::Config& cfg = model->config();
+  std::optional<Tokenizer> tok;
+  std::vector<int32_t> tokens;
+  if (text_mode) {
+    tok = Tokenizer::from_file(model_dir_arg(args) + "/tokenizer.json");
+    tokens.push_back(int32_t(cfg.bos_token_id));
+    auto ids = tok->encode(*args.get("--prompt"));
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  } else {
+    tokens = read_token_file(*args.get("--tokens-file"));
+  }
+  const int64_t V = cfg.vocab_size;
   auto st = model->new_sequence();
-  std::vector<float> logits;
-  run_chunked(*model, tokens, 0, st, num, &logits);
-  int32_t next = argmax_lowest(&logits[(tokens.size() - 1) * V], V);
   std::vector<float> row(V);
+  model->forward_batch({v4::SequenceChunk{tokens.data(), int64_t(tokens.size()), &st, row.data(), false}}, num);
+  int32_t next = argmax_lowest(row.data(), V);
   std::string line;
+  std::optional<IncrementalDetokenizer> detok;
+  if (tok) detok.emplace(*tok, true);
   for (long i = 0; i < n; ++i) {
-    line += (i ? " " : "") + std::to_string(next);
+    if (detok) {
+      if (next == cfg.eos_token_id) break;
+      std::fputs(detok->push(next).c_str(), stdout);
+      std::fflush(stdout);
+    } else {
+      line += (i ? " " : "") + std::to_string(next);
+    }
     if (i + 1 == n) break;
     model->forward(&next, 1, st, num, row.data());
     next = argmax_lowest(row.data(), V);
   }
-  std::printf("%s\n", line.c_str());
+  if (detok) std::printf("%s\n", detok->flush().c_str());
+  else std::printf("%s\n", line.c_str());
   return 0;
 }
 
-CommandRegistration reg("generate", "greedy continuation of a token file", run);
+CommandRegistration reg("generate", "greedy continuation of token ids or a text prompt", run);
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -10,13 +10,15 @@
 
 namespace deepinfer::cli {
 
-std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
+std::string model_dir_arg(const Args& args) {
   std::string dir = args.get_or("--model", "");
-  if (dir.empty()) {
-    dir = default_model_dir();
-    log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", dir.c_str());
-  }
-  return v4::Model::load(dir);
+  return dir.empty() ? default_model_dir() : dir;
+}
+
+std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
+  if (!args.get("--model"))
+    log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", default_model_dir().c_str());
+  return v4::Model::load(model_dir_arg(args));
 }
 
 Compute compute_args(const Args& args) {

@@ -11,6 +11,7 @@
 namespace deepinfer::cli {
 
 // --model DIR, or the embedded default checkpoint when omitted.
+std::string model_dir_arg(const Args& args);
 std::unique_ptr<v4::Model> load_model_arg(const Args& args);
 // How to compute: --numerics reference|float (default reference), --threads N (default all
 // cores), --kernels cpu|ref (default cpu; ref is the slow scalar referee).
