@@ -63,6 +63,7 @@ struct alignas(64) Tables {
   uint8_t idx_dup_w[64];      // FP4: source byte c/2 into both bytes of word c
   uint8_t idx_dup_d[2][64];   // FP4: source byte c/2 into all bytes of dword c (cols 16h..)
   uint16_t idx_bf_f[2][32];   // bf16 word 16h + j -> high half of dword j
+  uint32_t e8m0[256];         // fp32 bits of 2^(b - 127), NaN for 0xff
 };
 
 constexpr Tables make_tables() {
@@ -94,6 +95,7 @@ constexpr Tables make_tables() {
       t.idx_bf_f[h][2 * j] = 0;
       t.idx_bf_f[h][2 * j + 1] = uint16_t(16 * h + j);
     }
+  for (int b = 0; b < 256; ++b) t.e8m0[b] = b == 0 ? 0x00400000u : b == 255 ? 0x7fc00000u : uint32_t(b) << 23;
   return t;
 }
 
@@ -111,8 +113,9 @@ inline uint32_t bits_of(float f) {
   std::memcpy(&b, &f, 4);
   return b;
 }
+
 // ue8m0 byte -> 2^(b-127), 0xff NaN (as e8m0_to_f32).
-inline float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
+inline float e8m0(uint8_t b) { return f32_of(kT.e8m0[b]); }
 
 inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
 inline uint32_t mask32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
@@ -142,7 +145,7 @@ inline __mmask16 in_range(__m512 v) {
 
 struct F32Dec {
   static constexpr int CH = 32, NF = 2, NB = 0;
-  static constexpr bool SCALED = false, BF16_TILES = false;
+  static constexpr bool SCALED = false, BF16_TILES = false, BLOCK_IS_CHUNK = false;
   struct Row {
     const float* p;
   };
@@ -165,7 +168,7 @@ struct F32Dec {
 
 struct Bf16Dec {
   static constexpr int CH = 32, NF = 2, NB = 0;
-  static constexpr bool SCALED = false, BF16_TILES = true;
+  static constexpr bool SCALED = false, BF16_TILES = true, BLOCK_IS_CHUNK = false;
   struct Row {
     const uint16_t* p;
   };
@@ -186,7 +189,7 @@ struct Bf16Dec {
 
 struct Fp8Dec {
   static constexpr int CH = 64, NF = 4, NB = 2;
-  static constexpr bool SCALED = true, BF16_TILES = true;
+  static constexpr bool SCALED = true, BF16_TILES = true, BLOCK_IS_CHUNK = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -229,7 +232,7 @@ struct Fp8Dec {
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 2, NB = 1;
-  static constexpr bool SCALED = true, BF16_TILES = true;
+  static constexpr bool SCALED = true, BF16_TILES = true, BLOCK_IS_CHUNK = true;  // needs K % 32 == 0
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -303,60 +306,102 @@ struct Vec<true> {
 
 // MR activation rows times NRW weight rows starting at n, fused decode + dot.
 template <class D, bool BF, int MR, int NRW>
-void gemv_group(const LinearCall& c, const D& d, int64_t n) {
+struct Gemv {
   using V = Vec<BF>;
   using T = typename V::T;
-  constexpr int NV = BF ? D::NB : D::NF;
-  typename D::Row row[NRW];
-  for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-  __m512 acc[MR][NRW];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
-  const int64_t K = c.K, bw = d.block();
-  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-    const int64_t k1 = min64(K, k0 + bw);
-    __m512 t[MR][NRW];
+  static constexpr int NV = BF ? D::NB : D::NF;
+
+  // Columns [k, k + nv) of every row into the block sums t (FULL: nv == CH).
+  template <bool FULL>
+  static inline void chunk(const LinearCall& c, const D& d, const typename D::Row* row, int64_t k, int64_t nv,
+                           __m512 (&t)[MR][NRW]) {
+    T xv[MR][NV];
     for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) t[m][r] = _mm512_setzero_ps();
-    for (int64_t k = k0; k < k1; k += D::CH) {
-      const int64_t nv = min64(D::CH, k1 - k);
-      T xv[MR][NV];
-      if (nv == D::CH) {
-        for (int m = 0; m < MR; ++m)
-          for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
-      } else {  // masked: x beyond the block must not meet the zero weights (inf * 0)
-        for (int m = 0; m < MR; ++m)
-          for (int v = 0; v < NV; ++v) xv[m][v] = V::load_n(c, m, k + v * V::W, nv - v * V::W);
-      }
-      for (int r = 0; r < NRW; ++r) {
-        T w[NV];
-        if constexpr (BF)
-          d.b16(row[r], k, nv, w);
-        else
-          d.f32(row[r], k, nv, w);
-        for (int v = 0; v < NV; ++v)
-          for (int m = 0; m < MR; ++m) t[m][r] = V::madd(t[m][r], w[v], xv[m][v]);
-      }
-    }
-    if constexpr (D::SCALED) {
-      for (int r = 0; r < NRW; ++r) {
-        const __m512 s = _mm512_set1_ps(d.scale(row[r], blk));
-        for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(t[m][r], s, acc[m][r]);
-      }
-    } else {
-      for (int m = 0; m < MR; ++m)
-        for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_add_ps(acc[m][r], t[m][r]);
+      for (int v = 0; v < NV; ++v)  // masked: x beyond the block must not meet the zero weights (inf * 0)
+        xv[m][v] = FULL ? V::load(c, m, k + v * V::W) : V::load_n(c, m, k + v * V::W, nv - v * V::W);
+    for (int r = 0; r < NRW; ++r) {
+      T w[NV];
+      if constexpr (BF)
+        d.b16(row[r], k, FULL ? int64_t(D::CH) : nv, w);
+      else
+        d.f32(row[r], k, FULL ? int64_t(D::CH) : nv, w);
+      for (int v = 0; v < NV; ++v)
+        for (int m = 0; m < MR; ++m) t[m][r] = V::madd(t[m][r], w[v], xv[m][v]);
     }
   }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NRW; ++r) c.y[m * c.N + n + r] = _mm512_reduce_add_ps(acc[m][r]);
-}
+
+  // Decoders whose chunk is their scale block (FP4: 32 columns, K a multiple of 32): one
+  // loop over blocks, two blocks per step into two accumulator sets (shorter FMA chains).
+  static void run_block_chunks(const LinearCall& c, const D& d, int64_t n) {
+    typename D::Row row[NRW];
+    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+    __m512 acc[2][MR][NRW];
+    for (int u = 0; u < 2; ++u)
+      for (int m = 0; m < MR; ++m)
+        for (int r = 0; r < NRW; ++r) acc[u][m][r] = _mm512_setzero_ps();
+    const int64_t nblk = c.K / D::CH;
+    for (int64_t blk = 0; blk < nblk; blk += 2) {
+      const int nu = blk + 1 < nblk ? 2 : 1;
+      for (int u = 0; u < nu; ++u) {
+        const int64_t k = (blk + u) * D::CH;
+        T xv[MR][NV];
+        for (int m = 0; m < MR; ++m)
+          for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
+        for (int r = 0; r < NRW; ++r) {
+          T w[NV];
+          if constexpr (BF)
+            d.b16(row[r], k, D::CH, w);
+          else
+            d.f32(row[r], k, D::CH, w);
+          const __m512 s = _mm512_set1_ps(d.scale(row[r], blk + u));
+          for (int m = 0; m < MR; ++m) {
+            __m512 t = V::madd(_mm512_setzero_ps(), w[0], xv[m][0]);
+            for (int v = 1; v < NV; ++v) t = V::madd(t, w[v], xv[m][v]);
+            acc[u][m][r] = _mm512_fmadd_ps(t, s, acc[u][m][r]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) c.y[m * c.N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m][r], acc[1][m][r]));
+  }
+
+  static void run(const LinearCall& c, const D& d, int64_t n) {
+    if constexpr (D::BLOCK_IS_CHUNK) return run_block_chunks(c, d, n);
+    typename D::Row row[NRW];
+    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+    __m512 acc[MR][NRW];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
+    const int64_t K = c.K, bw = d.block();
+    for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+      const int64_t k1 = min64(K, k0 + bw);
+      __m512 t[MR][NRW];
+      for (int m = 0; m < MR; ++m)
+        for (int r = 0; r < NRW; ++r) t[m][r] = _mm512_setzero_ps();
+      int64_t k = k0;
+      for (; k + D::CH <= k1; k += D::CH) chunk<true>(c, d, row, k, D::CH, t);
+      if (k < k1) chunk<false>(c, d, row, k, k1 - k, t);
+      if constexpr (D::SCALED) {
+        for (int r = 0; r < NRW; ++r) {
+          const __m512 s = _mm512_set1_ps(d.scale(row[r], blk));
+          for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(t[m][r], s, acc[m][r]);
+        }
+      } else {
+        for (int m = 0; m < MR; ++m)
+          for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_add_ps(acc[m][r], t[m][r]);
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) c.y[m * c.N + n + r] = _mm512_reduce_add_ps(acc[m][r]);
+  }
+};
 
 template <class D, bool BF, int MR, int NRW>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  for (; n + NRW <= n1; n += NRW) gemv_group<D, BF, MR, NRW>(c, d, n);
-  for (; n < n1; ++n) gemv_group<D, BF, MR, 1>(c, d, n);
+  for (; n + NRW <= n1; n += NRW) Gemv<D, BF, MR, NRW>::run(c, d, n);
+  for (; n < n1; ++n) Gemv<D, BF, MR, 1>::run(c, d, n);
 }
 
 template <class D, bool BF>
@@ -371,7 +416,7 @@ void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
 
 // ------------------------------------------------------------------------------ prefill (GEMM)
 
-constexpr int kMR = 4, kNR = 6;
+constexpr int kMR = 6, kNR = 4;
 
 // Exact fp32 weights of row n (code * block scale, as weight_decode_row), zero to Kp.
 template <class D>
@@ -397,77 +442,158 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
   for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
 }
 
-// fp32 row -> bf16 row (exact when in range); false if some value is out of range.
-bool row_to_bf16(const float* src, uint16_t* dst, int64_t Kp) {
-  __mmask16 ok = 0xffff;
-  for (int64_t k = 0; k < Kp; k += 32) {
-    const __m512 a = _mm512_loadu_ps(src + k), b = _mm512_loadu_ps(src + k + 16);
-    ok &= in_range(a) & in_range(b);
-    _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+// Scale bytes whose power of two keeps every nonzero code * scale (codes in [2^-9, 448])
+// inside the exact-product range [2^-40, 2^40].
+constexpr int kScaleLo = 127 - 31, kScaleHi = 127 + 22;
+
+// Exact bf16 weights of row n straight from the codes, zero to Kp. FP8 / FP4: the block
+// scale is added to the exponent of nonzero, non-NaN codes (exact); BF16: copied. Returns
+// false if a scale or BF16 value leaves the exact-product range (the tile then stays fp32).
+template <class D>
+bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, int64_t Kp) {
+  const int64_t K = c.K;
+  const __m512i magmask = _mm512_set1_epi16(0x7fff);
+  if constexpr (D::SCALED) {
+    const typename D::Row r = d.row(n);
+    const int64_t bw = d.block();
+    const __m512i nan = _mm512_set1_epi16(0x7fc0);
+    for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+      const int sb = r.s[blk];
+      if (sb < kScaleLo || sb > kScaleHi) return false;
+      const __m512i add = _mm512_set1_epi16(short((sb - 127) * 128));
+      const int64_t k1 = min64(K, k0 + bw);
+      for (int64_t k = k0; k < k1; k += D::CH) {
+        const int64_t nv = min64(D::CH, k1 - k);
+        __m512i w[D::NB];
+        d.b16(r, k, nv, w);
+        for (int v = 0; v < D::NB; ++v) {
+          const __m512i mag = _mm512_and_si512(w[v], magmask);
+          const __mmask32 live = _mm512_mask_cmpneq_epi16_mask(_mm512_test_epi16_mask(mag, mag), mag, nan);
+          w[v] = _mm512_mask_add_epi16(w[v], live, w[v], add);
+          if (nv == D::CH)
+            _mm512_storeu_si512(dst + k + 32 * v, w[v]);
+          else
+            _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
+        }
+      }
+    }
+  } else {  // BF16 weights
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(c.W->data) + n * K;
+    const __m512i lo = _mm512_set1_epi16(short(kBf16RangeLoBits >> 16));
+    const __m512i span = _mm512_set1_epi16(short((kBf16RangeHiBits - kBf16RangeLoBits) >> 16));
+    __mmask32 bad = 0;
+    for (int64_t k = 0; k < K; k += 32) {
+      const __m512i w = _mm512_maskz_loadu_epi16(mask32(K - k), src + k);
+      const __m512i mag = _mm512_and_si512(w, magmask);
+      bad |= _mm512_mask_cmpgt_epu16_mask(_mm512_test_epi16_mask(mag, mag), _mm512_sub_epi16(mag, lo), span);
+      _mm512_mask_storeu_epi16(dst + k, mask32(K - k), w);
+    }
+    if (bad) return false;
   }
-  return ok == 0xffff;
+  for (int64_t k = K; k < Kp; ++k) dst[k] = 0;
+  return true;
 }
 
-template <int MR, int NR>
-void micro_bf16(const uint16_t* x, int64_t xs, const uint16_t* w, int64_t ws, int64_t Kp, float* out) {
+// acc[MR][NR] (vector partial sums, kept in memory between K blocks) += x[MR rows] . w[NR
+// rows] over columns [k0, k1). Carrying the vectors keeps each lane's summation order that
+// of a single pass over K.
+template <int MR, int NR, bool BF>
+void micro(const void* xp, int64_t xs, const void* wp, int64_t ws, int64_t k0, int64_t k1, __m512* mem,
+           bool first) {
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < Kp; k += 32) {
-    __m512i xv[MR];
-    for (int m = 0; m < MR; ++m) xv[m] = load_i(x + m * xs + k);
-    for (int r = 0; r < NR; ++r) {
-      const __m512i wv = load_i(w + r * ws + k);
-      for (int m = 0; m < MR; ++m) acc[m][r] = dp(acc[m][r], xv[m], wv);
+    for (int r = 0; r < NR; ++r) acc[m][r] = first ? _mm512_setzero_ps() : _mm512_load_ps(mem + m * NR + r);
+  if constexpr (BF) {
+    const uint16_t* x = static_cast<const uint16_t*>(xp);
+    const uint16_t* w = static_cast<const uint16_t*>(wp);
+    for (int64_t k = k0; k < k1; k += 32) {
+      __m512i xv[MR];
+      for (int m = 0; m < MR; ++m) xv[m] = load_i(x + m * xs + k);
+      for (int r = 0; r < NR; ++r) {
+        const __m512i wv = load_i(w + r * ws + k);
+        for (int m = 0; m < MR; ++m) acc[m][r] = dp(acc[m][r], xv[m], wv);
+      }
+    }
+  } else {
+    const float* x = static_cast<const float*>(xp);
+    const float* w = static_cast<const float*>(wp);
+    for (int64_t k = k0; k < k1; k += 16) {
+      __m512 xv[MR];
+      for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * xs + k);
+      for (int r = 0; r < NR; ++r) {
+        const __m512 wv = _mm512_loadu_ps(w + r * ws + k);
+        for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(xv[m], wv, acc[m][r]);
+      }
     }
   }
   for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * NR + r] = _mm512_reduce_add_ps(acc[m][r]);
+    for (int r = 0; r < NR; ++r) _mm512_store_ps(mem + m * NR + r, acc[m][r]);
 }
 
-template <int MR, int NR>
-void micro_f32(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) {
-  __m512 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < Kp; k += 16) {
-    __m512 xv[MR];
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * xs + k);
-    for (int r = 0; r < NR; ++r) {
-      const __m512 wv = _mm512_loadu_ps(w + r * ws + k);
-      for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(xv[m], wv, acc[m][r]);
-    }
-  }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * NR + r] = _mm512_reduce_add_ps(acc[m][r]);
+// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d}.
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a b a b per 128
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
+static_assert(kNR == 4, "tile_rows_group reduces four weight rows at a time");
 
 // Tile height: about 512 KiB of fp32 tile, a multiple of kNR, at most 48 rows.
+constexpr int64_t kMaxTile = 48;
 int64_t tile_rows(int64_t Kp) {
   int64_t nt = (int64_t(512) * 1024 / (Kp * 4)) / kNR * kNR;
-  return nt < kNR ? kNR : nt > 48 ? 48 : nt;
+  return nt < kNR ? kNR : nt > kMaxTile ? kMaxTile : nt;
 }
 
 size_t gemm_scratch(const LinearCall& c) {
   const int64_t Kp = c.xs;
-  return size_t(Kp + tile_rows(Kp) * Kp) * sizeof(float);
+  return size_t(tile_rows(Kp) * Kp) * sizeof(float) + size_t(kMaxTile / kNR) * kMR * kNR * 64;
+}
+
+// y[m0 .. m0 + kMR, tile rows] for one activation row group: K blocks of kc columns (x block
+// and accumulators stay in L1, weight rows stream from the L2-resident tile).
+template <bool BF>
+void tile_rows_group(const LinearCall& c, const void* xg, const void* tile, int64_t rows, int64_t rows_p, int64_t kc,
+                     __m512* accs, int64_t m0, int64_t n_base) {
+  const int64_t Kp = c.xs, esize = BF ? 2 : 4;
+  const char* x = static_cast<const char*>(xg);
+  const char* t = static_cast<const char*>(tile);
+  for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
+    const int64_t k1 = min64(Kp, k0 + kc);
+    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR)
+      micro<kMR, kNR, BF>(x, Kp, t + r0 * Kp * esize, Kp, k0, k1, accs + (r0 / kNR) * kMR * kNR, k0 == 0);
+  }
+  const int64_t mv = min64(kMR, c.M - m0);
+  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+    const __m512* a = accs + (r0 / kNR) * kMR * kNR;
+    const int64_t rv = min64(kNR, rows - r0);
+    for (int64_t m = 0; m < mv; ++m) {
+      float* dst = c.y + (m0 + m) * c.N + n_base + r0;
+      const __m128 sums = reduce4(a[m * kNR], a[m * kNR + 1], a[m * kNR + 2], a[m * kNR + 3]);
+      if (rv == 4) {
+        _mm_storeu_ps(dst, sums);
+      } else {
+        alignas(16) float tmp[4];
+        _mm_store_ps(tmp, sums);
+        for (int64_t r = 0; r < rv; ++r) dst[r] = tmp[r];
+      }
+    }
+  }
 }
 
 template <class D>
 void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
-  const int64_t Kp = c.xs, NT = tile_rows(Kp), N = c.N, M = c.M;
-  float* rowbuf = static_cast<float*>(scratch);
-  float* tile = rowbuf + Kp;
+  const int64_t Kp = c.xs, NT = tile_rows(Kp), M = c.M;
+  float* tile = static_cast<float*>(scratch);
   uint16_t* tileb = reinterpret_cast<uint16_t*>(tile);  // bf16 tile reuses the fp32 space
-  alignas(64) float out[kMR * kNR];
+  __m512* accs = reinterpret_cast<__m512*>(tile + NT * Kp);
   for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
     const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
     bool bf = c.use_bf16 && D::BF16_TILES;
     if (bf) {
-      for (int64_t r = 0; r < rows && bf; ++r) {
-        decode_row_f32(c, d, nt0 + r, rowbuf, Kp);
-        bf = row_to_bf16(rowbuf, tileb + r * Kp, Kp);
-      }
+      for (int64_t r = 0; r < rows && bf; ++r) bf = decode_row_b16(c, d, nt0 + r, tileb + r * Kp, Kp);
       if (bf) std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
     }
     if (!bf) {
@@ -475,16 +601,10 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
       std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
     }
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int64_t mv = min64(kMR, M - m0);
-      for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-        if (bf)
-          micro_bf16<kMR, kNR>(c.xb + m0 * c.xs, c.xs, tileb + r0 * Kp, Kp, Kp, out);
-        else
-          micro_f32<kMR, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
-        const int64_t rv = min64(kNR, rows - r0);
-        for (int64_t m = 0; m < mv; ++m)
-          for (int64_t r = 0; r < rv; ++r) c.y[(m0 + m) * N + nt0 + r0 + r] = out[m * kNR + r];
-      }
+      if (bf)
+        tile_rows_group<true>(c, c.xb + m0 * Kp, tileb, rows, rows_p, 2048, accs, m0, nt0);
+      else
+        tile_rows_group<false>(c, c.xf + m0 * Kp, tile, rows, rows_p, 1024, accs, m0, nt0);
     }
   }
 }
