@@ -69,7 +69,7 @@ inline const uint8_t* staged(const uint8_t* p, int64_t nbytes, uint8_t* buf) {
 
 struct F32Dec {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool SCALED = false, NAN_CODES = false;
+  static constexpr bool SCALED = false, NAN_CODES = false, BLOCK_IS_CHUNK = false;
   static constexpr float CODE_SCALE = 1.0f;
   struct Row {
     const float* p;
@@ -93,7 +93,7 @@ struct F32Dec {
 
 struct Bf16Dec {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool SCALED = false, NAN_CODES = false;
+  static constexpr bool SCALED = false, NAN_CODES = false, BLOCK_IS_CHUNK = false;
   static constexpr float CODE_SCALE = 1.0f;
   struct Row {
     const uint8_t* p;
@@ -116,7 +116,7 @@ struct Bf16Dec {
 
 struct Fp8Dec {
   static constexpr int CH = 32, NF = 4;
-  static constexpr bool SCALED = true, NAN_CODES = true;
+  static constexpr bool SCALED = true, NAN_CODES = true, BLOCK_IS_CHUNK = false;
   static constexpr float CODE_SCALE = 1.0f / 256.0f;
   struct Row {
     const uint8_t* p;
@@ -150,7 +150,7 @@ struct Fp8Dec {
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 4;
-  static constexpr bool SCALED = true, NAN_CODES = false;
+  static constexpr bool SCALED = true, NAN_CODES = false, BLOCK_IS_CHUNK = true;  // needs K % 32 == 0
   static constexpr float CODE_SCALE = 1.0f;
   struct Row {
     const uint8_t* p;
@@ -207,62 +207,102 @@ bool row_nan(const typename D::Row& r) {
 // ------------------------------------------------------------------------------ decode (GEMV)
 
 template <class D, int MR, int NRW>
-void gemv_group(const LinearCall& c, const D& d, int64_t n) {
-  constexpr int NV = D::NF;
-  typename D::Row row[NRW];
-  for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-  __m256 acc[MR][NRW];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
-  const int64_t K = c.K, bw = d.block();
-  const __m256 unscale = _mm256_set1_ps(1.0f / D::CODE_SCALE);
-  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-    const int64_t k1 = min64(K, k0 + bw);
-    __m256 t[MR][NRW];
+struct Gemv {
+  static constexpr int NV = D::NF;
+
+  // Columns [k, k + nv) of every row into the block sums t (FULL: nv == CH).
+  template <bool FULL>
+  static inline void chunk(const LinearCall& c, const D& d, typename D::Row* row, int64_t k, int64_t nv,
+                           __m256 (&t)[MR][NRW]) {
+    __m256 xv[MR][NV];
     for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) t[m][r] = _mm256_setzero_ps();
-    for (int64_t k = k0; k < k1; k += D::CH) {
-      const int64_t nv = min64(D::CH, k1 - k);
+      for (int v = 0; v < NV; ++v)  // masked: x beyond the block must not meet the zero weights (inf * 0)
+        xv[m][v] = FULL ? load_x(c, m, k + 8 * v) : load_x_n(c, m, k + 8 * v, nv - 8 * v);
+    for (int r = 0; r < NRW; ++r) {
+      __m256 w[NV];
+      d.f32(row[r], k, FULL ? int64_t(D::CH) : nv, w);
+      for (int v = 0; v < NV; ++v)
+        for (int m = 0; m < MR; ++m) t[m][r] = _mm256_fmadd_ps(w[v], xv[m][v], t[m][r]);
+    }
+  }
+
+  static void finish(const LinearCall& c, int64_t n, const typename D::Row* row, __m256 (&acc)[MR][NRW]) {
+    for (int r = 0; r < NRW; ++r) {
+      const bool nan = row_nan<D>(row[r]);
+      for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
+    }
+  }
+
+  // Decoders whose chunk is their scale block (FP4, K a multiple of 32).
+  static void run_block_chunks(const LinearCall& c, const D& d, int64_t n) {
+    typename D::Row row[NRW];
+    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+    __m256 acc[MR][NRW];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
+    const int64_t nblk = c.K / D::CH;
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+      const int64_t k = blk * D::CH;
       __m256 xv[MR][NV];
-      if (nv == D::CH) {
-        for (int m = 0; m < MR; ++m)
-          for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
-      } else {  // masked: x beyond the block must not meet the zero weights (inf * 0)
-        for (int m = 0; m < MR; ++m)
-          for (int v = 0; v < NV; ++v) xv[m][v] = load_x_n(c, m, k + 8 * v, nv - 8 * v);
-      }
+      for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
       for (int r = 0; r < NRW; ++r) {
         __m256 w[NV];
-        d.f32(row[r], k, nv, w);
-        for (int v = 0; v < NV; ++v)
-          for (int m = 0; m < MR; ++m) t[m][r] = _mm256_fmadd_ps(w[v], xv[m][v], t[m][r]);
-      }
-    }
-    if constexpr (D::SCALED) {
-      for (int r = 0; r < NRW; ++r) {
+        d.f32(row[r], k, D::CH, w);
         const __m256 s = _mm256_set1_ps(d.scale(row[r], blk));
         for (int m = 0; m < MR; ++m) {
-          __m256 tm = t[m][r];
-          if constexpr (D::CODE_SCALE != 1.0f) tm = _mm256_mul_ps(tm, unscale);
-          acc[m][r] = _mm256_fmadd_ps(tm, s, acc[m][r]);
+          __m256 t0 = _mm256_mul_ps(w[0], xv[m][0]), t1 = _mm256_mul_ps(w[1], xv[m][1]);
+          for (int v = 2; v < NV; v += 2) {
+            t0 = _mm256_fmadd_ps(w[v], xv[m][v], t0);
+            t1 = _mm256_fmadd_ps(w[v + 1], xv[m][v + 1], t1);
+          }
+          acc[m][r] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), s, acc[m][r]);
         }
       }
-    } else {
-      for (int m = 0; m < MR; ++m)
-        for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_add_ps(acc[m][r], t[m][r]);
     }
+    finish(c, n, row, acc);
   }
-  for (int r = 0; r < NRW; ++r) {
-    const bool nan = row_nan<D>(row[r]);
-    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
+
+  static void run(const LinearCall& c, const D& d, int64_t n) {
+    if constexpr (D::BLOCK_IS_CHUNK) return run_block_chunks(c, d, n);
+    typename D::Row row[NRW];
+    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+    __m256 acc[MR][NRW];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
+    const int64_t K = c.K, bw = d.block();
+    const __m256 unscale = _mm256_set1_ps(1.0f / D::CODE_SCALE);
+    for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
+      const int64_t k1 = min64(K, k0 + bw);
+      __m256 t[MR][NRW];
+      for (int m = 0; m < MR; ++m)
+        for (int r = 0; r < NRW; ++r) t[m][r] = _mm256_setzero_ps();
+      int64_t k = k0;
+      for (; k + D::CH <= k1; k += D::CH) chunk<true>(c, d, row, k, D::CH, t);
+      if (k < k1) chunk<false>(c, d, row, k, k1 - k, t);
+      if constexpr (D::SCALED) {
+        for (int r = 0; r < NRW; ++r) {
+          const __m256 s = _mm256_set1_ps(d.scale(row[r], blk));
+          for (int m = 0; m < MR; ++m) {
+            __m256 tm = t[m][r];
+            if constexpr (D::CODE_SCALE != 1.0f) tm = _mm256_mul_ps(tm, unscale);
+            acc[m][r] = _mm256_fmadd_ps(tm, s, acc[m][r]);
+          }
+        }
+      } else {
+        for (int m = 0; m < MR; ++m)
+          for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_add_ps(acc[m][r], t[m][r]);
+      }
+    }
+    finish(c, n, row, acc);
   }
-}
+};
 
 template <class D, int MR, int NRW>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  for (; n + NRW <= n1; n += NRW) gemv_group<D, MR, NRW>(c, d, n);
-  for (; n < n1; ++n) gemv_group<D, MR, 1>(c, d, n);
+  for (; n + NRW <= n1; n += NRW) Gemv<D, MR, NRW>::run(c, d, n);
+  for (; n < n1; ++n) Gemv<D, MR, 1>::run(c, d, n);
 }
 
 template <class D>
@@ -341,7 +381,13 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       const int64_t mv = min64(kMR, M - m0);
       for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-        micro_f32<kMR, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
+        static_assert(kMR == 3, "row-count dispatch below");
+        if (mv == 3)
+          micro_f32<3, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
+        else if (mv == 2)
+          micro_f32<2, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
+        else
+          micro_f32<1, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
         const int64_t rv = min64(kNR, rows - r0);
         for (int64_t m = 0; m < mv; ++m)
           for (int64_t r = 0; r < rv; ++r) c.y[(m0 + m) * N + nt0 + r0 + r] = out[m * kNR + r];

@@ -554,18 +554,32 @@ size_t gemm_scratch(const LinearCall& c) {
 
 // y[m0 .. m0 + kMR, tile rows] for one activation row group: K blocks of kc columns (x block
 // and accumulators stay in L1, weight rows stream from the L2-resident tile).
-template <bool BF>
-void tile_rows_group(const LinearCall& c, const void* xg, const void* tile, int64_t rows, int64_t rows_p, int64_t kc,
-                     __m512* accs, int64_t m0, int64_t n_base) {
+// MR rows of x (MR <= kMR: the last, partial row group runs with its exact row count).
+template <int MR, bool BF>
+void tile_rows_group_k(const LinearCall& c, const void* xg, const void* tile, int64_t rows_p, int64_t kc,
+                       __m512* accs) {
   const int64_t Kp = c.xs, esize = BF ? 2 : 4;
-  const char* x = static_cast<const char*>(xg);
   const char* t = static_cast<const char*>(tile);
   for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
     const int64_t k1 = min64(Kp, k0 + kc);
     for (int64_t r0 = 0; r0 < rows_p; r0 += kNR)
-      micro<kMR, kNR, BF>(x, Kp, t + r0 * Kp * esize, Kp, k0, k1, accs + (r0 / kNR) * kMR * kNR, k0 == 0);
+      micro<MR, kNR, BF>(xg, Kp, t + r0 * Kp * esize, Kp, k0, k1, accs + (r0 / kNR) * kMR * kNR, k0 == 0);
   }
+}
+
+template <bool BF>
+void tile_rows_group(const LinearCall& c, const void* xg, const void* tile, int64_t rows, int64_t rows_p, int64_t kc,
+                     __m512* accs, int64_t m0, int64_t n_base) {
   const int64_t mv = min64(kMR, c.M - m0);
+  static_assert(kMR == 6, "row-count dispatch below");
+  switch (mv) {
+    case 1: tile_rows_group_k<1, BF>(c, xg, tile, rows_p, kc, accs); break;
+    case 2: tile_rows_group_k<2, BF>(c, xg, tile, rows_p, kc, accs); break;
+    case 3: tile_rows_group_k<3, BF>(c, xg, tile, rows_p, kc, accs); break;
+    case 4: tile_rows_group_k<4, BF>(c, xg, tile, rows_p, kc, accs); break;
+    case 5: tile_rows_group_k<5, BF>(c, xg, tile, rows_p, kc, accs); break;
+    default: tile_rows_group_k<6, BF>(c, xg, tile, rows_p, kc, accs); break;
+  }
   for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
     const __m512* a = accs + (r0 / kNR) * kMR * kNR;
     const int64_t rv = min64(kNR, rows - r0);
