@@ -1,0 +1,127 @@
+// GET /v1/models, POST /tokenize, POST /detokenize, and the /metrics text.
+#include <sstream>
+
+#include "server/chat_prompt.h"
+#include "server/common.h"
+#include "server/errors.h"
+#include "server/params.h"
+#include "server/routes.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server {
+
+void handle_models(const Backend& b, httplib::Response& res) {
+  const EngineInfo& info = b.engine->info();
+  json m = {{"id", b.model_id},
+            {"object", "model"},
+            {"created", unix_time()},
+            {"owned_by", "deepinfer"},
+            {"root", info.model_dir},
+            {"max_model_len", info.max_model_len},
+            {"vocab_size", info.vocab_size}};  // extension: bench-serve draws random prompt ids from it
+  send_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+}
+
+void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_body(req.body);
+  check_model(body, b);
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    ids = build_chat_prompt(b, chat::Json::parse(req.body)).ids;
+  } else {
+    auto text = get_string(body, "prompt");
+    if (!text) throw ApiError(ErrorCode::kInvalidRequest, "'prompt' (a string) or 'messages' is required", "prompt");
+    if (!b.tokenizer) throw ApiError(ErrorCode::kInvalidRequest, "no tokenizer is loaded");
+    ids = b.tokenizer->encode(*text, true);
+    const int32_t bos = b.engine->info().bos_token_id;
+    if (get_bool(body, "add_special_tokens").value_or(true) && (ids.empty() || ids[0] != bos)) ids.insert(ids.begin(), bos);
+  }
+  send_json(res, json{{"count", ids.size()}, {"max_model_len", b.engine->info().max_model_len}, {"tokens", ids}});
+}
+
+void handle_detokenize(const Backend& b, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_body(req.body);
+  check_model(body, b);
+  const json* toks = get_array(body, "tokens");
+  if (!toks) throw ApiError(ErrorCode::kInvalidRequest, "'tokens' (an array of token ids) is required", "tokens");
+  if (!b.tokenizer) throw ApiError(ErrorCode::kInvalidRequest, "no tokenizer is loaded");
+  std::vector<int32_t> ids;
+  for (const auto& v : *toks) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= b.engine->info().vocab_size)
+      throw ApiError(ErrorCode::kInvalidRequest, "'tokens' must hold token ids of this vocabulary", "tokens");
+    ids.push_back(int32_t(v.get<int64_t>()));
+  }
+  send_json(res, json{{"prompt", b.tokenizer->decode(ids)}});
+}
+
+namespace {
+
+void counter(std::ostringstream& o, const std::string& name, const std::string& help, uint64_t v,
+             const std::string& labels) {
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << "{" << labels << "} " << v
+    << "\n";
+}
+
+void gauge(std::ostringstream& o, const std::string& name, const std::string& help, double v,
+           const std::string& labels) {
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << "{" << labels << "} " << v
+    << "\n";
+}
+
+void histogram(std::ostringstream& o, const std::string& name, const std::string& help, const Histogram& h,
+               const std::string& labels) {
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    cum += h.counts[i];
+    o << name << "_bucket{" << labels << ",le=\"" << h.bounds[i] << "\"} " << cum << "\n";
+  }
+  cum += h.counts.back();
+  o << name << "_bucket{" << labels << ",le=\"+Inf\"} " << cum << "\n";
+  o << name << "_sum{" << labels << "} " << h.sum << "\n" << name << "_count{" << labels << "} " << h.count << "\n";
+}
+
+}  // namespace
+
+std::string metrics_text(const EngineStats& s, const std::string& model_id) {
+  std::ostringstream o;
+  const std::string l = "model_name=\"" + model_id + "\"";
+  gauge(o, "deepinfer_requests_running", "Requests in the running batch.", double(s.requests_running), l);
+  gauge(o, "deepinfer_requests_waiting", "Requests queued for admission (queue length).", double(s.requests_waiting), l);
+  gauge(o, "deepinfer_kv_blocks_total", "KV blocks in the pool.", double(s.kv_blocks_total), l);
+  gauge(o, "deepinfer_kv_blocks_used", "KV blocks held by running sequences and prefix snapshots.",
+        double(s.kv_blocks_used), l);
+  gauge(o, "deepinfer_kv_blocks_prefix_cached", "KV blocks held by prefix-cache snapshots.", double(s.kv_blocks_cached), l);
+  gauge(o, "deepinfer_kv_cache_usage_ratio", "Fraction of KV blocks in use (1 = full).",
+        s.kv_blocks_total ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0.0, l);
+  counter(o, "deepinfer_prompt_tokens_total", "Prompt tokens of finished requests.", s.prompt_tokens_total, l);
+  counter(o, "deepinfer_generation_tokens_total", "Generated tokens.", s.generation_tokens_total, l);
+  counter(o, "deepinfer_tokens_computed_total", "Tokens run through the model (prefill, recompute, decode).",
+          s.tokens_computed_total, l);
+  o << "# HELP deepinfer_request_success_total Finished requests by finish reason.\n"
+    << "# TYPE deepinfer_request_success_total counter\n";
+  const std::pair<const char*, uint64_t> reasons[] = {{"stop", s.requests_finished_stop},
+                                                      {"length", s.requests_finished_length},
+                                                      {"abort", s.requests_finished_abort},
+                                                      {"error", s.requests_finished_error}};
+  for (const auto& [r, n] : reasons)
+    o << "deepinfer_request_success_total{" << l << ",finished_reason=\"" << r << "\"} " << n << "\n";
+  counter(o, "deepinfer_prefix_cache_queries_total", "Admitted requests looked up in the prefix cache.",
+          s.prefix_cache_queries, l);
+  counter(o, "deepinfer_prefix_cache_hits_total", "Requests that resumed a prefix-cache snapshot.", s.prefix_cache_hits,
+          l);
+  counter(o, "deepinfer_prefix_cache_hit_tokens_total", "Prompt tokens served from prefix-cache snapshots.",
+          s.prefix_cache_hit_tokens, l);
+  counter(o, "deepinfer_preemptions_total", "Requests preempted (state dropped, recomputed later).",
+          s.preemptions_total, l);
+  counter(o, "deepinfer_engine_steps_total", "Engine steps run.", s.steps_total, l);
+  histogram(o, "deepinfer_time_to_first_token_seconds", "Time from arrival to the first token.", s.ttft_seconds, l);
+  histogram(o, "deepinfer_inter_token_latency_seconds", "Time between consecutive tokens of a request.", s.itl_seconds,
+            l);
+  histogram(o, "deepinfer_e2e_request_latency_seconds", "Time from arrival to finish.", s.e2e_seconds, l);
+  histogram(o, "deepinfer_request_queue_time_seconds", "Time from arrival to the first scheduled step.",
+            s.queue_seconds, l);
+  return o.str();
+}
+
+}  // namespace deepinfer::server

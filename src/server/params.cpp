@@ -1,0 +1,173 @@
+#include "server/params.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+
+#include "server/errors.h"
+
+namespace deepinfer::server {
+
+namespace {
+
+[[noreturn]] void wrong_type(const char* key, const char* what) {
+  throw ApiError(ErrorCode::kInvalidRequest, std::string("'") + key + "' must be " + what, key);
+}
+
+const json* field(const json& o, const char* key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+float get_float(const json& o, const char* key, float fallback) {
+  auto v = get_number(o, key);
+  return v ? float(*v) : fallback;
+}
+
+void parse_stop(const json& body, SamplingParams& p) {
+  const json* s = field(body, "stop");
+  if (!s) return;
+  if (s->is_string()) {
+    p.stop.push_back(s->get<std::string>());
+    return;
+  }
+  if (!s->is_array()) wrong_type("stop", "a string or an array of strings");
+  for (const auto& v : *s) {
+    if (!v.is_string()) wrong_type("stop", "a string or an array of strings");
+    p.stop.push_back(v.get<std::string>());
+  }
+}
+
+void parse_logit_bias(const json& body, SamplingParams& p) {
+  const json* b = get_object(body, "logit_bias");
+  if (!b) return;
+  for (auto it = b->begin(); it != b->end(); ++it) {
+    char* end = nullptr;
+    const long id = std::strtol(it.key().c_str(), &end, 10);
+    if (it.key().empty() || *end != '\0' || id < 0 || id > INT32_MAX)
+      throw ApiError(ErrorCode::kInvalidRequest, "logit_bias keys must be token ids, got '" + it.key() + "'",
+                     "logit_bias");
+    if (!it.value().is_number()) wrong_type("logit_bias", "an object of token id -> number");
+    p.logit_bias.emplace_back(int32_t(id), it.value().get<float>());
+  }
+}
+
+void parse_logprobs(const json& body, Api api, SamplingParams& p) {
+  if (api == Api::kCompletions) {
+    if (auto n = get_int(body, "logprobs")) {
+      if (*n < 0 || *n > 20) throw ApiError(ErrorCode::kInvalidRequest, "logprobs must be between 0 and 20", "logprobs");
+      p.logprobs = int32_t(*n);
+    }
+    return;
+  }
+  const bool on = get_bool(body, "logprobs").value_or(false);
+  const auto top = get_int(body, "top_logprobs");
+  if (top && (*top < 0 || *top > 20))
+    throw ApiError(ErrorCode::kInvalidRequest, "top_logprobs must be between 0 and 20", "top_logprobs");
+  if (top && !on) throw ApiError(ErrorCode::kInvalidRequest, "top_logprobs needs logprobs: true", "top_logprobs");
+  if (on) p.logprobs = int32_t(top.value_or(0));
+}
+
+void reject_unsupported(const json& body, Api api) {
+  if (auto n = get_int(body, "n"); n && *n != 1)
+    throw ApiError(ErrorCode::kInvalidRequest, "only n = 1 is supported", "n");
+  if (auto b = get_int(body, "best_of"); b && *b != 1)
+    throw ApiError(ErrorCode::kInvalidRequest, "only best_of = 1 is supported", "best_of");
+  if (api == Api::kCompletions) {
+    if (get_bool(body, "echo").value_or(false))
+      throw ApiError(ErrorCode::kInvalidRequest, "echo is not supported", "echo");
+    if (get_string(body, "suffix")) throw ApiError(ErrorCode::kInvalidRequest, "suffix is not supported", "suffix");
+  }
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) throw ApiError(ErrorCode::kInvalidJson, "the request body is not valid JSON");
+  if (!j.is_object()) throw ApiError(ErrorCode::kInvalidJson, "the request body must be a JSON object");
+  return j;
+}
+
+std::optional<double> get_number(const json& o, const char* key) {
+  const json* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(key, "a number");
+  const double d = v->get<double>();
+  if (!std::isfinite(d)) wrong_type(key, "a finite number");
+  return d;
+}
+
+std::optional<int64_t> get_int(const json& o, const char* key) {
+  const json* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (v->is_number_integer()) return v->get<int64_t>();
+  // 16.0 is an integer too, as Python's int() validation sees it; 16.5 is not.
+  if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && std::fabs(v->get<double>()) < 9e15)
+    return int64_t(v->get<double>());
+  wrong_type(key, "an integer");
+}
+
+std::optional<bool> get_bool(const json& o, const char* key) {
+  const json* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(key, "a boolean");
+  return v->get<bool>();
+}
+
+std::optional<std::string> get_string(const json& o, const char* key) {
+  const json* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(key, "a string");
+  return v->get<std::string>();
+}
+
+const json* get_object(const json& o, const char* key) {
+  const json* v = field(o, key);
+  if (v && !v->is_object()) wrong_type(key, "an object");
+  return v;
+}
+
+const json* get_array(const json& o, const char* key) {
+  const json* v = field(o, key);
+  if (v && !v->is_array()) wrong_type(key, "an array");
+  return v;
+}
+
+RequestOptions parse_request_options(const json& body, Api api) {
+  reject_unsupported(body, api);
+  RequestOptions r;
+  SamplingParams& p = r.sampling;
+  std::optional<int64_t> max_tokens = get_int(body, "max_tokens");
+  if (api == Api::kChat)
+    if (auto m = get_int(body, "max_completion_tokens")) max_tokens = m;
+  if (max_tokens && *max_tokens < 1)
+    throw ApiError(ErrorCode::kInvalidRequest, "max_tokens must be at least 1, got " + std::to_string(*max_tokens),
+                   "max_tokens");
+  p.max_tokens = max_tokens.value_or(api == Api::kCompletions ? 16 : -1);
+  p.temperature = get_float(body, "temperature", 1.0f);
+  p.top_p = get_float(body, "top_p", 1.0f);
+  if (auto k = get_int(body, "top_k")) p.top_k = int32_t(std::clamp<int64_t>(*k, -2, INT32_MAX));
+  p.min_p = get_float(body, "min_p", 0.0f);
+  p.presence_penalty = get_float(body, "presence_penalty", 0.0f);
+  p.frequency_penalty = get_float(body, "frequency_penalty", 0.0f);
+  p.repetition_penalty = get_float(body, "repetition_penalty", 1.0f);
+  if (auto s = get_int(body, "seed")) p.seed = uint64_t(*s);
+  p.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  parse_stop(body, p);
+  if (const json* ids = get_array(body, "stop_token_ids"))
+    for (const auto& v : *ids) {
+      if (!v.is_number_integer()) wrong_type("stop_token_ids", "an array of token ids");
+      p.stop_token_ids.push_back(int32_t(std::clamp<int64_t>(v.get<int64_t>(), -1, INT32_MAX)));
+    }
+  parse_logit_bias(body, p);
+  parse_logprobs(body, api, p);
+  r.stream = get_bool(body, "stream").value_or(false);
+  if (const json* so = get_object(body, "stream_options")) r.include_usage = get_bool(*so, "include_usage").value_or(false);
+  r.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
+  return r;
+}
+
+}  // namespace deepinfer::server

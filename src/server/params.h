@@ -1,0 +1,42 @@
+// Reading request bodies: typed field access that names the offending field, and the
+// sampling fields shared by /v1/completions and /v1/chat/completions (vLLM's spellings).
+// Wrong types and out-of-range values throw ApiError (400); unknown fields are ignored,
+// as OpenAI clients send extras.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer::server {
+
+using json = nlohmann::json;
+
+// Parses a body that must be a JSON object (kInvalidJson otherwise).
+json parse_body(const std::string& body);
+
+// Missing or null -> nullopt; present with the wrong type -> ApiError naming `key`.
+std::optional<double> get_number(const json& o, const char* key);
+std::optional<int64_t> get_int(const json& o, const char* key);
+std::optional<bool> get_bool(const json& o, const char* key);
+std::optional<std::string> get_string(const json& o, const char* key);
+const json* get_object(const json& o, const char* key);
+const json* get_array(const json& o, const char* key);
+
+enum class Api { kCompletions, kChat };
+
+struct RequestOptions {
+  SamplingParams sampling;
+  bool stream = false;
+  bool include_usage = false;       // stream_options.include_usage
+  bool skip_special_tokens = true;
+};
+
+// The sampling and streaming fields. Defaults: completions max_tokens 16 (OpenAI / vLLM),
+// chat max_tokens unlimited (up to the context).
+RequestOptions parse_request_options(const json& body, Api api);
+
+}  // namespace deepinfer::server

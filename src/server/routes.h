@@ -1,0 +1,23 @@
+// Route handlers. Each takes the loaded backend and throws ApiError for a bad request;
+// the server's wrapper turns exceptions into JSON errors.
+#pragma once
+#include <httplib.h>
+
+#include <memory>
+
+#include "server/server.h"
+
+namespace deepinfer::server {
+
+// The generation routes keep the backend alive for as long as their response streams.
+using BackendPtr = std::shared_ptr<const Backend>;
+void handle_completions(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
+void handle_chat(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
+void handle_messages(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
+void handle_models(const Backend& b, httplib::Response& res);
+void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
+void handle_detokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
+// Prometheus text exposition of the engine's counters, gauges and histograms.
+std::string metrics_text(const EngineStats& s, const std::string& model_id);
+
+}  // namespace deepinfer::server

@@ -1,0 +1,70 @@
+// The HTTP front end: OpenAI-compatible routes over the public Engine API.
+//
+//   POST /v1/completions        prompt as text or token ids; SSE streaming
+//   POST /v1/chat/completions   messages, tools, tool_choice, reasoning, thinking on/off
+//   POST /v1/messages           Anthropic Messages API (text and tool_use blocks)
+//   GET  /v1/models, GET /health (503 while loading), GET /metrics (Prometheus text)
+//   POST /tokenize, POST /detokenize
+//
+// The server listens before the model is loaded (so /health can say 503); set_backend()
+// makes it ready. Every error is an OpenAI-shaped JSON body with the status chosen in
+// errors.cpp. A client that disconnects mid-stream cancels its request.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "deepinfer/engine.h"
+
+namespace deepinfer::tokenizer {
+class Tokenizer;
+}
+
+namespace deepinfer::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                   // 0 = any free port (tests)
+  std::string api_key;               // empty = no authentication
+  size_t max_body_bytes = size_t(16) << 20;
+  int http_threads = 64;             // concurrent connections served (each stream holds one)
+  std::chrono::milliseconds sse_keepalive{5000};  // SSE comment while nothing else is sent
+};
+
+// What the routes need once the model is loaded.
+struct Backend {
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: token-id prompts only
+  std::string chat_family;  // "v4" | "v4_0731" | "v41"; empty: no chat template (chat routes 400)
+  std::string model_id;     // reported by /v1/models, accepted in "model"
+};
+
+class Server {
+ public:
+  explicit Server(const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port. Throws std::runtime_error on failure.
+  int bind();
+  // Serves until stop(); call after bind(), from any one thread.
+  void listen();
+  void stop();
+  bool running() const;
+
+  void set_backend(std::shared_ptr<const Backend> backend);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A Backend for a checkpoint directory: engine, DIR/tokenizer.json if present (its text for
+// stop strings), the chat family detected from the checkpoint. Throws on load failure.
+std::shared_ptr<const Backend> load_backend(EngineOptions options, const std::string& model_id);
+
+}  // namespace deepinfer::server

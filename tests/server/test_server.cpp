@@ -1,0 +1,401 @@
+// The HTTP server over the tiny model on 127.0.0.1 (ephemeral ports): completions, chat,
+// streaming, tokenize, metrics, errors with the right status and shape, authentication,
+// 503 while loading, a client that disconnects mid-stream, 16 concurrent streams.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/server.h"
+
+using namespace deepinfer;
+using json = nlohmann::json;
+
+namespace {
+
+std::string model_dir() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
+
+// One server on an ephemeral port, listening on its own thread.
+struct Running {
+  std::unique_ptr<server::Server> srv;
+  std::thread thread;
+  int port = 0;
+  explicit Running(server::ServerOptions o, std::shared_ptr<const server::Backend> b) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    srv = std::make_unique<server::Server>(o);
+    port = srv->bind();
+    if (b) srv->set_backend(b);
+    thread = std::thread([this] { srv->listen(); });
+    for (int i = 0; i < 200 && !srv->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~Running() {
+    srv->stop();
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+};
+
+struct Sse {
+  int status = 0;
+  std::vector<json> chunks;
+  int keepalives = 0;
+  bool done = false;
+  std::string body;  // for non-200 answers
+};
+
+Sse stream_post(int port, const std::string& path, const json& body, const httplib::Headers& h = {}) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.headers = h;
+  req.set_header("Content-Type", "application/json");
+  req.body = body.dump();
+  Sse out;
+  std::string buf;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    buf.append(d, n);
+    size_t e;
+    while ((e = buf.find("\n\n")) != std::string::npos) {
+      std::string ev = buf.substr(0, e);
+      buf.erase(0, e + 2);
+      if (ev.rfind(":", 0) == 0) ++out.keepalives;
+      else if (ev == "data: [DONE]") out.done = true;
+      else if (ev.rfind("data: ", 0) == 0) out.chunks.push_back(json::parse(ev.substr(6)));
+    }
+    return true;
+  };
+  auto res = c.send(req);
+  if (res) {
+    out.status = res->status;
+    out.body = res->body.empty() ? buf : res->body;  // a JSON error went to the receiver
+  }
+  return out;
+}
+
+json post(const Running& r, const std::string& path, const std::string& body, int* status,
+          const httplib::Headers& h = {}) {
+  auto c = r.client();
+  auto res = c.Post(path.c_str(), h, body, "application/json");
+  if (!res) {
+    *status = -1;
+    return nullptr;
+  }
+  *status = res->status;
+  return json::parse(res->body, nullptr, false);
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    EngineOptions eo;
+    eo.model_dir = model_dir();
+    eo.threads = 1;
+    eo.num_kv_blocks = 3000;
+    eo.max_model_len = 4096;
+    backend_ = server::load_backend(eo, "tiny");
+    server::ServerOptions so;
+    so.max_body_bytes = 1 << 20;
+    so.sse_keepalive = std::chrono::milliseconds(2000);
+    server_ = new Running(so, backend_);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    backend_.reset();
+  }
+  static std::shared_ptr<const server::Backend> backend_;
+  static Running* server_;
+  const Running& srv() const { return *server_; }
+};
+std::shared_ptr<const server::Backend> ServerTest::backend_;
+Running* ServerTest::server_ = nullptr;
+
+std::vector<int> ids(int n, int salt) {
+  std::vector<int> v{0};
+  for (int i = 1; i < n; ++i) v.push_back((i * 53 + salt * 7) % 1000 + 3);
+  return v;
+}
+
+}  // namespace
+
+TEST_F(ServerTest, HealthModelsTokenize) {
+  auto c = srv().client();
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  auto m = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 4096);
+  int st = 0;
+  json t = post(srv(), "/tokenize", R"({"prompt": "Hello world"})", &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(t["tokens"][0], 0);  // BOS added
+  json d = post(srv(), "/detokenize", json{{"tokens", json(t["tokens"]).get<std::vector<int>>()}}.dump(), &st);
+  EXPECT_EQ(d["prompt"], "<｜begin▁of▁sentence｜>Hello world");
+  json chat = post(srv(), "/tokenize", R"({"messages": [{"role": "user", "content": "Hi"}]})", &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_GT(chat["count"].get<int>(), 3);
+}
+
+TEST_F(ServerTest, CompletionsTextAndIdsGreedyRepeat) {
+  int st = 0;
+  const std::string body = R"({"model": "tiny", "prompt": "The capital of France is", "max_tokens": 12,
+                               "temperature": 0, "return_token_ids": true})";
+  json a = post(srv(), "/v1/completions", body, &st);
+  ASSERT_EQ(st, 200) << a.dump();
+  json b = post(srv(), "/v1/completions", body, &st);
+  EXPECT_EQ(a["choices"][0]["token_ids"], b["choices"][0]["token_ids"]);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(a["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(a["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(a["object"], "text_completion");
+  json c = post(srv(), "/v1/completions", json{{"prompt", ids(30, 1)}, {"max_tokens", 5}, {"temperature", 0.7},
+                                               {"seed", 11}, {"logprobs", 3}}.dump(), &st);
+  ASSERT_EQ(st, 200) << c.dump();
+  EXPECT_EQ(c["usage"]["prompt_tokens"], 30);
+  EXPECT_EQ(c["choices"][0]["logprobs"]["top_logprobs"].size(), 5u);
+  json c2 = post(srv(), "/v1/completions", json{{"prompt", ids(30, 1)}, {"max_tokens", 5}, {"temperature", 0.7},
+                                                {"seed", 11}, {"logprobs", 3}}.dump(), &st);
+  EXPECT_EQ(c["choices"][0]["text"], c2["choices"][0]["text"]);  // seeded
+}
+
+TEST_F(ServerTest, StopStringCutsTheText) {
+  int st = 0;
+  json full = post(srv(), "/v1/completions",
+                   json{{"prompt", ids(20, 3)}, {"max_tokens", 16}, {"temperature", 0}, {"return_token_ids", true}}.dump(),
+                   &st);
+  ASSERT_EQ(st, 200);
+  const std::string text = full["choices"][0]["text"];
+  ASSERT_GT(text.size(), 6u);
+  // A stop string from the middle of the output: everything before its first occurrence.
+  const std::string stop = text.substr(text.size() / 2, 2);
+  json cut = post(srv(), "/v1/completions",
+                  json{{"prompt", ids(20, 3)}, {"max_tokens", 16}, {"temperature", 0}, {"stop", stop}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(cut["choices"][0]["stop_reason"], stop);
+  EXPECT_EQ(cut["choices"][0]["text"], text.substr(0, text.find(stop)));
+}
+
+TEST_F(ServerTest, ChatPlainAndThinking) {
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions",
+                R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                    "max_tokens": 8, "temperature": 0})",
+                &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_string());
+  json t = post(srv(), "/v1/chat/completions",
+                R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+                    "max_tokens": 8, "temperature": 0, "chat_template_kwargs": {"thinking": true},
+                    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+                              {"type": "object", "properties": {"city": {"type": "string"}}}}}]})",
+                &st);
+  ASSERT_EQ(st, 200) << t.dump();
+  EXPECT_TRUE(t["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_GT(t["usage"]["prompt_tokens"].get<int>(), r["usage"]["prompt_tokens"].get<int>());  // tools rendered
+  json bad = post(srv(), "/v1/chat/completions", R"({"messages": []})", &st);
+  EXPECT_EQ(st, 400);
+  bad = post(srv(), "/v1/chat/completions", R"({"messages": [{"role": 5, "content": "x"}], "max_tokens": 2})", &st);
+  EXPECT_EQ(st, 400) << bad.dump();
+  EXPECT_EQ(bad["error"]["param"], "messages");
+}
+
+TEST_F(ServerTest, StreamingMatchesNonStreaming) {
+  json body = {{"prompt", ids(25, 4)}, {"max_tokens", 10}, {"temperature", 0}, {"return_token_ids", true}};
+  int st = 0;
+  json whole = post(srv(), "/v1/completions", body.dump(), &st);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  Sse s = stream_post(srv().port, "/v1/completions", body);
+  ASSERT_EQ(s.status, 200);
+  EXPECT_TRUE(s.done);
+  std::string text;
+  std::vector<int> toks;
+  for (const json& c : s.chunks)
+    if (!c["choices"].empty()) {
+      text += c["choices"][0]["text"].get<std::string>();
+      for (int t : c["choices"][0]["token_ids"]) toks.push_back(t);
+    }
+  EXPECT_EQ(text, whole["choices"][0]["text"]);
+  EXPECT_EQ(json(toks), whole["choices"][0]["token_ids"]);
+  ASSERT_GE(s.chunks.size(), 2u);
+  EXPECT_EQ(s.chunks[s.chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s.chunks.back()["usage"]["completion_tokens"], 10);
+
+  Sse chat = stream_post(srv().port, "/v1/chat/completions",
+                         json{{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 6},
+                              {"temperature", 0}, {"stream", true}});
+  ASSERT_EQ(chat.status, 200);
+  EXPECT_TRUE(chat.done);
+  ASSERT_GE(chat.chunks.size(), 2u);
+  EXPECT_EQ(chat.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chat.chunks.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(chat.chunks.back()["object"], "chat.completion.chunk");
+}
+
+TEST_F(ServerTest, ErrorsHaveStatusAndShape) {
+  int st = 0;
+  auto check = [&](const std::string& body, int want, const std::string& code, const std::string& param = "") {
+    json e = post(srv(), "/v1/completions", body, &st);
+    EXPECT_EQ(st, want) << body;
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << body;
+    EXPECT_EQ(e["error"]["code"], code) << body;
+    EXPECT_TRUE(e["error"]["message"].is_string());
+    if (!param.empty()) {
+      EXPECT_EQ(e["error"]["param"], param) << body;
+    }
+  };
+  check("{not json", 400, "invalid_json");
+  check("[1, 2]", 400, "invalid_json");
+  check(R"({"prompt": "x", "max_tokens": "ten"})", 400, "invalid_request", "max_tokens");
+  check(R"({"prompt": "x", "max_tokens": -3})", 400, "invalid_request", "max_tokens");
+  check(R"({"prompt": "x", "top_p": 1.5})", 400, "invalid_request", "top_p");
+  check(R"({"prompt": "x", "temperature": "hot"})", 400, "invalid_request", "temperature");
+  check(R"({"prompt": "x", "stop": 5})", 400, "invalid_request", "stop");
+  check(R"({"prompt": [1, 99999]})", 400, "invalid_request", "prompt");
+  check(R"({"prompt": "x", "n": 2})", 400, "invalid_request", "n");
+  check(R"({})", 400, "invalid_request", "prompt");
+  check(json{{"prompt", ids(5000, 1)}}.dump(), 400, "context_length_exceeded");
+  check(json{{"prompt", ids(100, 1)}, {"max_tokens", 4000}}.dump(), 400, "context_length_exceeded", "max_tokens");
+  check(R"({"prompt": "x", "model": "gpt-4"})", 404, "not_found", "model");
+  // Over the body limit (1 MiB here): 413 before anything is parsed.
+  check(json{{"prompt", std::string(2 << 20, 'a')}}.dump(), 413, "payload_too_large");
+  auto c = srv().client();
+  auto r = c.Get("/v1/nothing");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "not_found");
+  // A bad request before the stream starts is a plain JSON error, not an SSE body.
+  Sse s = stream_post(srv().port, "/v1/completions", json{{"prompt", "x"}, {"top_p", 2}, {"stream", true}});
+  EXPECT_EQ(s.status, 400);
+  EXPECT_EQ(json::parse(s.body)["error"]["param"], "top_p");
+  EXPECT_EQ(c.Get("/health")->status, 200);  // still serving
+}
+
+TEST_F(ServerTest, ApiKeyAndLoading) {
+  server::ServerOptions so;
+  so.api_key = "sekrit";
+  Running keyed(so, backend_);
+  int st = 0;
+  post(keyed, "/v1/completions", R"({"prompt": "x", "max_tokens": 1})", &st);
+  EXPECT_EQ(st, 401);
+  post(keyed, "/v1/completions", R"({"prompt": "x", "max_tokens": 1})", &st, {{"Authorization", "Bearer wrong"}});
+  EXPECT_EQ(st, 401);
+  post(keyed, "/v1/completions", R"({"prompt": "x", "max_tokens": 1})", &st, {{"Authorization", "Bearer sekrit"}});
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(keyed.client().Get("/health")->status, 200);
+
+  Running loading(server::ServerOptions{}, nullptr);
+  auto c = loading.client();
+  EXPECT_EQ(c.Get("/health")->status, 503);
+  post(loading, "/v1/completions", R"({"prompt": "x"})", &st);
+  EXPECT_EQ(st, 503);
+}
+
+TEST_F(ServerTest, PrefixCacheHitOverHttp) {
+  int st = 0;
+  const std::vector<int> p = ids(40, 9);
+  json a = post(srv(), "/v1/completions",
+                json{{"prompt", p}, {"max_tokens", 8}, {"temperature", 0}, {"return_token_ids", true}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  std::vector<int> turn2 = p;
+  for (int t : a["choices"][0]["token_ids"]) turn2.push_back(t);
+  turn2.push_back(17);
+  json b = post(srv(), "/v1/completions", json{{"prompt", turn2}, {"max_tokens", 4}, {"temperature", 0}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 47);
+  const std::string m = srv().client().Get("/metrics")->body;
+  EXPECT_NE(m.find("deepinfer_prefix_cache_hits_total{model_name=\"tiny\"}"), std::string::npos);
+  EXPECT_NE(m.find("deepinfer_time_to_first_token_seconds_bucket"), std::string::npos);
+  EXPECT_NE(m.find("deepinfer_inter_token_latency_seconds_count"), std::string::npos);
+  EXPECT_NE(m.find("deepinfer_requests_waiting"), std::string::npos);
+  EXPECT_NE(m.find("deepinfer_kv_cache_usage_ratio"), std::string::npos);
+}
+
+TEST_F(ServerTest, ClientDisconnectCancelsTheRequest) {
+  const EngineStats before = backend_->engine->stats();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(srv().port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body =
+      json{{"prompt", ids(10, 5)}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos || std::count(got.begin(), got.end(), '\n') < 12) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, size_t(n));
+  }
+  ::close(fd);  // mid-stream
+  EngineStats after;
+  for (int i = 0; i < 500; ++i) {
+    after = backend_->engine->stats();
+    if (after.requests_finished_abort > before.requests_finished_abort && after.requests_running == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.requests_finished_abort, before.requests_finished_abort + 1);
+  EXPECT_EQ(after.requests_running, 0);
+  EXPECT_LT(after.generation_tokens_total - before.generation_tokens_total, 4000u);
+  EXPECT_EQ(srv().client().Get("/health")->status, 200);
+}
+
+TEST_F(ServerTest, SixteenConcurrentStreams) {
+  std::vector<std::thread> clients;
+  std::vector<Sse> results(16);
+  for (int i = 0; i < 16; ++i)
+    clients.emplace_back([&, i] {
+      results[size_t(i)] = stream_post(srv().port, i % 2 ? "/v1/completions" : "/v1/chat/completions",
+                                       i % 2 ? json{{"prompt", ids(20 + i, i)}, {"max_tokens", 24}, {"ignore_eos", true},
+                                                    {"stream", true}, {"stream_options", {{"include_usage", true}}}}
+                                             : json{{"messages", {{{"role", "user"}, {"content", "Hi " + std::to_string(i)}}}},
+                                                    {"max_tokens", 24}, {"ignore_eos", true}, {"stream", true},
+                                                    {"stream_options", {{"include_usage", true}}}});
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 16; ++i) {
+    const Sse& s = results[size_t(i)];
+    ASSERT_EQ(s.status, 200) << i;
+    EXPECT_TRUE(s.done) << i;
+    EXPECT_EQ(s.chunks.back()["usage"]["completion_tokens"], 24) << i;
+  }
+  // Stats are published after the step that finished the requests: allow it a moment.
+  EngineStats st;
+  for (int i = 0; i < 200; ++i) {
+    st = backend_->engine->stats();
+    if (st.requests_running + st.requests_waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(st.requests_running + st.requests_waiting, 0);
+}
+
+TEST_F(ServerTest, KeepAliveCommentsWhileWaiting) {
+  server::ServerOptions so;
+  so.sse_keepalive = std::chrono::milliseconds(1);
+  Running fast(so, backend_);
+  Sse s = stream_post(fast.port, "/v1/completions",
+                      json{{"prompt", ids(1500, 2)}, {"max_tokens", 2}, {"stream", true}});
+  ASSERT_EQ(s.status, 200);
+  EXPECT_TRUE(s.done);
+  EXPECT_GT(s.keepalives, 0);
+}

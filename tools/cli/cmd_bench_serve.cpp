@@ -1,0 +1,226 @@
+// deepinfer bench-serve --url http://127.0.0.1:8000 [--concurrency 8] [--num-prompts 64]
+//                       [--input-len 128] [--output-len 64] [--seed 0] [--api-key K] [--json]
+// Online serving benchmark in the manner of `vllm bench serve` with the random dataset:
+// random token-id prompts sent to /v1/completions with streaming, ignore_eos and greedy
+// sampling, at most `concurrency` in flight. Reports request and token throughput and
+// TTFT, TPOT (per request: (latency - TTFT) / (output tokens - 1)), ITL (time between
+// streamed chunks carrying tokens) and end-to-end latency: mean, median, p99.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "command.h"
+
+namespace deepinfer::cli {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  bool ok = false;
+  std::string error;
+  double ttft = 0, latency = 0;
+  int64_t output_tokens = 0, prompt_tokens = 0;
+  std::vector<double> itl;
+};
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// One streaming request; SSE events are parsed as they arrive.
+Outcome run_one(const std::string& url, const httplib::Headers& headers, const json& body) {
+  Outcome o;
+  httplib::Client cli(url);
+  cli.set_read_timeout(600, 0);
+  cli.set_write_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = headers;
+  req.set_header("Content-Type", "application/json");
+  req.body = body.dump();
+  std::string buf;
+  bool done = false;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point last = t0;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buf.append(data, n);
+    size_t end;
+    while ((end = buf.find("\n\n")) != std::string::npos) {
+      const std::string event = buf.substr(0, end);
+      buf.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0) continue;  // keep-alive comments
+      const std::string payload = event.substr(6);
+      if (payload == "[DONE]") {
+        done = true;
+        continue;
+      }
+      json j = json::parse(payload, nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("error")) {
+        o.error = j["error"].value("message", "error");
+        continue;
+      }
+      if (j.contains("usage") && j["usage"].is_object()) {
+        o.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
+        o.prompt_tokens = j["usage"].value("prompt_tokens", int64_t(0));
+      }
+      if (!j.contains("choices") || j["choices"].empty()) continue;
+      const json& ids = j["choices"][0]["token_ids"];
+      if (!ids.is_array() || ids.empty()) continue;
+      const Clock::time_point now = Clock::now();
+      if (o.ttft == 0) o.ttft = secs(now - t0);
+      else o.itl.push_back(secs(now - last));
+      last = now;
+    }
+    return true;
+  };
+  auto res = cli.send(req);
+  o.latency = secs(Clock::now() - t0);
+  if (!res) o.error = "connection failed: " + httplib::to_string(res.error());
+  else if (res->status != 200 && o.error.empty()) o.error = "HTTP " + std::to_string(res->status) + ": " + res->body;
+  o.ok = o.error.empty() && done && o.ttft > 0;
+  if (!o.ok && o.error.empty()) o.error = "stream ended early";
+  return o;
+}
+
+struct Summary {
+  double mean = 0, median = 0, p99 = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / double(v.size());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  // Linear interpolation between closest ranks (numpy's default percentile).
+  const double pos = 0.99 * double(n - 1);
+  const size_t lo = size_t(pos);
+  const size_t hi = std::min(lo + 1, n - 1);
+  s.p99 = v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+  return s;
+}
+
+json fetch_model(const std::string& url, const httplib::Headers& headers) {
+  httplib::Client cli(url);
+  cli.set_read_timeout(30, 0);
+  auto res = cli.Get("/v1/models", headers);
+  if (!res) throw std::runtime_error("cannot reach " + url + ": " + httplib::to_string(res.error()));
+  if (res->status != 200) throw std::runtime_error("GET /v1/models: HTTP " + std::to_string(res->status) + " " + res->body);
+  json j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || j["data"].empty()) throw std::runtime_error("GET /v1/models: no model");
+  return j["data"][0];
+}
+
+int run(const std::vector<std::string>& argv) {
+  Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key"},
+            {"--json"});
+  const std::string url = args.get_or("--url", "http://127.0.0.1:8000");
+  const long conc = args.get_int("--concurrency", 8), n = args.get_int("--num-prompts", 64);
+  const long in_len = args.get_int("--input-len", 128), out_len = args.get_int("--output-len", 64);
+  if (conc < 1 || n < 1 || in_len < 1 || out_len < 1)
+    throw ArgError("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
+  httplib::Headers headers;
+  if (auto k = args.get("--api-key")) headers.emplace("Authorization", "Bearer " + *k);
+  const json model = fetch_model(url, headers);
+  const int64_t vocab = model.value("vocab_size", int64_t(32000));
+
+  // Random prompts, drawn up front so the timed loop only sends.
+  std::mt19937_64 rng(uint64_t(args.get_int("--seed", 0)));
+  std::uniform_int_distribution<int64_t> tok(std::min<int64_t>(100, vocab / 10), vocab - 1);
+  std::vector<json> bodies;
+  for (long i = 0; i < n; ++i) {
+    std::vector<int64_t> ids(static_cast<size_t>(in_len));
+    for (auto& t : ids) t = tok(rng);
+    bodies.push_back(json{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", out_len}, {"temperature", 0.0},
+                          {"ignore_eos", true}, {"stream", true}, {"return_token_ids", true},
+                          {"stream_options", {{"include_usage", true}}}});
+  }
+  std::vector<Outcome> outcomes(static_cast<size_t>(n));
+  std::atomic<long> next{0};
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> workers;
+  for (long w = 0; w < std::min(conc, n); ++w)
+    workers.emplace_back([&] {
+      for (long i; (i = next.fetch_add(1)) < n;) outcomes[size_t(i)] = run_one(url, headers, bodies[size_t(i)]);
+    });
+  for (auto& t : workers) t.join();
+  const double duration = secs(Clock::now() - t0);
+
+  std::vector<double> ttft, tpot, itl, e2e;
+  int64_t ok = 0, out_tokens = 0, in_tokens = 0;
+  std::string first_error;
+  for (const Outcome& o : outcomes) {
+    if (!o.ok) {
+      if (first_error.empty()) first_error = o.error;
+      continue;
+    }
+    ++ok;
+    out_tokens += o.output_tokens;
+    in_tokens += o.prompt_tokens;
+    ttft.push_back(o.ttft * 1e3);
+    e2e.push_back(o.latency * 1e3);
+    if (o.output_tokens > 1) tpot.push_back((o.latency - o.ttft) / double(o.output_tokens - 1) * 1e3);
+    for (double x : o.itl) itl.push_back(x * 1e3);
+  }
+  const Summary s_ttft = summarize(ttft), s_tpot = summarize(tpot), s_itl = summarize(itl), s_e2e = summarize(e2e);
+  json r = {{"successful_requests", ok},
+            {"failed_requests", n - ok},
+            {"duration_s", duration},
+            {"concurrency", conc},
+            {"input_len", in_len},
+            {"output_len", out_len},
+            {"total_input_tokens", in_tokens},
+            {"total_output_tokens", out_tokens},
+            {"request_throughput", double(ok) / duration},
+            {"output_throughput", double(out_tokens) / duration},
+            {"total_token_throughput", double(in_tokens + out_tokens) / duration}};
+  for (const auto& [name, s] : {std::pair<const char*, Summary>{"ttft_ms", s_ttft}, {"tpot_ms", s_tpot},
+                                {"itl_ms", s_itl}, {"e2el_ms", s_e2e}})
+    r[name] = {{"mean", s.mean}, {"median", s.median}, {"p99", s.p99}};
+  if (!first_error.empty()) r["first_error"] = first_error;
+  if (args.has("--json")) {
+    std::printf("%s\n", r.dump(2).c_str());
+  } else {
+    std::printf("============ Serving Benchmark Result ============\n");
+    std::printf("%-40s %10lld\n", "Successful requests:", (long long)ok);
+    std::printf("%-40s %10lld\n", "Failed requests:", (long long)(n - ok));
+    std::printf("%-40s %10ld\n", "Maximum request concurrency:", conc);
+    std::printf("%-40s %10.2f\n", "Benchmark duration (s):", duration);
+    std::printf("%-40s %10lld\n", "Total input tokens:", (long long)in_tokens);
+    std::printf("%-40s %10lld\n", "Total generated tokens:", (long long)out_tokens);
+    std::printf("%-40s %10.2f\n", "Request throughput (req/s):", double(ok) / duration);
+    std::printf("%-40s %10.2f\n", "Output token throughput (tok/s):", double(out_tokens) / duration);
+    std::printf("%-40s %10.2f\n", "Total token throughput (tok/s):", double(in_tokens + out_tokens) / duration);
+    const std::pair<const char*, Summary> rows[] = {
+        {"Time to First Token", s_ttft}, {"Time per Output Token (excl. 1st token)", s_tpot},
+        {"Inter-token Latency", s_itl}, {"End-to-end Latency", s_e2e}};
+    const char* keys[] = {"TTFT", "TPOT", "ITL", "E2EL"};
+    for (size_t i = 0; i < 4; ++i) {
+      std::printf("%s\n", ("---------------" + std::string(rows[i].first) + "----------------").c_str());
+      std::printf("Mean %-35s %10.2f\n", (std::string(keys[i]) + " (ms):").c_str(), rows[i].second.mean);
+      std::printf("Median %-33s %10.2f\n", (std::string(keys[i]) + " (ms):").c_str(), rows[i].second.median);
+      std::printf("P99 %-36s %10.2f\n", (std::string(keys[i]) + " (ms):").c_str(), rows[i].second.p99);
+    }
+    std::printf("==================================================\n");
+    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+  }
+  return ok == n ? 0 : 1;
+}
+
+CommandRegistration reg("bench-serve", "online serving benchmark against a running server", run);
+
+}  // namespace
+}  // namespace deepinfer::cli

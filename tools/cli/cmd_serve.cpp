@@ -1,0 +1,120 @@
+// deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--threads N]
+//                 [--numerics reference|float] [--kernels cpu|ref]
+//                 [--kv-memory BYTES | --num-kv-blocks N] [--kv-block-tokens 64]
+//                 [--max-model-len N] [--max-batch-tokens 512] [--max-num-seqs 32]
+//                 [--prefix-cache-entries 8] [--api-key K] [--served-model-name NAME]
+//                 [--max-body-bytes 16777216] [--http-threads 64]
+// OpenAI-compatible HTTP server (src/server/server.h lists the routes). It listens first
+// and answers /health with 503 until the model is loaded. SIGINT / SIGTERM stop it.
+// --kv-memory takes plain bytes or a K/M/G (KiB/MiB/GiB) suffix.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <pthread.h>
+#include <thread>
+
+#include "args.h"
+#include "command.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "server/server.h"
+
+namespace deepinfer::cli {
+namespace {
+
+int64_t parse_bytes(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  std::string unit(end ? end : "");
+  double mult = 1;
+  if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024.0;
+  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024.0 * 1024.0;
+  else if (!unit.empty()) throw ArgError(flag + ": unknown unit '" + unit + "' (use K, M or G)");
+  if (end == v.c_str() || !(x > 0)) throw ArgError(flag + " expects a positive size, got '" + v + "'");
+  return int64_t(x * mult);
+}
+
+long positive(const Args& args, const std::string& flag, long fallback) {
+  const long v = args.get_int(flag, fallback);
+  if (v < 1) throw ArgError(flag + " must be at least 1");
+  return v;
+}
+
+EngineOptions engine_options(const Args& args) {
+  EngineOptions o;
+  o.model_dir = args.get_or("--model", "");
+  if (o.model_dir.empty()) {
+    o.model_dir = default_model_dir();
+    log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", o.model_dir.c_str());
+  }
+  o.threads = int(positive(args, "--threads", ThreadPool::default_threads()));
+  o.numerics = args.get_or("--numerics", "reference");
+  if (o.numerics != "reference" && o.numerics != "float") throw ArgError("--numerics must be reference or float");
+  o.kernels = args.get_or("--kernels", "cpu");
+  if (o.kernels != "cpu" && o.kernels != "ref") throw ArgError("--kernels must be cpu or ref");
+  if (args.get("--kv-memory") && args.get("--num-kv-blocks"))
+    throw ArgError("give --kv-memory or --num-kv-blocks, not both");
+  if (auto v = args.get("--kv-memory")) o.kv_memory_bytes = parse_bytes("--kv-memory", *v);
+  if (args.get("--num-kv-blocks")) o.num_kv_blocks = positive(args, "--num-kv-blocks", 1);
+  o.kv_block_tokens = positive(args, "--kv-block-tokens", 64);
+  if (args.get("--max-model-len")) o.max_model_len = positive(args, "--max-model-len", 1);
+  o.max_batch_tokens = positive(args, "--max-batch-tokens", 512);
+  o.max_running = positive(args, "--max-num-seqs", 32);
+  o.prefix_cache_entries = args.get_int("--prefix-cache-entries", 8);
+  if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
+  return o;
+}
+
+int run(const std::vector<std::string>& argv) {
+  Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
+                   "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
+                   "--prefix-cache-entries", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads"});
+  const EngineOptions eo = engine_options(args);
+  server::ServerOptions so;
+  so.host = args.get_or("--host", "127.0.0.1");
+  const long port = args.get_int("--port", 8000);
+  if (port < 0 || port > 65535) throw ArgError("--port must be between 0 and 65535");
+  so.port = int(port);
+  so.api_key = args.get_or("--api-key", "");
+  so.max_body_bytes = size_t(positive(args, "--max-body-bytes", long(so.max_body_bytes)));
+  so.http_threads = int(positive(args, "--http-threads", so.http_threads));
+  std::string name = args.get_or("--served-model-name", "");
+  if (name.empty()) name = std::filesystem::path(eo.model_dir).lexically_normal().filename().string();
+  if (name.empty()) name = "deepseek-v4";
+
+  // SIGINT / SIGTERM are taken by sigwait below; every thread started from here on
+  // inherits the blocked mask, so none of them is interrupted by the signal.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  server::Server srv(so);
+  const int bound = srv.bind();
+  std::thread http([&] { srv.listen(); });
+  log_info("listening on http://%s:%d (loading %s)", so.host.c_str(), bound, eo.model_dir.c_str());
+  std::shared_ptr<const server::Backend> backend;
+  try {
+    backend = server::load_backend(eo, name);
+  } catch (...) {
+    srv.stop();
+    http.join();
+    throw;
+  }
+  srv.set_backend(backend);
+  log_info("ready: model '%s', max model length %lld, %lld KV blocks", name.c_str(),
+           (long long)backend->engine->info().max_model_len, (long long)backend->engine->info().kv_blocks_total);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  log_info("signal %d: shutting down", sig);
+  srv.stop();
+  http.join();
+  return 0;
+}
+
+CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run);
+
+}  // namespace
+}  // namespace deepinfer::cli
