@@ -1,11 +1,272 @@
-// POST /v1/messages (Anthropic Messages API) - placeholder until implemented below.
+// POST /v1/messages: the Anthropic Messages API over the same engine and chat encoders.
+// The request is translated into the OpenAI chat shape build_chat_prompt() reads:
+//   system (string or text blocks)   -> a system message
+//   user text / tool_result blocks   -> tool messages (tool_call_id = tool_use_id), then a
+//                                       user message with the text
+//   assistant text / thinking / tool_use blocks -> content, reasoning_content, tool_calls
+//   tools [{name, description, input_schema}] -> OpenAI function tools
+//   thinking {"type": "enabled"} -> thinking mode; stop_sequences -> stop
+// The answer is content blocks (thinking, text, tool_use) with Anthropic stop reasons;
+// streaming uses the message_start / content_block_* / message_delta / message_stop events.
+// Errors use Anthropic's {"type": "error", "error": {...}} body with the usual status.
+#include "core/log.h"
+#include "server/chat_prompt.h"
+#include "server/common.h"
 #include "server/errors.h"
+#include "server/params.h"
 #include "server/routes.h"
+#include "tokenizer/chat/output_parser.h"
 
 namespace deepinfer::server {
 
-void handle_messages(BackendPtr, const ServerOptions&, const httplib::Request&, httplib::Response&) {
-  throw ApiError(ErrorCode::kNotFound, "the Anthropic Messages API is not available yet");
+namespace {
+
+using chat::Json;
+
+[[noreturn]] void bad(const std::string& msg, const std::string& param = {}) {
+  throw ApiError(ErrorCode::kInvalidRequest, msg, param);
+}
+
+std::string text_of_blocks(const Json& content, const char* where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) bad(std::string(where) + " must be a string or an array of blocks");
+  std::string s;
+  for (const auto& b : content)
+    if (b.is_object() && b.value("type", "") == "text" && b.contains("text") && b["text"].is_string())
+      s += b["text"].get<std::string>();
+  return s;
+}
+
+void add_user(const Json& m, Json& out) {
+  const Json& content = m["content"];
+  if (content.is_string()) {
+    out.push_back(Json{{"role", "user"}, {"content", content}});
+    return;
+  }
+  if (!content.is_array()) bad("message content must be a string or an array of blocks", "messages");
+  std::string text;
+  for (const auto& b : content) {
+    const std::string type = b.is_object() ? b.value("type", "") : "";
+    if (type == "text") {
+      text += b.value("text", "");
+    } else if (type == "tool_result") {
+      const Json c = b.contains("content") ? b["content"] : Json("");
+      out.push_back(Json{{"role", "tool"}, {"tool_call_id", b.value("tool_use_id", "")},
+                         {"content", text_of_blocks(c, "tool_result content")}});
+    } else {
+      bad("unsupported content block type '" + type + "'", "messages");
+    }
+  }
+  if (!text.empty()) out.push_back(Json{{"role", "user"}, {"content", text}});
+}
+
+void add_assistant(const Json& m, Json& out) {
+  const Json& content = m["content"];
+  Json msg = {{"role", "assistant"}, {"content", ""}};
+  if (content.is_string()) {
+    msg["content"] = content;
+    out.push_back(msg);
+    return;
+  }
+  if (!content.is_array()) bad("message content must be a string or an array of blocks", "messages");
+  std::string text, reasoning;
+  Json calls = Json::array();
+  for (const auto& b : content) {
+    const std::string type = b.is_object() ? b.value("type", "") : "";
+    if (type == "text") text += b.value("text", "");
+    else if (type == "thinking") reasoning += b.value("thinking", "");
+    else if (type == "redacted_thinking") continue;
+    else if (type == "tool_use")
+      calls.push_back(Json{{"id", b.value("id", "")}, {"type", "function"},
+                           {"function", {{"name", b.value("name", "")},
+                                         {"arguments", chat::py_json_dumps(b.contains("input") ? b["input"] : Json::object())}}}});
+    else bad("unsupported content block type '" + type + "'", "messages");
+  }
+  msg["content"] = text;
+  if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
+  if (!calls.empty()) msg["tool_calls"] = calls;
+  out.push_back(msg);
+}
+
+// The Anthropic request as the OpenAI chat body build_chat_prompt() understands.
+Json to_openai(const Json& a) {
+  Json o = Json::object();
+  Json msgs = Json::array();
+  if (a.contains("system") && !a["system"].is_null())
+    msgs.push_back(Json{{"role", "system"}, {"content", text_of_blocks(a["system"], "system")}});
+  if (!a.contains("messages") || !a["messages"].is_array() || a["messages"].empty())
+    bad("'messages' must be a non-empty array", "messages");
+  for (const auto& m : a["messages"]) {
+    if (!m.is_object() || !m.contains("role") || !m.contains("content")) bad("each message needs role and content", "messages");
+    if (m["role"] == "user") add_user(m, msgs);
+    else if (m["role"] == "assistant") add_assistant(m, msgs);
+    else bad("message role must be user or assistant", "messages");
+  }
+  o["messages"] = msgs;
+  if (a.contains("tools") && a["tools"].is_array()) {
+    Json tools = Json::array();
+    for (const auto& t : a["tools"]) {
+      if (!t.is_object() || !t.contains("name")) bad("each tool needs a name", "tools");
+      Json f = {{"name", t["name"]}};
+      if (t.contains("description")) f["description"] = t["description"];
+      f["parameters"] = t.contains("input_schema") ? t["input_schema"] : Json::object();
+      tools.push_back(Json{{"type", "function"}, {"function", f}});
+    }
+    o["tools"] = tools;
+  }
+  if (a.contains("tool_choice") && a["tool_choice"].is_object() && a["tool_choice"].value("type", "") == "none")
+    o["tool_choice"] = "none";
+  if (a.contains("thinking") && a["thinking"].is_object()) o["thinking"] = a["thinking"].value("type", "") == "enabled";
+  return o;
+}
+
+// Sampling fields under their OpenAI names, for parse_request_options().
+json sampling_body(const json& a) {
+  if (!a.contains("max_tokens")) bad("'max_tokens' is required", "max_tokens");
+  json o = json::object();
+  for (const char* k : {"max_tokens", "temperature", "top_p", "top_k", "stream"})
+    if (a.contains(k)) o[k] = a[k];
+  if (a.contains("stop_sequences")) o["stop"] = a["stop_sequences"];
+  return o;
+}
+
+const char* stop_reason(const StreamEvent& e, bool tool_use) {
+  if (e.finish_reason == FinishReason::kLength) return "max_tokens";
+  if (!e.stop_string.empty()) return "stop_sequence";
+  return tool_use ? "tool_use" : "end_turn";
+}
+
+json usage_of(const Usage& u) {
+  return json{{"input_tokens", u.prompt_tokens}, {"output_tokens", u.completion_tokens},
+              {"cache_read_input_tokens", u.cached_tokens}};
+}
+
+bool event(httplib::DataSink& sink, const char* type, json data) {
+  data["type"] = type;
+  return sse_write_raw(sink, std::string("event: ") + type + "\ndata: " + dump(data) + "\n\n");
+}
+
+// Streaming: content blocks opened and closed as the output parser changes kind.
+struct BlockStream {
+  enum class Kind { kNone, kThinking, kText, kTool } kind = Kind::kNone;
+  int index = -1;
+  bool any_tool = false;
+
+  bool close(httplib::DataSink& sink) {
+    if (kind == Kind::kNone) return true;
+    kind = Kind::kNone;
+    return event(sink, "content_block_stop", {{"index", index}});
+  }
+  bool open(httplib::DataSink& sink, Kind k, json block) {
+    if (!close(sink)) return false;
+    kind = k;
+    ++index;
+    return event(sink, "content_block_start", {{"index", index}, {"content_block", std::move(block)}});
+  }
+  bool feed(httplib::DataSink& sink, const chat::ChatEvent& e) {
+    switch (e.kind) {
+      case chat::ChatEventKind::Reasoning:
+        if (kind != Kind::kThinking && !open(sink, Kind::kThinking, {{"type", "thinking"}, {"thinking", ""}})) return false;
+        return event(sink, "content_block_delta", {{"index", index}, {"delta", {{"type", "thinking_delta"}, {"thinking", e.text}}}});
+      case chat::ChatEventKind::Content:
+        if (kind != Kind::kText && !open(sink, Kind::kText, {{"type", "text"}, {"text", ""}})) return false;
+        return event(sink, "content_block_delta", {{"index", index}, {"delta", {{"type", "text_delta"}, {"text", e.text}}}});
+      case chat::ChatEventKind::ToolCallBegin:
+        any_tool = true;
+        return open(sink, Kind::kTool,
+                    {{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", e.text}, {"input", json::object()}});
+      case chat::ChatEventKind::ToolCallArguments:
+        return event(sink, "content_block_delta",
+                     {{"index", index}, {"delta", {{"type", "input_json_delta"}, {"partial_json", e.text}}}});
+      case chat::ChatEventKind::ToolCallEnd: return close(sink);
+      case chat::ChatEventKind::Error: log_warn("messages output: %s", e.text.c_str()); return true;
+    }
+    return true;
+  }
+};
+
+json anthropic_error(const Status& s) {
+  return json{{"type", "error"}, {"error", {{"type", error_type(s.code)}, {"message", s.message}}}};
+}
+
+void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
+  const Backend& b = *bp;
+  const json body = parse_body(req.body);
+  check_model(body, b);
+  const RequestOptions ro = parse_request_options(sampling_body(body), Api::kChat);
+  const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
+  GenerateRequest g{cp.ids, ro.sampling};
+  const Status s = b.engine->validate(g);
+  if (!s.ok()) throw ApiError(s);
+  const std::vector<std::string> stops = g.params.stop;
+  const int64_t n_prompt = int64_t(g.prompt.size());
+  auto stream = b.engine->submit(std::move(g));
+  const std::string id = random_id("msg_");
+
+  if (!ro.stream) {
+    Collected c = collect(*stream);
+    TextDecoder dec(b, stops, false);
+    std::string text = dec.push(c.tokens);
+    text += dec.finish();
+    const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
+    json content = json::array();
+    if (!out.reasoning_content.empty())
+      content.push_back({{"type", "thinking"}, {"thinking", out.reasoning_content}, {"signature", ""}});
+    if (!out.content.empty()) content.push_back({{"type", "text"}, {"text", out.content}});
+    for (const auto& call : out.tool_calls) {
+      json input = json::parse(call.arguments, nullptr, false);
+      content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", call.name},
+                         {"input", input.is_discarded() ? json::object() : input}});
+    }
+    send_json(res, json{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", b.model_id},
+                        {"content", content}, {"stop_reason", stop_reason(c.last, !out.tool_calls.empty())},
+                        {"stop_sequence", c.last.stop_string.empty() ? json(nullptr) : json(c.last.stop_string)},
+                        {"usage", usage_of(c.last.usage)}});
+    return;
+  }
+
+  auto job = std::make_shared<SseJob>();
+  job->stream = stream;
+  auto parser = std::make_shared<chat::OutputParser>(cp.family, cp.thinking);
+  auto dec = std::make_shared<TextDecoder>(b, stops, false);
+  auto blocks = std::make_shared<BlockStream>();
+  const std::string model = b.model_id;
+  job->on_start = [id, model, n_prompt](httplib::DataSink& sink) {
+    json m = {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model}, {"content", json::array()},
+              {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+              {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}};
+    return event(sink, "message_start", {{"message", m}});
+  };
+  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev) {
+    if (ev.finish_reason == FinishReason::kError)
+      return event(sink, "error", {{"error", anthropic_error(ev.error)["error"]}});
+    std::string text = dec->push(ev.tokens);
+    if (ev.finished) text += dec->finish();
+    std::vector<chat::ChatEvent> events = parser->feed(text);
+    if (ev.finished) parser->finish(events);
+    for (const auto& e : events)
+      if (!blocks->feed(sink, e)) return false;
+    if (!ev.finished) return true;
+    return blocks->close(sink) &&
+           event(sink, "message_delta",
+                 {{"delta", {{"stop_reason", stop_reason(ev, blocks->any_tool)},
+                             {"stop_sequence", ev.stop_string.empty() ? json(nullptr) : json(ev.stop_string)}}},
+                  {"usage", {{"output_tokens", ev.usage.completion_tokens}}}}) &&
+           event(sink, "message_stop", json::object());
+  };
+  start_sse(res, job, o.sse_keepalive);
+}
+
+}  // namespace
+
+void handle_messages(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
+  try {
+    messages(std::move(b), o, req, res);
+  } catch (const ApiError& e) {
+    // Same status as everywhere (errors.cpp); Anthropic's body shape.
+    res.status = http_status(e.status.code);
+    res.set_content(dump(anthropic_error(e.status)), "application/json");
+  }
 }
 
 }  // namespace deepinfer::server

@@ -74,6 +74,7 @@ Sse stream_post(int port, const std::string& path, const json& body, const httpl
     while ((e = buf.find("\n\n")) != std::string::npos) {
       std::string ev = buf.substr(0, e);
       buf.erase(0, e + 2);
+      if (ev.rfind("event: ", 0) == 0 && ev.find("\ndata: ") != std::string::npos) ev = ev.substr(ev.find("\ndata: ") + 1);
       if (ev.rfind(":", 0) == 0) ++out.keepalives;
       else if (ev == "data: [DONE]") out.done = true;
       else if (ev.rfind("data: ", 0) == 0) out.chunks.push_back(json::parse(ev.substr(6)));
@@ -398,4 +399,38 @@ TEST_F(ServerTest, KeepAliveCommentsWhileWaiting) {
   ASSERT_EQ(s.status, 200);
   EXPECT_TRUE(s.done);
   EXPECT_GT(s.keepalives, 0);
+}
+
+TEST_F(ServerTest, AnthropicMessages) {
+  int st = 0;
+  const json req = {{"model", "tiny"},
+                    {"max_tokens", 6},
+                    {"system", "Be brief."},
+                    {"temperature", 0},
+                    {"tools", {{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}}}},
+                    {"messages",
+                     {{{"role", "user"}, {"content", "Weather in Paris?"}},
+                      {{"role", "assistant"},
+                       {"content", {{{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"},
+                                     {"input", {{"city", "Paris"}}}}}}},
+                      {{"role", "user"},
+                       {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "sunny"}}}}}}}};
+  json r = post(srv(), "/v1/messages", req.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["type"], "message");
+  EXPECT_EQ(r["role"], "assistant");
+  EXPECT_EQ(r["stop_reason"], "max_tokens");
+  EXPECT_EQ(r["usage"]["output_tokens"], 6);
+  json s = req;
+  s["stream"] = true;
+  Sse ev = stream_post(srv().port, "/v1/messages", s);
+  ASSERT_EQ(ev.status, 200);
+  ASSERT_GE(ev.chunks.size(), 2u);
+  EXPECT_EQ(ev.chunks.front()["type"], "message_start");
+  EXPECT_EQ(ev.chunks.back()["type"], "message_stop");
+  EXPECT_EQ(ev.chunks[ev.chunks.size() - 2]["delta"]["stop_reason"], "max_tokens");
+  json e = post(srv(), "/v1/messages", R"({"messages": [{"role": "user", "content": "x"}]})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["type"], "error");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
