@@ -8,7 +8,8 @@
 //                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
 //                  and that row's outputs become NaN (exactly what a NaN weight gives).
 //   e2m1 nibble -> high byte of the fp16 value (low byte zero) by vpshufb.
-// All products are fp32 FMA; block scales multiply each block's partial sum.
+// All products are fp32 FMA; block scales multiply each block's partial sum. Decode (M <= 4)
+// fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel.
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -Wall reports as
 // uninitialised once inlined here: a false positive of the compiler's own headers.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -483,8 +484,19 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
 }
 
 constexpr IsaKernels kKernels = {
-    "avx2",         false, 16, kMR, kGemvMaxM, 8, 8, kNR, prep_float, prep_act_quant, act_quant,
-    scratch_bytes,  rows,
+    .name = "avx2",
+    .bf16 = false,
+    .k_align = 16,
+    .m_align = kMR,
+    .gemv_max_m = kGemvMaxM,
+    .act_align = 8,
+    .gemv_grain = 8,
+    .gemm_grain = kNR,
+    .prep_float = prep_float,
+    .prep_act_quant = prep_act_quant,
+    .act_quant = act_quant,
+    .scratch_bytes = scratch_bytes,
+    .rows = rows,
 };
 
 }  // namespace

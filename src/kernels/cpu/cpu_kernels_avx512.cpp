@@ -13,12 +13,13 @@
 //   fp32 path - fp32 FMA of the prepared fp32 activations with the exact weight codes; FP8 /
 //               FP4 block scales multiply each block's partial sum (as the reference does).
 //   bf16 path - when the activations are exact bf16 values in range (always true for
-//               act-quantised activations), vdpbf16ps: bf16 x bf16 products are exact in fp32.
-// Decode (M <= 4) fuses the decode with the dot products; prefill decodes tiles of weight
-// rows once (exact fp32 values, then bf16 when every value is in range) and runs a
-// register-blocked 4 x 6 microkernel over all activation rows.
-// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -Wall reports as
-// uninitialised once inlined here: a false positive of the compiler's own headers.
+//               act-quantised activations), vdpbf16ps: bf16 x bf16 products are exact in fp32
+//               and never subnormal, so only the summation order differs from fp32 FMA.
+// Decode (M <= 4) fuses the decode with the dot products, several weight rows at a time.
+// Prefill decodes a tile of weight rows once into L2 (bf16 straight from the codes, the
+// block scale added to the exponent, when every value stays in the exact range; exact fp32
+// otherwise) and runs a 6 x 4 register-blocked microkernel over all activation rows, K in
+// L1-sized blocks with the vector partial sums carried between blocks.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -107,11 +108,6 @@ inline float f32_of(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
   return f;
-}
-inline uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
 }
 
 // ue8m0 byte -> 2^(b-127), 0xff NaN (as e8m0_to_f32).
@@ -739,8 +735,19 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
 }
 
 constexpr IsaKernels kKernels = {
-    "avx512",       true, 64, kMR, kGemvMaxM, 16, 8, kNR, prep_float, prep_act_quant, act_quant,
-    scratch_bytes,  rows,
+    .name = "avx512",
+    .bf16 = true,
+    .k_align = 64,
+    .m_align = kMR,
+    .gemv_max_m = kGemvMaxM,
+    .act_align = 16,
+    .gemv_grain = 8,
+    .gemm_grain = kNR,
+    .prep_float = prep_float,
+    .prep_act_quant = prep_act_quant,
+    .act_quant = act_quant,
+    .scratch_bytes = scratch_bytes,
+    .rows = rows,
 };
 
 }  // namespace
