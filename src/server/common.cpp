@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/log.h"
 #include "server/errors.h"
 #include "tokenizer/tokenizer.h"
 
@@ -97,39 +98,57 @@ bool sse_write_raw(httplib::DataSink& sink, const std::string& s) { return sink.
 
 bool sse_write(httplib::DataSink& sink, const json& j) { return sse_write_raw(sink, "data: " + dump(j) + "\n\n"); }
 
+namespace {
+
+// One call of the content provider: the opening chunks, then one engine event (or a
+// keep-alive comment when none came within `keepalive`).
+bool sse_step(SseJob& job, httplib::DataSink& sink, std::chrono::milliseconds keepalive) {
+  if (job.done) {
+    sink.done();
+    return true;
+  }
+  if (!job.started) {
+    job.started = true;
+    if (job.on_start && !job.on_start(sink)) {
+      job.stream->cancel();
+      return false;
+    }
+  }
+  auto ev = job.stream->next(keepalive);
+  if (!ev) {
+    if (sse_write_raw(sink, ": keep-alive\n\n")) return true;
+    job.stream->cancel();
+    return false;
+  }
+  const bool last = ev->finished;
+  if (!job.on_event(sink, *ev)) {
+    job.stream->cancel();
+    return false;
+  }
+  if (last) {
+    job.done = true;
+    sink.done();
+  }
+  return true;
+}
+
+}  // namespace
+
 void start_sse(httplib::Response& res, std::shared_ptr<SseJob> job, std::chrono::milliseconds keepalive) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, keepalive](size_t, httplib::DataSink& sink) {
-        if (job->done) {
-          sink.done();
-          return true;
-        }
-        if (!job->started) {
-          job->started = true;
-          if (job->on_start && !job->on_start(sink)) {
-            job->stream->cancel();
-            return false;
-          }
-        }
-        auto ev = job->stream->next(keepalive);
-        if (!ev) {
-          if (sse_write_raw(sink, ": keep-alive\n\n")) return true;
+        // This runs after the route returned, outside the route's exception guard: a
+        // failure here ends this stream (and cancels its request), never the server.
+        try {
+          return sse_step(*job, sink, keepalive);
+        } catch (const std::exception& e) {
+          log_warn("SSE stream failed: %s", e.what());
           job->stream->cancel();
           return false;
         }
-        const bool last = ev->finished;
-        if (!job->on_event(sink, *ev)) {
-          job->stream->cancel();
-          return false;
-        }
-        if (last) {
-          job->done = true;
-          sink.done();
-        }
-        return true;
       },
       [job](bool success) {
         if (!success) job->stream->cancel();
