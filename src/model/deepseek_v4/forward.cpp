@@ -58,8 +58,8 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   std::vector<float> x(S * d), y(S * d), R(X_in, X_in + S * width);
 
   // ---- attention site
+  hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
   for (int64_t t = 0; t < S; ++t) {
-    mix[t] = hc_site_mix(&R[t * width], L.hc_attn, hc, d, c);
     hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
     rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
   }
@@ -68,8 +68,8 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
 
   // ---- ffn site
   R.assign(X, X + S * width);
+  hc_site_mix(R.data(), S, L.hc_ffn, hc, d, c, num, mix.data());
   for (int64_t t = 0; t < S; ++t) {
-    mix[t] = hc_site_mix(&R[t * width], L.hc_ffn, hc, d, c);
     hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
     rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, num, &x[t * d]);
   }
@@ -82,10 +82,10 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim;
   std::vector<float> h(S * d);
-  float pre[kMaxHc];
+  std::vector<float> pre(S * hc);
+  hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());
   for (int64_t t = 0; t < S; ++t) {
-    hc_head_pre(X + t * hc * d, hc_head, hc, d, c, pre);
-    hc_collapse(X + t * hc * d, pre, hc, d, num, &h[t * d]);
+    hc_collapse(X + t * hc * d, &pre[t * hc], hc, d, num, &h[t * d]);
     rms_norm(&h[t * d], norm.data(), d, float(c.norm_eps), num, &h[t * d]);
   }
   num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits

@@ -8,15 +8,18 @@
 
 namespace deepinfer::v4 {
 
-// mix = (x . fn^T) * rsqrt(mean(x^2) + eps): the reference scales after the product.
-static void hc_raw_mix(const float* X, const HcWeights& w, int64_t width, float eps, float* mix) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < width; ++i) ss += double(X[i] * X[i]);
-  const float r = rsqrt_f(float(ss / double(width)) + eps);
+// mix[rows, n_mix] = (x . fn^T) * rsqrt(mean(x^2) + eps): the reference scales after the product.
+static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t width, float eps, const Numerics& num,
+                       float* mix) {
   const int64_t n_mix = w.fn.rows;
-  std::vector<float> raw(n_mix);
-  kernels::linear_f32_ref(X, 1, w.fn, raw.data());
-  for (int64_t k = 0; k < n_mix; ++k) mix[k] = raw[k] * r;
+  num.backend->linear_f32(X, rows, w.fn, mix);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* x = X + t * width;
+    double ss = 0.0;
+    for (int64_t i = 0; i < width; ++i) ss += double(x[i] * x[i]);
+    const float r = rsqrt_f(float(ss / double(width)) + eps);
+    for (int64_t k = 0; k < n_mix; ++k) mix[t * n_mix + k] *= r;
+  }
 }
 
 void hc_sinkhorn(float* c, int64_t n, int64_t iters, float eps) {
@@ -50,25 +53,32 @@ void hc_sinkhorn(float* c, int64_t n, int64_t iters, float eps) {
   }
 }
 
-HcMix hc_site_mix(const float* X, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg) {
-  float mix[(2 + kMaxHc) * kMaxHc];
-  hc_raw_mix(X, w, hc * dim, float(cfg.norm_eps), mix);
+void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
+                 const Numerics& num, HcMix* out) {
+  const int64_t n_mix = (2 + hc) * hc;
+  std::vector<float> mixes(rows * n_mix);
+  hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
   const float eps = float(cfg.hc_eps);
   const float s0 = w.scale[0], s1 = w.scale[1], s2 = w.scale[2];
-  HcMix m;
-  for (int64_t i = 0; i < hc; ++i) {
-    m.pre[i] = sigmoid_f(mix[i] * s0 + w.base[i]) + eps;
-    m.post[i] = 2.0f * sigmoid_f(mix[hc + i] * s1 + w.base[hc + i]);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* mix = &mixes[t * n_mix];
+    HcMix& m = out[t];
+    for (int64_t i = 0; i < hc; ++i) {
+      m.pre[i] = sigmoid_f(mix[i] * s0 + w.base[i]) + eps;
+      m.post[i] = 2.0f * sigmoid_f(mix[hc + i] * s1 + w.base[hc + i]);
+    }
+    for (int64_t k = 0; k < hc * hc; ++k) m.comb[k] = mix[2 * hc + k] * s2 + w.base[2 * hc + k];
+    hc_sinkhorn(m.comb, hc, cfg.hc_sinkhorn_iters, eps);
   }
-  for (int64_t k = 0; k < hc * hc; ++k) m.comb[k] = mix[2 * hc + k] * s2 + w.base[2 * hc + k];
-  hc_sinkhorn(m.comb, hc, cfg.hc_sinkhorn_iters, eps);
-  return m;
 }
 
-void hc_head_pre(const float* X, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg, float* pre) {
-  float mix[kMaxHc];
-  hc_raw_mix(X, w, hc * dim, float(cfg.norm_eps), mix);
-  for (int64_t i = 0; i < hc; ++i) pre[i] = sigmoid_f(mix[i] * w.scale[0] + w.base[i]) + float(cfg.hc_eps);
+void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
+                 const Numerics& num, float* pre) {
+  std::vector<float> mixes(rows * hc);
+  hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t i = 0; i < hc; ++i)
+      pre[t * hc + i] = sigmoid_f(mixes[t * hc + i] * w.scale[0] + w.base[i]) + float(cfg.hc_eps);
 }
 
 void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, const Numerics& num, float* out) {

@@ -19,10 +19,13 @@ struct HcMix {
   float comb[kMaxHc * kMaxHc];  // comb[i * hc + j]
 };
 
-// Coefficients of one site for one token's streams X [hc * dim].
-HcMix hc_site_mix(const float* X, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg);
-// Coefficients of the final collapse (hc_head): pre only, no Sinkhorn.
-void hc_head_pre(const float* X, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg, float* pre);
+// Coefficients of one site for the streams X [rows, hc * dim] of a batch (one GEMM for all
+// rows through the backend; fp32 product as the reference's F.linear on fp32 streams).
+void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
+                 const Numerics& num, HcMix* out);
+// Coefficients of the final collapse (hc_head) for rows: pre only [rows, hc], no Sinkhorn.
+void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
+                 const Numerics& num, float* pre);
 // Sinkhorn normalisation of comb in place (row softmax + eps, then alternate normalisations).
 void hc_sinkhorn(float* comb, int64_t hc, int64_t iters, float eps);
 
