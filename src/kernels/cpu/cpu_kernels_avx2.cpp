@@ -64,6 +64,10 @@ inline const uint8_t* staged(const uint8_t* p, int64_t nbytes, uint8_t* buf) {
   return buf;
 }
 
+// Decode streams weight rows: software prefetch this many bytes ahead in each row.
+constexpr int kPrefetch = 1024;
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p) + kPrefetch, _MM_HINT_T0); }
+
 // ------------------------------------------------------------------------------ decoders
 // f32() yields columns [k, k + nv) of a weight row (zeros beyond) as NF vectors of the
 // codes times CODE_SCALE; SCALED decoders have block scales over block() columns.
@@ -81,6 +85,7 @@ struct F32Dec {
   int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K, _mm256_setzero_si256()}; }
   float scale(const Row&, int64_t) const { return 1.0f; }
+  void prefetch(const Row& r, int64_t k) const { kernels::cpu::prefetch(r.p + k); }
   void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
     if (nv == CH) {
       w[0] = _mm256_loadu_ps(r.p + k);
@@ -105,6 +110,9 @@ struct Bf16Dec {
   int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {c->W->data + n * c->K * 2, _mm256_setzero_si256()}; }
   float scale(const Row&, int64_t) const { return 1.0f; }
+  void prefetch(const Row& r, int64_t k) const {
+    if ((k & 31) == 0) kernels::cpu::prefetch(r.p + 2 * k);
+  }
   void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + 2 * k : staged(r.p + 2 * k, 2 * nv, buf);
@@ -132,6 +140,9 @@ struct Fp8Dec {
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols, _mm256_setzero_si256()};
   }
   float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  void prefetch(const Row& r, int64_t k) const {
+    if ((k & 63) == 0) kernels::cpu::prefetch(r.p + k);
+  }
   static void half(__m128i b, __m256* w) {
     const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
     w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
@@ -171,6 +182,9 @@ struct Fp4Dec {
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols, _mm256_setzero_si256()};
   }
   float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  void prefetch(const Row& r, int64_t k) const {
+    if ((k & 127) == 0) kernels::cpu::prefetch(r.p + k / 2);
+  }
   void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + k / 2 : staged(r.p + k / 2, (nv + 1) / 2, buf);
@@ -220,6 +234,7 @@ struct Gemv {
       for (int v = 0; v < NV; ++v)  // masked: x beyond the block must not meet the zero weights (inf * 0)
         xv[m][v] = FULL ? load_x(c, m, k + 8 * v) : load_x_n(c, m, k + 8 * v, nv - 8 * v);
     for (int r = 0; r < NRW; ++r) {
+      if constexpr (FULL) d.prefetch(row[r], k);
       __m256 w[NV];
       d.f32(row[r], k, FULL ? int64_t(D::CH) : nv, w);
       for (int v = 0; v < NV; ++v)
@@ -248,6 +263,7 @@ struct Gemv {
       for (int m = 0; m < MR; ++m)
         for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
       for (int r = 0; r < NRW; ++r) {
+        d.prefetch(row[r], k);
         __m256 w[NV];
         d.f32(row[r], k, D::CH, w);
         const __m256 s = _mm256_set1_ps(d.scale(row[r], blk));

@@ -121,6 +121,9 @@ inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 
+// Decode streams weight rows: software prefetch this many bytes ahead in each row.
+constexpr int kPrefetch = 1024;
+
 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
@@ -150,6 +153,7 @@ struct F32Dec {
   int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
   float scale(const Row&, int64_t) const { return 1.0f; }
+  void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
   void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     if (nv == CH) {
       w[0] = _mm512_loadu_ps(r.p + k);
@@ -175,6 +179,7 @@ struct Bf16Dec {
   int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
   float scale(const Row&, int64_t) const { return 1.0f; }
+  void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
   void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     const __m512i v = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
     w[0] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i0, v));
@@ -205,6 +210,7 @@ struct Fp8Dec {
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
   }
   float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
   void bytes(const Row& r, int64_t k, int64_t nv, __m512i& lo, __m512i& hi) const {
     const __m512i b = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi8(mask64(nv), r.p + k);
     lo = _mm512_permutex2var_epi8(lo0, b, lo1);
@@ -249,6 +255,9 @@ struct Fp4Dec {
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
   }
   float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  void prefetch(const Row& r, int64_t k) const {
+    if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2) + kPrefetch, _MM_HINT_T0);
+  }
   __m512i src(const Row& r, int64_t k, int64_t nv) const {
     const __m128i b = nv == CH ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2))
                                : _mm_maskz_loadu_epi8(uint16_t(mask16((nv + 1) / 2)), r.p + k / 2);
@@ -316,6 +325,7 @@ struct Gemv {
       for (int v = 0; v < NV; ++v)  // masked: x beyond the block must not meet the zero weights (inf * 0)
         xv[m][v] = FULL ? V::load(c, m, k + v * V::W) : V::load_n(c, m, k + v * V::W, nv - v * V::W);
     for (int r = 0; r < NRW; ++r) {
+      if constexpr (FULL) d.prefetch(row[r], k);
       T w[NV];
       if constexpr (BF)
         d.b16(row[r], k, FULL ? int64_t(D::CH) : nv, w);
@@ -344,6 +354,7 @@ struct Gemv {
         for (int m = 0; m < MR; ++m)
           for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
         for (int r = 0; r < NRW; ++r) {
+          d.prefetch(row[r], k);
           T w[NV];
           if constexpr (BF)
             d.b16(row[r], k, D::CH, w);
