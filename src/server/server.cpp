@@ -3,6 +3,7 @@
 #include <csignal>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 
 #include "core/log.h"
 #include "server/common.h"
@@ -19,6 +20,10 @@ struct Server::Impl {
   mutable std::mutex mu;
   BackendPtr backend;
   int port = -1;
+  // stop() may come before listen() got going (a load failure right after bind): it must
+  // neither be lost nor hang. Guarded by mu.
+  bool stop_requested = false;
+  bool listening = false;
 
   BackendPtr ready() const {
     std::lock_guard<std::mutex> lk(mu);
@@ -132,9 +137,31 @@ int Server::bind() {
   return s.port;
 }
 
-void Server::listen() { impl_->http.listen_after_bind(); }
+void Server::listen() {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (impl_->stop_requested) return;
+    impl_->listening = true;
+  }
+  impl_->http.listen_after_bind();
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->listening = false;
+}
+
 void Server::stop() {
-  if (impl_->http.is_running()) impl_->http.stop();
+  bool listening;
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->stop_requested = true;
+    listening = impl_->listening;
+  }
+  // httplib ignores stop() until its accept loop runs; wait for it to start first.
+  while (listening && !impl_->http.is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    listening = impl_->listening;
+  }
+  impl_->http.stop();
 }
 bool Server::running() const { return impl_->http.is_running(); }
 
