@@ -31,8 +31,9 @@ struct ModelCore {
   std::map<uint64_t, std::vector<std::vector<float>>> rows;  // logits rows seen per request
   uint64_t next_id = 1;
 
-  ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0) {
-    auto runner = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, "reference", "cpu");
+  ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0,
+            const char* numerics = "reference", const char* kernels = "cpu") {
+    auto runner = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
     const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
     EngineCoreOptions o;
     o.max_model_len = 1024;
@@ -68,14 +69,38 @@ float max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<s
 
 }  // namespace
 
-TEST(EngineModel, AloneAndInABusyMixedBatchAgree) {
+// The engine's claim is that batching, chunking, preemption and prefix reuse do not change
+// what a request computes. It is checked where the kernels themselves are chunk-invariant:
+// float numerics on the cpu kernels (fp32 reassociation noise, ~1e-6) and reference
+// numerics on the ref kernels (bit-exact). Reference numerics on the cpu kernels are not:
+// a different row count changes fp32 accumulation order, and the FP8 activation QDQ can
+// turn that into a different rounding (logit differences of 1e-3..2e-2 on tiny-v4-c at the
+// time of writing) - a kernel property, reported, not something the scheduler can fix.
+struct Compute {
+  const char* numerics;
+  const char* kernels;
+};
+const Compute kInvariantComputes[] = {{"float", "cpu"}, {"reference", "ref"}};
+
+void alone_and_busy(const char* nm, const char* kn) {
   const auto p = prompt(70, 1);
-  ModelCore alone(512, 8);
+  ModelCore alone(512, 8, 4000, 0, nm, kn);
   const uint64_t a = alone.submit(p, greedy(12));
   alone.run();
+  // A seeded sampled request draws the same tokens alone and in the batch too.
+  SamplingParams seeded;
+  seeded.temperature = 1.0f;
+  seeded.top_k = 50;
+  seeded.seed = 2024;
+  seeded.max_tokens = 12;
+  seeded.ignore_eos = true;
+  const auto q = prompt(33, 6);
+  ModelCore alone_q(512, 8, 4000, 0, nm, kn);
+  const uint64_t aq = alone_q.submit(q, seeded);
+  alone_q.run();
 
   // Budget 24: the prompt is prefilled in chunks next to decoders and other prefills.
-  ModelCore busy(24, 6);
+  ModelCore busy(24, 6, 4000, 0, nm, kn);
   SamplingParams noisy;
   noisy.temperature = 0.9f;
   noisy.top_p = 0.9f;
@@ -88,24 +113,34 @@ TEST(EngineModel, AloneAndInABusyMixedBatchAgree) {
   busy.core->step();
   const uint64_t b = busy.submit(p, greedy(12));
   busy.submit(prompt(55, 4), noisy);
+  const uint64_t bq = busy.submit(q, seeded);
   busy.submit(prompt(3, 5), greedy(25));
   busy.run();
 
   EXPECT_EQ(alone.sinks[a]->tokens(), busy.sinks[b]->tokens());
   EXPECT_EQ(alone.sinks[a]->tokens().size(), 12u);
   EXPECT_LE(max_abs_diff(alone.rows[a], busy.rows[b]), 1e-5f);
+  EXPECT_EQ(alone_q.sinks[aq]->tokens(), busy.sinks[bq]->tokens());
+  EXPECT_LE(max_abs_diff(alone_q.rows[aq], busy.rows[bq]), 1e-5f);
 }
 
-TEST(EngineModel, PreemptionAndPrefixReuseChangeNothing) {
+TEST(EngineModel, AloneAndInABusyMixedBatchAgree) {
+  for (const Compute& c : kInvariantComputes) {
+    SCOPED_TRACE(std::string(c.numerics) + "/" + c.kernels);
+    alone_and_busy(c.numerics, c.kernels);
+  }
+}
+
+void preemption_and_reuse(const char* nm, const char* kn) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) prompts.push_back(prompt(50 + 4 * i, i + 10));
-  ModelCore roomy(256, 8);
+  ModelCore roomy(256, 8, 4000, 0, nm, kn);
   std::vector<uint64_t> ids;
   for (const auto& p : prompts) ids.push_back(roomy.submit(p, greedy(24)));
   roomy.run();
 
   const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(v4::Model::load(model_dir())->config()), 64);
-  ModelCore tight(256, 8, 2 * spec.fixed_blocks + 2, 2);  // two admitted, not both grown past 64
+  ModelCore tight(256, 8, 2 * spec.fixed_blocks + 2, 2, nm, kn);  // two admitted, not both grown past 64
   std::vector<uint64_t> tids;
   for (const auto& p : prompts) tids.push_back(tight.submit(p, greedy(24)));
   tight.run();
@@ -123,11 +158,18 @@ TEST(EngineModel, PreemptionAndPrefixReuseChangeNothing) {
   tight.run();
   EXPECT_EQ(tight.core->stats().prefix_cache_hits, 1u);
   EXPECT_EQ(tight.sinks[warm]->events.back().usage.cached_tokens, int64_t(prompts[3].size() + 23));
-  ModelCore cold(256, 8);
+  ModelCore cold(256, 8, 4000, 0, nm, kn);
   const uint64_t c = cold.submit(turn2, greedy(10));
   cold.run();
   EXPECT_EQ(tight.sinks[warm]->tokens(), cold.sinks[c]->tokens());
   EXPECT_LE(max_abs_diff(tight.rows[warm], cold.rows[c]), 1e-5f);
+}
+
+TEST(EngineModel, PreemptionAndPrefixReuseChangeNothing) {
+  for (const Compute& c : kInvariantComputes) {
+    SCOPED_TRACE(std::string(c.numerics) + "/" + c.kernels);
+    preemption_and_reuse(c.numerics, c.kernels);
+  }
 }
 
 TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
