@@ -391,3 +391,46 @@ TEST(CpuIsa, ActQuantBitIdentical) {
       }
     }
 }
+
+// Batch invariance (the model's BatchInvariance test relies on it): each output row is
+// bit-identical whatever other rows share the call (decode M <= 4 vs prefill tiles, mixed
+// bf16-exact / fp32 / huge activation rows) and whatever the thread split; weight rows with
+// out-of-range scales or values take the fp32 arithmetic by themselves.
+TEST(CpuIsa, BatchInvariance) {
+  std::mt19937 rng(29);
+  for (Isa isa : supported_isas())
+    for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK}) {
+      const int64_t N = 53, K = 384, M = 23;
+      Weight o = make_weight(f, N, K, rng, f == WeightFormat::FP8_BLOCK ? 32 : 128);
+      if (f == WeightFormat::FP8_BLOCK) o.scale[1 * o.w.scale_cols + 2] = 20;  // rows 32..52: tiny scale
+      if (f == WeightFormat::FP4_BLOCK) o.scale[7 * o.w.scale_cols + 3] = 250;  // row 7: huge scale
+      if (f == WeightFormat::BF16) o.data[2 * (11 * K + 5) + 1] = 0x00;         // row 11: a subnormal
+      std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
+      for (int64_t m = 0; m < M; m += 3)  // every third row full fp32, one row huge
+        for (int64_t k = 0; k < K; ++k) x[m * K + k] *= 1.0f + 1e-3f * float(k % 7);
+      for (int64_t k = 0; k < K; ++k) x[4 * K + k] *= 1e30f;
+      for (bool aq : {false, true}) {
+        if (aq && !o.w.is_quantized()) continue;
+        auto call = [&](const Backend& be, const float* xp, int64_t m, float* y) {
+          if (aq)
+            be.linear_act_quant(xp, m, o.w, 128, y);
+          else
+            be.linear_f32(xp, m, o.w, y);
+        };
+        ThreadPool p1(1), p3(3);
+        auto b1 = make_cpu_backend_isa(&p1, isa), b3 = make_cpu_backend_isa(&p3, isa);
+        std::vector<float> all(M * N), one(N), three(3 * N);
+        call(*b3, x.data(), M, all.data());
+        for (int64_t m = 0; m < M; ++m) {
+          call(*b1, x.data() + m * K, 1, one.data());
+          ASSERT_EQ(0, std::memcmp(one.data(), &all[m * N], N * sizeof(float)))
+              << isa_name(isa) << " format " << int(f) << (aq ? " act-quant" : " f32") << " row " << m << " vs M=1";
+        }
+        for (int64_t m = 0; m + 3 <= M; m += 5) {
+          call(*b3, x.data() + m * K, 3, three.data());
+          ASSERT_EQ(0, std::memcmp(three.data(), &all[m * N], 3 * N * sizeof(float)))
+              << isa_name(isa) << " format " << int(f) << (aq ? " act-quant" : " f32") << " rows " << m << "+3";
+        }
+      }
+    }
+}

@@ -129,17 +129,13 @@ struct PrepJob {
   int64_t K, act_block, xs;
   float* xf;
   uint16_t* xb;
-  std::atomic<bool> bf16_ok{true};
-  std::atomic<float> max_scale{0.0f};
-  void operator()(int64_t m0, int64_t m1) {
-    if (act_block > 0) {
-      const float s = k->prep_act_quant(x, K, act_block, m0, m1, xs, xf, xb);
-      float cur = max_scale.load();
-      while (s > cur && !max_scale.compare_exchange_weak(cur, s)) {
-      }
-    } else if (!k->prep_float(x, K, m0, m1, xs, xf, xb)) {
-      bf16_ok.store(false);
-    }
+  uint8_t* bf16_ok;  // float path, per row
+  float* max_scale;  // act-quant path, per row
+  void operator()(int64_t m0, int64_t m1) const {
+    if (act_block > 0)
+      k->prep_act_quant(x, K, act_block, m0, m1, xs, xf, xb, max_scale);
+    else
+      k->prep_float(x, K, m0, m1, xs, xf, xb, bf16_ok);
   }
 };
 
@@ -148,6 +144,10 @@ struct RowsJob {
   const cpu::LinearCall* c;
   size_t scratch;
 };
+
+// How the kernels treat one activation row. Each row's outputs depend on that row (and the
+// weights) only, so a call whose rows disagree is split into uniform sub-calls.
+enum RowClass : uint8_t { kBf16Row, kF32Row, kScalarRow };
 
 class SimdBackend final : public Backend {
  public:
@@ -162,8 +162,8 @@ class SimdBackend final : public Backend {
 
   void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const override {
     if (!W.is_quantized()) return linear_f32(x, M, W, y);
-    if (!supported(W) || !act_supported(W, act_block) || !run(x, M, W, act_block, y))
-      scalar_.linear_act_quant(x, M, W, act_block, y);
+    if (!supported(W) || !act_supported(W, act_block)) return scalar_.linear_act_quant(x, M, W, act_block, y);
+    run(x, M, W, act_block, y);
   }
 
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
@@ -176,7 +176,7 @@ class SimdBackend final : public Backend {
     switch (W.format) {
       case WeightFormat::F32:
       case WeightFormat::BF16: return true;
-      case WeightFormat::FP8_BLOCK: return W.block > 0;
+      case WeightFormat::FP8_BLOCK: return W.block > 0 && W.block % 32 == 0;
       case WeightFormat::FP4_BLOCK: return W.cols % 32 == 0;
     }
     return false;
@@ -190,39 +190,44 @@ class SimdBackend final : public Backend {
     return W.format == WeightFormat::FP8_BLOCK ? W.block % ab == 0 : ab % 32 == 0;
   }
 
-  // act_block > 0: act-quant path. Returns false (nothing written) when the activations'
-  // scales leave the exact-product range, for the caller to fall back to Scalar.
-  bool run(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const {
+  // act_block > 0: act-quant path.
+  void run(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const {
     const int64_t N = W.rows, K = W.cols;
-    if (M <= 0 || N <= 0) return true;
+    if (M <= 0 || N <= 0) return;
     if (K == 0) {
       std::memset(y, 0, size_t(M * N) * sizeof(float));
-      return true;
+      return;
     }
     const bool gemv = M <= k_.gemv_max_m;
     const int64_t xs = round_up(K, k_.k_align), m_rows = gemv ? M : round_up(M, k_.m_align);
     const size_t nx = size_t(m_rows * xs);
-    float* xf = static_cast<float*>(tl_act.get(nx * (sizeof(float) + sizeof(uint16_t))));
+    float* xf = static_cast<float*>(tl_act.get(nx * (sizeof(float) + sizeof(uint16_t)) + size_t(M) * 5));
     uint16_t* xb = reinterpret_cast<uint16_t*>(xf + nx);
+    float* max_scale = reinterpret_cast<float*>(xb + nx);
+    uint8_t* bf16_ok = reinterpret_cast<uint8_t*>(max_scale + M);
 
-    PrepJob prep;
-    prep.k = &k_;
-    prep.x = x;
-    prep.K = K;
-    prep.act_block = act_block;
-    prep.xs = xs;
-    prep.xf = xf;
-    prep.xb = xb;
+    const PrepJob prep{&k_, x, K, act_block, xs, xf, xb, bf16_ok, max_scale};
     if (M * K >= (int64_t(1) << 16))
       parallel_for(pool_, M, 1, [&prep](int64_t m0, int64_t m1, int) { prep(m0, m1); });
     else
       prep(0, M);
+
+    // Row classes: act-quant rows whose scales leave the exact-product range go to Scalar;
+    // float rows use the bf16 kernels when exact bf16 in range (and the weights have them).
+    const bool bf16_weights = k_.bf16 && W.format != WeightFormat::F32;
+    auto row_class = [&](int64_t m) -> RowClass {
+      if (act_block > 0) return max_scale[m] <= cpu::kMaxActScale ? kBf16Row : kScalarRow;
+      return bf16_weights && bf16_ok[m] ? kBf16Row : kF32Row;
+    };
+    const RowClass cls = row_class(0);
+    for (int64_t m = 1; m < M; ++m)
+      if (row_class(m) != cls) return split(x, M, W, act_block, y, row_class);
+    if (cls == kScalarRow) return scalar_.linear_act_quant(x, M, W, act_block, y);
+
     if (m_rows > M) {
       std::memset(xf + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(float));
       std::memset(xb + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(uint16_t));
     }
-    if (act_block > 0 && !(prep.max_scale.load() <= cpu::kMaxActScale)) return false;
-
     cpu::LinearCall c;
     c.W = &W;
     c.M = M;
@@ -233,13 +238,39 @@ class SimdBackend final : public Backend {
     c.xb = xb;
     c.xs = xs;
     c.m_rows = m_rows;
-    c.use_bf16 = k_.bf16 && (act_block > 0 || prep.bf16_ok.load());
-    RowsJob job{&k_, &c, k_.scratch_bytes(c)};
+    c.use_bf16 = k_.bf16 && cls == kBf16Row;
+    const RowsJob job{&k_, &c, k_.scratch_bytes(c)};
     parallel_for(pool_, N, gemv ? k_.gemv_grain : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
       void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
       job.k->rows(*job.c, n0, n1, scratch);
     });
-    return true;
+  }
+
+  // Rows of different classes: each class as its own call on a gathered copy of its rows.
+  // Rare (a batch mixing bf16-exact and general fp32 activations, or act-quant rows with
+  // huge values), so plain vectors are fine here.
+  template <class F>
+  void split(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y, F&& row_class) const {
+    const int64_t N = W.rows, K = W.cols;
+    std::vector<uint8_t> cls(M);
+    for (int64_t m = 0; m < M; ++m) cls[m] = row_class(m);  // before the sub-calls reuse the scratch
+    std::vector<int64_t> rows;
+    std::vector<float> xsub, ysub;
+    for (uint8_t want : {kBf16Row, kF32Row, kScalarRow}) {
+      rows.clear();
+      for (int64_t m = 0; m < M; ++m)
+        if (cls[m] == want) rows.push_back(m);
+      if (rows.empty()) continue;
+      const int64_t S = int64_t(rows.size());
+      xsub.resize(S * K);
+      ysub.resize(S * N);
+      for (int64_t i = 0; i < S; ++i) std::memcpy(&xsub[i * K], x + rows[i] * K, size_t(K) * sizeof(float));
+      if (want == kScalarRow)
+        scalar_.linear_act_quant(xsub.data(), S, W, act_block, ysub.data());
+      else
+        run(xsub.data(), S, W, act_block, ysub.data());
+      for (int64_t i = 0; i < S; ++i) std::memcpy(y + rows[i] * N, &ysub[i * N], size_t(N) * sizeof(float));
+    }
   }
 
   ThreadPool* pool_;

@@ -29,6 +29,8 @@ struct LinearCall {
   // Every x value is exactly a bf16 and 0 or of magnitude in [2^-40, 2^40]: with weights
   // (times their scales) in the same range, bf16 products are exact fp32 values, never
   // subnormal, so bf16 dot products equal fp32 FMA on the same terms up to summation order.
+  // Decided per activation row by the driver (a call's rows all agree), and the kernels
+  // decide per weight row, so each output's arithmetic depends on its own two rows only.
   bool use_bf16 = false;
 };
 
@@ -48,13 +50,14 @@ struct IsaKernels {
   int64_t gemv_grain;   // row grain for splitting N over threads
   int64_t gemm_grain;
   // Float path: rows [m0, m1) of x[., K] into xf (and xb, as bf16 bits) with zero padding to
-  // xs. Returns whether every value qualifies for use_bf16.
-  bool (*prep_float)(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t* xb);
+  // xs; bf16_ok[m] = 1 when every value of row m qualifies for use_bf16, else 0.
+  void (*prep_float)(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t* xb,
+                     uint8_t* bf16_ok);
   // Act-quant path: rows [m0, m1) act-quantised (act_quant_ref semantics, bit for bit) with
-  // blocks of `block` (a multiple of act_align dividing K); xf/xb receive x_qdq = q * s.
-  // Returns the largest block scale (+inf possible).
-  float (*prep_act_quant)(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
-                          uint16_t* xb);
+  // blocks of `block` (a multiple of act_align dividing K); xf/xb receive x_qdq = q * s;
+  // max_scale[m] = the largest block scale of row m (+inf possible).
+  void (*prep_act_quant)(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
+                         uint16_t* xb, float* max_scale);
   // act_quant_ref's interface for one vector (block a multiple of act_align).
   void (*act_quant)(float* x, int64_t n, int64_t block, float* q_out, float* s_out);
   // Scratch bytes one thread needs for rows().

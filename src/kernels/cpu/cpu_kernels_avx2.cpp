@@ -8,8 +8,9 @@
 //                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
 //                  and that row's outputs become NaN (exactly what a NaN weight gives).
 //   e2m1 nibble -> high byte of the fp16 value (low byte zero) by vpshufb.
-// All products are fp32 FMA; block scales multiply each block's partial sum. Decode (M <= 4)
-// fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel.
+// All products are fp32 FMA on the exact weights (code times block scale). Decode (M <= 4)
+// fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel;
+// both run the same per-output operation sequence (see "arithmetic" below).
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -Wall reports as
 // uninitialised once inlined here: a false positive of the compiler's own headers.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -68,23 +69,26 @@ inline const uint8_t* staged(const uint8_t* p, int64_t nbytes, uint8_t* buf) {
 constexpr int kPrefetch = 1024;
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p) + kPrefetch, _MM_HINT_T0); }
 
+// ------------------------------------------------------------------------------ arithmetic
+// Every output y[m, n] is one fixed sequence of operations that depends only on activation
+// row m and weight row n (decode and prefill paths, any M, any thread split give the same
+// bits): acc = 0; for each 8-column vector j over [0, Kp): acc = fma(x_j, w_j, acc);
+// y = hsum(acc), with w the exact weights (code times block scale), zero beyond K.
+
 // ------------------------------------------------------------------------------ decoders
-// f32() yields columns [k, k + nv) of a weight row (zeros beyond) as NF vectors of the
-// codes times CODE_SCALE; SCALED decoders have block scales over block() columns.
+// f32() yields the exact weights of columns [k, k + nv) of a weight row (0 < nv <= CH,
+// zeros beyond) as NF vectors of 8.
 
 struct F32Dec {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool SCALED = false, NAN_CODES = false, BLOCK_IS_CHUNK = false;
-  static constexpr float CODE_SCALE = 1.0f;
+  static constexpr bool NAN_CODES = false;
   struct Row {
     const float* p;
     __m256i nan;
   };
   const LinearCall* c;
   explicit F32Dec(const LinearCall& call) : c(&call) {}
-  int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K, _mm256_setzero_si256()}; }
-  float scale(const Row&, int64_t) const { return 1.0f; }
   void prefetch(const Row& r, int64_t k) const { kernels::cpu::prefetch(r.p + k); }
   void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
     if (nv == CH) {
@@ -99,17 +103,14 @@ struct F32Dec {
 
 struct Bf16Dec {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool SCALED = false, NAN_CODES = false, BLOCK_IS_CHUNK = false;
-  static constexpr float CODE_SCALE = 1.0f;
+  static constexpr bool NAN_CODES = false;
   struct Row {
     const uint8_t* p;
     __m256i nan;
   };
   const LinearCall* c;
   explicit Bf16Dec(const LinearCall& call) : c(&call) {}
-  int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {c->W->data + n * c->K * 2, _mm256_setzero_si256()}; }
-  float scale(const Row&, int64_t) const { return 1.0f; }
   void prefetch(const Row& r, int64_t k) const {
     if ((k & 31) == 0) kernels::cpu::prefetch(r.p + 2 * k);
   }
@@ -123,10 +124,15 @@ struct Bf16Dec {
   }
 };
 
+// v * 2^8 * scale with one rounding, as code * scale (v = code * 2^-8 exactly).
+inline __m256 unscale_mul(__m256 v, uint8_t scale_byte) {
+  if (scale_byte < 247) return _mm256_mul_ps(v, _mm256_set1_ps(e8m0(scale_byte) * 256.0f));
+  return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(256.0f)), _mm256_set1_ps(e8m0(scale_byte)));
+}
+
 struct Fp8Dec {
   static constexpr int CH = 32, NF = 4;
-  static constexpr bool SCALED = true, NAN_CODES = true, BLOCK_IS_CHUNK = false;
-  static constexpr float CODE_SCALE = 1.0f / 256.0f;
+  static constexpr bool NAN_CODES = true;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -134,12 +140,10 @@ struct Fp8Dec {
   };
   const LinearCall* c;
   explicit Fp8Dec(const LinearCall& call) : c(&call) {}
-  int64_t block() const { return c->W->block; }
   Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols, _mm256_setzero_si256()};
   }
-  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
   void prefetch(const Row& r, int64_t k) const {
     if ((k & 63) == 0) kernels::cpu::prefetch(r.p + k);
   }
@@ -148,6 +152,7 @@ struct Fp8Dec {
     w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
+  // B is a multiple of 32: a chunk lies in one scale block.
   void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + k : staged(r.p + k, nv, buf);
@@ -156,14 +161,15 @@ struct Fp8Dec {
     r.nan = _mm256_or_si256(r.nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))), ones));
     half(_mm256_castsi256_si128(b), w);
     half(_mm256_extracti128_si256(b, 1), w + 2);
+    const uint8_t sb = r.s[k / c->W->block];
+    for (int v = 0; v < 4; ++v) w[v] = unscale_mul(w[v], sb);
   }
   static bool has_nan(const Row& r) { return !_mm256_testz_si256(r.nan, r.nan); }
 };
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 4;
-  static constexpr bool SCALED = true, NAN_CODES = false, BLOCK_IS_CHUNK = true;  // needs K % 32 == 0
-  static constexpr float CODE_SCALE = 1.0f;
+  static constexpr bool NAN_CODES = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -176,40 +182,31 @@ struct Fp4Dec {
         // high byte of fp16(e2m1(i)); the low byte is zero for every e2m1 value
         tab(_mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc),
                           char(0xbe), char(0xc0), char(0xc2), char(0xc4), char(0xc6))) {}
-  int64_t block() const { return 32; }
   Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols, _mm256_setzero_si256()};
   }
-  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
   void prefetch(const Row& r, int64_t k) const {
     if ((k & 127) == 0) kernels::cpu::prefetch(r.p + k / 2);
   }
-  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
-    alignas(32) uint8_t buf[128];
-    const uint8_t* p = nv == CH ? r.p + k / 2 : staged(r.p + k / 2, (nv + 1) / 2, buf);
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  // K is a multiple of 32 here: a chunk is one whole scale block.
+  void f32(Row& r, int64_t k, int64_t, __m256* w) const {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2));
     const __m128i nib = _mm_set1_epi8(0x0f);
     const __m128i tl = _mm_shuffle_epi8(tab, _mm_and_si128(b, nib));
     const __m128i th = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(b, 4), nib));
     const __m128i n0 = _mm_unpacklo_epi8(tl, th), n1 = _mm_unpackhi_epi8(tl, th);  // columns 0-15, 16-31
     const __m128i z = _mm_setzero_si128();
-    w[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, n0));
-    w[1] = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, n0));
-    w[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, n1));
-    w[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, n1));
-    if (nv & 1) {  // odd tail: the high nibble of the last byte is not a column of this row
-      const int64_t q = nv / 8;
-      w[q] = _mm256_and_ps(w[q], _mm256_castsi256_ps(lane_mask(nv - 8 * q)));
-    }
+    const __m256 s = _mm256_set1_ps(e8m0(r.s[k / 32]));
+    w[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, n0)), s);
+    w[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, n0)), s);
+    w[2] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, n1)), s);
+    w[3] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, n1)), s);
   }
   static bool has_nan(const Row&) { return false; }
 };
 
 inline __m256 load_x(const LinearCall& c, int64_t m, int64_t k) { return _mm256_loadu_ps(c.xf + m * c.xs + k); }
-inline __m256 load_x_n(const LinearCall& c, int64_t m, int64_t k, int64_t n) {
-  return _mm256_maskload_ps(c.xf + m * c.xs + k, lane_mask(n));
-}
 
 template <class D>
 bool row_nan(const typename D::Row& r) {
@@ -222,113 +219,54 @@ bool row_nan(const typename D::Row& r) {
 // ------------------------------------------------------------------------------ decode (GEMV)
 
 template <class D, int MR, int NRW>
-struct Gemv {
-  static constexpr int NV = D::NF;
-
-  // Columns [k, k + nv) of every row into the block sums t (FULL: nv == CH).
-  template <bool FULL>
-  static inline void chunk(const LinearCall& c, const D& d, typename D::Row* row, int64_t k, int64_t nv,
-                           __m256 (&t)[MR][NRW]) {
+void gemv_group(const LinearCall& c, const D& d, int64_t n) {
+  constexpr int NV = D::NF;
+  typename D::Row row[NRW];
+  for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+  __m256 acc[MR][NRW];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
+  const int64_t K = c.K, Kp = c.xs;
+  auto step = [&](int64_t k, int64_t nv) {
     __m256 xv[MR][NV];
     for (int m = 0; m < MR; ++m)
-      for (int v = 0; v < NV; ++v)  // masked: x beyond the block must not meet the zero weights (inf * 0)
-        xv[m][v] = FULL ? load_x(c, m, k + 8 * v) : load_x_n(c, m, k + 8 * v, nv - 8 * v);
+      for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
     for (int r = 0; r < NRW; ++r) {
-      if constexpr (FULL) d.prefetch(row[r], k);
       __m256 w[NV];
-      d.f32(row[r], k, FULL ? int64_t(D::CH) : nv, w);
+      if (nv > 0)
+        d.f32(row[r], k, nv, w);
+      else
+        for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
       for (int v = 0; v < NV; ++v)
-        for (int m = 0; m < MR; ++m) t[m][r] = _mm256_fmadd_ps(w[v], xv[m][v], t[m][r]);
+        for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(xv[m][v], w[v], acc[m][r]);
     }
+  };
+  int64_t k = 0;
+  for (; k + D::CH <= K; k += D::CH) {
+    for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
+    step(k, D::CH);
   }
-
-  static void finish(const LinearCall& c, int64_t n, const typename D::Row* row, __m256 (&acc)[MR][NRW]) {
-    for (int r = 0; r < NRW; ++r) {
-      const bool nan = row_nan<D>(row[r]);
-      for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
-    }
+  for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+  for (int r = 0; r < NRW; ++r) {
+    const bool nan = row_nan<D>(row[r]);
+    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
   }
-
-  // Decoders whose chunk is their scale block (FP4, K a multiple of 32).
-  static void run_block_chunks(const LinearCall& c, const D& d, int64_t n) {
-    typename D::Row row[NRW];
-    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-    __m256 acc[MR][NRW];
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
-    const int64_t nblk = c.K / D::CH;
-    for (int64_t blk = 0; blk < nblk; ++blk) {
-      const int64_t k = blk * D::CH;
-      __m256 xv[MR][NV];
-      for (int m = 0; m < MR; ++m)
-        for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
-      for (int r = 0; r < NRW; ++r) {
-        d.prefetch(row[r], k);
-        __m256 w[NV];
-        d.f32(row[r], k, D::CH, w);
-        const __m256 s = _mm256_set1_ps(d.scale(row[r], blk));
-        for (int m = 0; m < MR; ++m) {
-          __m256 t0 = _mm256_mul_ps(w[0], xv[m][0]), t1 = _mm256_mul_ps(w[1], xv[m][1]);
-          for (int v = 2; v < NV; v += 2) {
-            t0 = _mm256_fmadd_ps(w[v], xv[m][v], t0);
-            t1 = _mm256_fmadd_ps(w[v + 1], xv[m][v + 1], t1);
-          }
-          acc[m][r] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), s, acc[m][r]);
-        }
-      }
-    }
-    finish(c, n, row, acc);
-  }
-
-  static void run(const LinearCall& c, const D& d, int64_t n) {
-    if constexpr (D::BLOCK_IS_CHUNK) return run_block_chunks(c, d, n);
-    typename D::Row row[NRW];
-    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-    __m256 acc[MR][NRW];
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
-    const int64_t K = c.K, bw = d.block();
-    const __m256 unscale = _mm256_set1_ps(1.0f / D::CODE_SCALE);
-    for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-      const int64_t k1 = min64(K, k0 + bw);
-      __m256 t[MR][NRW];
-      for (int m = 0; m < MR; ++m)
-        for (int r = 0; r < NRW; ++r) t[m][r] = _mm256_setzero_ps();
-      int64_t k = k0;
-      for (; k + D::CH <= k1; k += D::CH) chunk<true>(c, d, row, k, D::CH, t);
-      if (k < k1) chunk<false>(c, d, row, k, k1 - k, t);
-      if constexpr (D::SCALED) {
-        for (int r = 0; r < NRW; ++r) {
-          const __m256 s = _mm256_set1_ps(d.scale(row[r], blk));
-          for (int m = 0; m < MR; ++m) {
-            __m256 tm = t[m][r];
-            if constexpr (D::CODE_SCALE != 1.0f) tm = _mm256_mul_ps(tm, unscale);
-            acc[m][r] = _mm256_fmadd_ps(tm, s, acc[m][r]);
-          }
-        }
-      } else {
-        for (int m = 0; m < MR; ++m)
-          for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_add_ps(acc[m][r], t[m][r]);
-      }
-    }
-    finish(c, n, row, acc);
-  }
-};
+}
 
 template <class D, int MR, int NRW>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  for (; n + NRW <= n1; n += NRW) Gemv<D, MR, NRW>::run(c, d, n);
-  for (; n < n1; ++n) Gemv<D, MR, 1>::run(c, d, n);
+  for (; n + NRW <= n1; n += NRW) gemv_group<D, MR, NRW>(c, d, n);
+  for (; n < n1; ++n) gemv_group<D, MR, 1>(c, d, n);
 }
 
 template <class D>
 void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   switch (c.M) {
-    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1);
-    case 2: return gemv_range<D, 2, 2>(c, d, n0, n1);
-    case 3: return gemv_range<D, 3, 1>(c, d, n0, n1);
-    default: return gemv_range<D, 4, 1>(c, d, n0, n1);
+    case 1: return gemv_range<D, 1, 8>(c, d, n0, n1);
+    case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
+    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
+    default: return gemv_range<D, 4, 2>(c, d, n0, n1);
   }
 }
 
@@ -336,28 +274,16 @@ void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
 
 constexpr int kMR = 3, kNR = 4;
 
-// Exact fp32 weights of row n (code * block scale, as weight_decode_row), zero to Kp.
+// Exact fp32 weights of row n (a row with a NaN code: all NaN, as its outputs), zero to Kp.
 template <class D>
 void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
   typename D::Row r = d.row(n);
-  const int64_t K = c.K, bw = d.block();
-  const __m256 unscale = _mm256_set1_ps(1.0f / D::CODE_SCALE);
-  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-    const int64_t k1 = min64(K, k0 + bw);
-    const __m256 s = _mm256_set1_ps(d.scale(r, blk));
-    for (int64_t k = k0; k < k1; k += D::CH) {
-      const int64_t nv = min64(D::CH, k1 - k);
-      __m256 w[D::NF];
-      d.f32(r, k, nv, w);
-      for (int v = 0; v < D::NF; ++v) {
-        if constexpr (D::CODE_SCALE != 1.0f) w[v] = _mm256_mul_ps(w[v], unscale);  // exact
-        if constexpr (D::SCALED) w[v] = _mm256_mul_ps(w[v], s);
-        if (nv == D::CH)
-          _mm256_storeu_ps(dst + k + 8 * v, w[v]);
-        else
-          _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
-      }
-    }
+  const int64_t K = c.K;
+  for (int64_t k = 0; k < K; k += D::CH) {
+    const int64_t nv = min64(D::CH, K - k);
+    __m256 w[D::NF];
+    d.f32(r, k, nv, w);
+    for (int v = 0; v < D::NF; ++v) _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
   }
   if (row_nan<D>(r))
     for (int64_t k = 0; k < K; ++k) dst[k] = f32_of(0x7fc00000u);
@@ -439,13 +365,14 @@ size_t scratch_bytes(const LinearCall& c) {
 
 // ------------------------------------------------------------------------------ activations
 
-bool prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t*) {
+void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t*,
+                uint8_t* bf16_ok) {
   for (int64_t m = m0; m < m1; ++m) {
     const float* src = x + m * K;
     float* df = xf + m * xs;
     for (int64_t k = 0; k < xs; k += 8) _mm256_storeu_ps(df + k, _mm256_maskload_ps(src + k, lane_mask(K - k)));
+    bf16_ok[m] = 0;  // no bf16 kernels here
   }
-  return false;
 }
 
 // One act_quant block of n (multiple of 8) values; see the AVX-512 version for why each
@@ -478,18 +405,18 @@ inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq
   return s;
 }
 
-float prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
-                     uint16_t*) {
-  float smax = 0.0f;
+void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
+                    uint16_t*, float* max_scale) {
   for (int64_t m = m0; m < m1; ++m) {
     float* df = xf + m * xs;
+    float smax = 0.0f;
     for (int64_t b0 = 0; b0 < K; b0 += block) {
       const float s = act_quant_block(x + m * K + b0, block, nullptr, df + b0);
       smax = s > smax ? s : smax;
     }
     for (int64_t k = K; k < xs; ++k) df[k] = 0.0f;
+    max_scale[m] = smax;
   }
-  return smax;
 }
 
 void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
@@ -502,7 +429,7 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
 constexpr IsaKernels kKernels = {
     .name = "avx2",
     .bf16 = false,
-    .k_align = 16,
+    .k_align = 32,
     .m_align = kMR,
     .gemv_max_m = kGemvMaxM,
     .act_align = 8,

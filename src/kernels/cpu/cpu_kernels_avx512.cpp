@@ -137,22 +137,83 @@ inline __mmask16 in_range(__m512 v) {
   return zero | mid;
 }
 
+// ------------------------------------------------------------------------------ arithmetic
+// Every output y[m, n] is one fixed sequence of operations that depends only on activation
+// row m and weight row n, so the decode and prefill paths, any M and any thread split give
+// the same bits (a sequence's logits do not depend on the batch it shares a step with):
+//   bf16 mode (activation row exact bf16 in range, weight row with every scale in range):
+//     acc = 0; for each 32-column vector j over [0, Kp): acc = vdpbf16ps(acc, x16_j, w16_j);
+//   fp32 mode: acc = 0; for each 16-column vector j over [0, Kp): acc = fma(x_j, w_j, acc);
+//   y = reduce4 lane sum of acc.
+// w16 / w are the exact weights (code times block scale; BF16 / F32 as stored), zero beyond K.
+
+// Scale bytes whose power of two keeps every nonzero code * scale (codes in [2^-9, 448])
+// inside the exact-product range [2^-40, 2^40].
+constexpr int kScaleLo = 127 - 31, kScaleHi = 127 + 22;
+
+inline bool scales_in_range(const uint8_t* s, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64) {
+    const __m512i b = _mm512_maskz_loadu_epi8(mask64(n - i), s + i);
+    const __mmask64 bad = _mm512_cmplt_epu8_mask(b, _mm512_set1_epi8(char(kScaleLo))) |
+                          _mm512_cmpgt_epu8_mask(b, _mm512_set1_epi8(char(kScaleHi)));
+    if (bad & mask64(n - i)) return false;
+  }
+  return true;
+}
+
+// bf16 lanes that are nonzero and outside [2^-40, 2^40] (NaN, inf, subnormal included).
+inline __mmask32 b16_out_of_range(__m512i w) {
+  const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
+  const __m512i lo = _mm512_set1_epi16(short(kBf16RangeLoBits >> 16));
+  const __m512i span = _mm512_set1_epi16(short((kBf16RangeHiBits - kBf16RangeLoBits) >> 16));
+  return _mm512_mask_cmpgt_epu16_mask(_mm512_test_epi16_mask(mag, mag), _mm512_sub_epi16(mag, lo), span);
+}
+
+// Adds a power-of-two scale (as an exponent offset) to nonzero, non-NaN bf16 codes: exact
+// for scales within [kScaleLo, kScaleHi].
+inline __m512i b16_scale(__m512i w, int scale_byte) {
+  const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
+  const __mmask32 live =
+      _mm512_mask_cmpneq_epi16_mask(_mm512_test_epi16_mask(mag, mag), mag, _mm512_set1_epi16(0x7fc0));
+  return _mm512_mask_add_epi16(w, live, w, _mm512_set1_epi16(short((scale_byte - 127) * 128)));
+}
+
+// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d}; lane i of the result
+// depends only on its own vector.
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a b a b per 128
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// Writes the first n (<= 4) sums of four accumulators to dst.
+inline void store_sums(float* dst, __m128 sums, int64_t n) {
+  if (n >= 4) {
+    _mm_storeu_ps(dst, sums);
+  } else {
+    alignas(16) float tmp[4];
+    _mm_store_ps(tmp, sums);
+    for (int64_t i = 0; i < n; ++i) dst[i] = tmp[i];
+  }
+}
+
 // ------------------------------------------------------------------------------ decoders
-// Each decoder yields, for columns [k, k + nv) of a weight row (nv <= CH, zeros beyond),
-// the exact weight codes as NF fp32 vectors and (for FP8 / FP4) NB bf16 vectors. Block
-// scales (SCALED) apply to blocks of block() columns.
+// For columns [k, k + nv) of a weight row (0 < nv <= CH, zeros beyond): f32() the exact fp32
+// weights as NF vectors of 16; b16() the exact bf16 weights as NB vectors of 32 (only for a
+// row that safe() accepts; CHECK decoders are range-checked by the caller instead).
 
 struct F32Dec {
   static constexpr int CH = 32, NF = 2, NB = 0;
-  static constexpr bool SCALED = false, BF16_TILES = false, BLOCK_IS_CHUNK = false;
+  static constexpr bool B16 = false, CHECK = false;
   struct Row {
     const float* p;
   };
   const LinearCall* c;
   explicit F32Dec(const LinearCall& call) : c(&call) {}
-  int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
-  float scale(const Row&, int64_t) const { return 1.0f; }
+  bool safe(const Row&) const { return false; }
   void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
   void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     if (nv == CH) {
@@ -167,8 +228,8 @@ struct F32Dec {
 };
 
 struct Bf16Dec {
-  static constexpr int CH = 32, NF = 2, NB = 0;
-  static constexpr bool SCALED = false, BF16_TILES = true, BLOCK_IS_CHUNK = false;
+  static constexpr int CH = 32, NF = 2, NB = 1;
+  static constexpr bool B16 = true, CHECK = true;
   struct Row {
     const uint16_t* p;
   };
@@ -176,41 +237,50 @@ struct Bf16Dec {
   __m512i i0, i1;
   explicit Bf16Dec(const LinearCall& call)
       : c(&call), i0(load_i(kT.idx_bf_f[0])), i1(load_i(kT.idx_bf_f[1])) {}
-  int64_t block() const { return c->K; }
   Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
-  float scale(const Row&, int64_t) const { return 1.0f; }
+  bool safe(const Row&) const { return true; }
   void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
+  __m512i raw(const Row& r, int64_t k, int64_t nv) const {
+    return nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
+  }
   void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
-    const __m512i v = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
+    const __m512i v = raw(r, k, nv);
     w[0] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i0, v));
     w[1] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i1, v));
   }
-  void b16(const Row&, int64_t, int64_t, __m512i*) const {}
+  void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const { w[0] = raw(r, k, nv); }
 };
 
 struct Fp8Dec {
   static constexpr int CH = 64, NF = 4, NB = 2;
-  static constexpr bool SCALED = true, BF16_TILES = true, BLOCK_IS_CHUNK = false;
+  static constexpr bool B16 = true, CHECK = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
   };
   const LinearCall* c;
+  int64_t B;
   __m512i lo0, lo1, hi0, hi1, sign;
   explicit Fp8Dec(const LinearCall& call)
       : c(&call),
+        B(call.W->block),
         lo0(load_i(kT.e4m3_lo)),
         lo1(load_i(kT.e4m3_lo + 64)),
         hi0(load_i(kT.e4m3_hi)),
         hi1(load_i(kT.e4m3_hi + 64)),
         sign(_mm512_set1_epi8(char(0x80))) {}
-  int64_t block() const { return c->W->block; }
   Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
   }
-  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  bool safe(const Row& r) const { return scales_in_range(r.s, (c->K + B - 1) / B); }
   void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
+  // Scale bytes of the two 32-column halves (B is a multiple of 32; a half beyond K borrows
+  // the first half's scale, its weights being zero).
+  void scale_bytes(const Row& r, int64_t k, int& s0, int& s1) const {
+    s0 = r.s[k / B];
+    s1 = k + 32 < c->K ? r.s[(k + 32) / B] : s0;
+  }
   void bytes(const Row& r, int64_t k, int64_t nv, __m512i& lo, __m512i& hi) const {
     const __m512i b = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi8(mask64(nv), r.p + k);
     lo = _mm512_permutex2var_epi8(lo0, b, lo1);
@@ -220,21 +290,27 @@ struct Fp8Dec {
   void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     __m512i lo, hi;
     bytes(r, k, nv, lo, hi);
+    int s0, s1;
+    scale_bytes(r, k, s0, s1);
+    const __m512 v0 = _mm512_set1_ps(e8m0(uint8_t(s0))), v1 = _mm512_set1_ps(e8m0(uint8_t(s1)));
     const __mmask64 m = 0xccccccccccccccccull;
     for (int q = 0; q < 4; ++q)
-      w[q] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(m, lo, load_i(kT.idx_f[q]), hi));
+      w[q] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(m, lo, load_i(kT.idx_f[q]), hi)),
+                           q < 2 ? v0 : v1);
   }
   void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
     __m512i lo, hi;
     bytes(r, k, nv, lo, hi);
-    w[0] = _mm512_permutex2var_epi8(lo, load_i(kT.idx_w[0]), hi);
-    w[1] = _mm512_permutex2var_epi8(lo, load_i(kT.idx_w[1]), hi);
+    int s0, s1;
+    scale_bytes(r, k, s0, s1);
+    w[0] = b16_scale(_mm512_permutex2var_epi8(lo, load_i(kT.idx_w[0]), hi), s0);
+    w[1] = b16_scale(_mm512_permutex2var_epi8(lo, load_i(kT.idx_w[1]), hi), s1);
   }
 };
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 2, NB = 1;
-  static constexpr bool SCALED = true, BF16_TILES = true, BLOCK_IS_CHUNK = true;  // needs K % 32 == 0
+  static constexpr bool B16 = true, CHECK = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -249,12 +325,11 @@ struct Fp4Dec {
         dup_d0(load_i(kT.idx_dup_d[0])),
         dup_d1(load_i(kT.idx_dup_d[1])),
         tf(_mm512_castsi512_ps(load_i(kT.e2m1_f))) {}
-  int64_t block() const { return 32; }
   Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
   }
-  float scale(const Row& r, int64_t blk) const { return e8m0(r.s[blk]); }
+  bool safe(const Row& r) const { return scales_in_range(r.s, c->K / 32); }
   void prefetch(const Row& r, int64_t k) const {
     if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2) + kPrefetch, _MM_HINT_T0);
   }
@@ -263,24 +338,21 @@ struct Fp4Dec {
                                : _mm_maskz_loadu_epi8(uint16_t(mask16((nv + 1) / 2)), r.p + k / 2);
     return _mm512_castsi128_si512(b);
   }
+  // K is a multiple of 32 here, so a chunk is one whole scale block.
   void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     const __m512i b = src(r, k, nv);
     __m512i d0 = _mm512_permutexvar_epi8(dup_d0, b), d1 = _mm512_permutexvar_epi8(dup_d1, b);
     d0 = _mm512_mask_srli_epi32(d0, 0xaaaa, d0, 4);  // odd columns: high nibble
     d1 = _mm512_mask_srli_epi32(d1, 0xaaaa, d1, 4);
-    w[0] = _mm512_permutexvar_ps(d0, tf);
-    w[1] = _mm512_permutexvar_ps(d1, tf);
-    if (nv < CH) {  // a zero byte decodes to 0.0 already; only odd nv needs the mask
-      w[0] = _mm512_maskz_mov_ps(mask16(nv), w[0]);
-      w[1] = _mm512_maskz_mov_ps(mask16(nv - 16), w[1]);
-    }
+    const __m512 s = _mm512_set1_ps(e8m0(r.s[k / 32]));
+    w[0] = _mm512_mul_ps(_mm512_permutexvar_ps(d0, tf), s);
+    w[1] = _mm512_mul_ps(_mm512_permutexvar_ps(d1, tf), s);
   }
   void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
     const __m512i b = src(r, k, nv);
     __m512i d = _mm512_permutexvar_epi8(dup_w, b);
     d = _mm512_mask_srli_epi16(d, 0xaaaaaaaau, d, 4);
-    w[0] = _mm512_permutexvar_epi16(d, tw);
-    if (nv < CH) w[0] = _mm512_maskz_mov_epi16(mask32(nv), w[0]);
+    w[0] = b16_scale(_mm512_permutexvar_epi16(d, tw), r.s[k / 32]);
   }
 };
 
@@ -293,131 +365,120 @@ struct Vec<false> {
   using T = __m512;
   static constexpr int W = 16;
   static T load(const LinearCall& c, int64_t m, int64_t k) { return _mm512_loadu_ps(c.xf + m * c.xs + k); }
-  static T load_n(const LinearCall& c, int64_t m, int64_t k, int64_t n) {
-    return _mm512_maskz_loadu_ps(mask16(n), c.xf + m * c.xs + k);
-  }
-  static __m512 madd(__m512 acc, T w, T x) { return _mm512_fmadd_ps(w, x, acc); }
+  static T zero() { return _mm512_setzero_ps(); }
+  static __m512 madd(__m512 acc, T x, T w) { return _mm512_fmadd_ps(x, w, acc); }
 };
 template <>
 struct Vec<true> {
   using T = __m512i;
   static constexpr int W = 32;
   static T load(const LinearCall& c, int64_t m, int64_t k) { return load_i(c.xb + m * c.xs + k); }
-  static T load_n(const LinearCall& c, int64_t m, int64_t k, int64_t n) {
-    return _mm512_maskz_loadu_epi16(mask32(n), c.xb + m * c.xs + k);
-  }
-  static __m512 madd(__m512 acc, T w, T x) { return dp(acc, w, x); }
+  static T zero() { return _mm512_setzero_si512(); }
+  static __m512 madd(__m512 acc, T x, T w) { return dp(acc, x, w); }
 };
 
-// MR activation rows times NRW weight rows starting at n, fused decode + dot.
+// MR activation rows times NRW weight rows starting at n, fused decode + dot. Returns the
+// rows (bit r) a CHECK decoder found out of range in bf16 mode; their outputs are invalid.
 template <class D, bool BF, int MR, int NRW>
-struct Gemv {
+uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   using V = Vec<BF>;
   using T = typename V::T;
-  static constexpr int NV = BF ? D::NB : D::NF;
-
-  // Columns [k, k + nv) of every row into the block sums t (FULL: nv == CH).
-  template <bool FULL>
-  static inline void chunk(const LinearCall& c, const D& d, const typename D::Row* row, int64_t k, int64_t nv,
-                           __m512 (&t)[MR][NRW]) {
+  constexpr int NV = BF ? D::NB : D::NF;
+  typename D::Row row[NRW];
+  for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+  __m512 acc[MR][NRW];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
+  __mmask32 bad[NRW] = {};
+  const int64_t K = c.K, Kp = c.xs;
+  auto step = [&](int64_t k, int64_t nv) {
     T xv[MR][NV];
     for (int m = 0; m < MR; ++m)
-      for (int v = 0; v < NV; ++v)  // masked: x beyond the block must not meet the zero weights (inf * 0)
-        xv[m][v] = FULL ? V::load(c, m, k + v * V::W) : V::load_n(c, m, k + v * V::W, nv - v * V::W);
+      for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
     for (int r = 0; r < NRW; ++r) {
-      if constexpr (FULL) d.prefetch(row[r], k);
       T w[NV];
-      if constexpr (BF)
-        d.b16(row[r], k, FULL ? int64_t(D::CH) : nv, w);
-      else
-        d.f32(row[r], k, FULL ? int64_t(D::CH) : nv, w);
-      for (int v = 0; v < NV; ++v)
-        for (int m = 0; m < MR; ++m) t[m][r] = V::madd(t[m][r], w[v], xv[m][v]);
-    }
-  }
-
-  // Decoders whose chunk is their scale block (FP4: 32 columns, K a multiple of 32): one
-  // loop over blocks, two blocks per step into two accumulator sets (shorter FMA chains).
-  static void run_block_chunks(const LinearCall& c, const D& d, int64_t n) {
-    typename D::Row row[NRW];
-    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-    __m512 acc[2][MR][NRW];
-    for (int u = 0; u < 2; ++u)
-      for (int m = 0; m < MR; ++m)
-        for (int r = 0; r < NRW; ++r) acc[u][m][r] = _mm512_setzero_ps();
-    const int64_t nblk = c.K / D::CH;
-    for (int64_t blk = 0; blk < nblk; blk += 2) {
-      const int nu = blk + 1 < nblk ? 2 : 1;
-      for (int u = 0; u < nu; ++u) {
-        const int64_t k = (blk + u) * D::CH;
-        T xv[MR][NV];
-        for (int m = 0; m < MR; ++m)
-          for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
-        for (int r = 0; r < NRW; ++r) {
-          d.prefetch(row[r], k);
-          T w[NV];
-          if constexpr (BF)
-            d.b16(row[r], k, D::CH, w);
-          else
-            d.f32(row[r], k, D::CH, w);
-          const __m512 s = _mm512_set1_ps(d.scale(row[r], blk + u));
-          for (int m = 0; m < MR; ++m) {
-            __m512 t = V::madd(_mm512_setzero_ps(), w[0], xv[m][0]);
-            for (int v = 1; v < NV; ++v) t = V::madd(t, w[v], xv[m][v]);
-            acc[u][m][r] = _mm512_fmadd_ps(t, s, acc[u][m][r]);
-          }
-        }
-      }
-    }
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) c.y[m * c.N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m][r], acc[1][m][r]));
-  }
-
-  static void run(const LinearCall& c, const D& d, int64_t n) {
-    if constexpr (D::BLOCK_IS_CHUNK) return run_block_chunks(c, d, n);
-    typename D::Row row[NRW];
-    for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-    __m512 acc[MR][NRW];
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
-    const int64_t K = c.K, bw = d.block();
-    for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-      const int64_t k1 = min64(K, k0 + bw);
-      __m512 t[MR][NRW];
-      for (int m = 0; m < MR; ++m)
-        for (int r = 0; r < NRW; ++r) t[m][r] = _mm512_setzero_ps();
-      int64_t k = k0;
-      for (; k + D::CH <= k1; k += D::CH) chunk<true>(c, d, row, k, D::CH, t);
-      if (k < k1) chunk<false>(c, d, row, k, k1 - k, t);
-      if constexpr (D::SCALED) {
-        for (int r = 0; r < NRW; ++r) {
-          const __m512 s = _mm512_set1_ps(d.scale(row[r], blk));
-          for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(t[m][r], s, acc[m][r]);
-        }
+      if (nv <= 0) {
+        for (int v = 0; v < NV; ++v) w[v] = V::zero();
+      } else if constexpr (BF) {
+        d.b16(row[r], k, nv, w);
+        if constexpr (D::CHECK)
+          for (int v = 0; v < NV; ++v) bad[r] |= b16_out_of_range(w[v]);
       } else {
-        for (int m = 0; m < MR; ++m)
-          for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_add_ps(acc[m][r], t[m][r]);
+        d.f32(row[r], k, nv, w);
       }
+      for (int v = 0; v < NV; ++v)
+        for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
     }
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NRW; ++r) c.y[m * c.N + n + r] = _mm512_reduce_add_ps(acc[m][r]);
+  };
+  int64_t k = 0;
+  for (; k + D::CH <= K; k += D::CH) {
+    for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
+    step(k, D::CH);
   }
-};
-
-template <class D, bool BF, int MR, int NRW>
-void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  for (; n + NRW <= n1; n += NRW) Gemv<D, BF, MR, NRW>::run(c, d, n);
-  for (; n < n1; ++n) Gemv<D, BF, MR, 1>::run(c, d, n);
+  for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+  const __m512 z = _mm512_setzero_ps();
+  for (int m = 0; m < MR; ++m)
+    for (int r0 = 0; r0 < NRW; r0 += 4)
+      store_sums(c.y + m * c.N + n + r0,
+                 reduce4(acc[m][r0], r0 + 1 < NRW ? acc[m][r0 + 1] : z, r0 + 2 < NRW ? acc[m][r0 + 2] : z,
+                         r0 + 3 < NRW ? acc[m][r0 + 3] : z),
+                 NRW - r0);
+  uint32_t bad_rows = 0;
+  for (int r = 0; r < NRW; ++r)
+    if (bad[r]) bad_rows |= 1u << r;
+  return bad_rows;
 }
 
-template <class D, bool BF>
+// fp32-mode outputs of weight row n for every activation row (any M).
+template <class D>
+void f32_row_all_m(const LinearCall& c, const D& d, int64_t n) {
+  for (int64_t m0 = 0; m0 < c.M; m0 += 4) {
+    LinearCall s = c;
+    s.xf += m0 * c.xs;
+    s.y += m0 * c.N;
+    switch (min64(4, c.M - m0)) {
+      case 1: gemv_group<D, false, 1, 1>(s, d, n); break;
+      case 2: gemv_group<D, false, 2, 1>(s, d, n); break;
+      case 3: gemv_group<D, false, 3, 1>(s, d, n); break;
+      default: gemv_group<D, false, 4, 1>(s, d, n); break;
+    }
+  }
+}
+
+template <class D, int MR, int NRW>
+void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  const bool bf = c.use_bf16 && D::B16;
+  int64_t n = n0;
+  while (n < n1) {
+    const int64_t nr = n + NRW <= n1 ? NRW : 1;
+    bool safe = bf;
+    for (int64_t r = 0; r < nr && safe; ++r) safe = d.safe(d.row(n + r));
+    if (nr == NRW && safe) {
+      uint32_t bad = 0;
+      if constexpr (D::B16) bad = gemv_group<D, true, MR, NRW>(c, d, n);
+      for (int r = 0; r < NRW; ++r)
+        if (bad >> r & 1) gemv_group<D, false, MR, 1>(c, d, n + r);
+    } else if (nr == NRW && !bf) {
+      gemv_group<D, false, MR, NRW>(c, d, n);
+    } else {
+      for (int64_t r = 0; r < nr; ++r) {
+        uint32_t bad = 1;
+        if constexpr (D::B16)
+          if (bf && d.safe(d.row(n + r))) bad = gemv_group<D, true, MR, 1>(c, d, n + r);
+        if (bad) gemv_group<D, false, MR, 1>(c, d, n + r);
+      }
+    }
+    n += nr;
+  }
+}
+
+template <class D>
 void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   switch (c.M) {
-    case 1: return gemv_range<D, BF, 1, 4>(c, d, n0, n1);
-    case 2: return gemv_range<D, BF, 2, 2>(c, d, n0, n1);
-    case 3: return gemv_range<D, BF, 3, 1>(c, d, n0, n1);
-    default: return gemv_range<D, BF, 4, 1>(c, d, n0, n1);
+    case 1: return gemv_range<D, 1, 8>(c, d, n0, n1);
+    case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
+    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
+    default: return gemv_range<D, 4, 2>(c, d, n0, n1);
   }
 }
 
@@ -425,85 +486,43 @@ void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
 
 constexpr int kMR = 6, kNR = 4;
 
-// Exact fp32 weights of row n (code * block scale, as weight_decode_row), zero to Kp.
+// Exact fp32 weights of row n, zero to Kp (the values the fp32 mode multiplies).
 template <class D>
 void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
   const typename D::Row r = d.row(n);
-  const int64_t K = c.K, bw = d.block();
-  for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-    const int64_t k1 = min64(K, k0 + bw);
-    const __m512 s = _mm512_set1_ps(d.scale(r, blk));
-    for (int64_t k = k0; k < k1; k += D::CH) {
-      const int64_t nv = min64(D::CH, k1 - k);
-      __m512 w[D::NF];
-      d.f32(r, k, nv, w);
-      for (int v = 0; v < D::NF; ++v) {
-        if constexpr (D::SCALED) w[v] = _mm512_mul_ps(w[v], s);
-        if (nv == D::CH)
-          _mm512_storeu_ps(dst + k + 16 * v, w[v]);
-        else
-          _mm512_mask_storeu_ps(dst + k + 16 * v, mask16(nv - 16 * v), w[v]);
-      }
-    }
+  const int64_t K = c.K;
+  for (int64_t k = 0; k < K; k += D::CH) {
+    const int64_t nv = min64(D::CH, K - k);
+    __m512 w[D::NF];
+    d.f32(r, k, nv, w);
+    for (int v = 0; v < D::NF; ++v) _mm512_mask_storeu_ps(dst + k + 16 * v, mask16(nv - 16 * v), w[v]);
   }
   for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
 }
 
-// Scale bytes whose power of two keeps every nonzero code * scale (codes in [2^-9, 448])
-// inside the exact-product range [2^-40, 2^40].
-constexpr int kScaleLo = 127 - 31, kScaleHi = 127 + 22;
-
-// Exact bf16 weights of row n straight from the codes, zero to Kp. FP8 / FP4: the block
-// scale is added to the exponent of nonzero, non-NaN codes (exact); BF16: copied. Returns
-// false if a scale or BF16 value leaves the exact-product range (the tile then stays fp32).
+// Exact bf16 weights of row n, zero to Kp; false if the row is not safe (then the row is
+// left for the fp32 mode).
 template <class D>
 bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, int64_t Kp) {
+  const typename D::Row r = d.row(n);
+  if (!d.safe(r)) return false;
   const int64_t K = c.K;
-  const __m512i magmask = _mm512_set1_epi16(0x7fff);
-  if constexpr (D::SCALED) {
-    const typename D::Row r = d.row(n);
-    const int64_t bw = d.block();
-    const __m512i nan = _mm512_set1_epi16(0x7fc0);
-    for (int64_t k0 = 0, blk = 0; k0 < K; k0 += bw, ++blk) {
-      const int sb = r.s[blk];
-      if (sb < kScaleLo || sb > kScaleHi) return false;
-      const __m512i add = _mm512_set1_epi16(short((sb - 127) * 128));
-      const int64_t k1 = min64(K, k0 + bw);
-      for (int64_t k = k0; k < k1; k += D::CH) {
-        const int64_t nv = min64(D::CH, k1 - k);
-        __m512i w[D::NB];
-        d.b16(r, k, nv, w);
-        for (int v = 0; v < D::NB; ++v) {
-          const __m512i mag = _mm512_and_si512(w[v], magmask);
-          const __mmask32 live = _mm512_mask_cmpneq_epi16_mask(_mm512_test_epi16_mask(mag, mag), mag, nan);
-          w[v] = _mm512_mask_add_epi16(w[v], live, w[v], add);
-          if (nv == D::CH)
-            _mm512_storeu_si512(dst + k + 32 * v, w[v]);
-          else
-            _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
-        }
-      }
+  __mmask32 bad = 0;
+  for (int64_t k = 0; k < K; k += D::CH) {
+    const int64_t nv = min64(D::CH, K - k);
+    __m512i w[D::NB > 0 ? D::NB : 1];
+    d.b16(r, k, nv, w);
+    for (int v = 0; v < D::NB; ++v) {
+      if constexpr (D::CHECK) bad |= b16_out_of_range(w[v]);
+      _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
     }
-  } else {  // BF16 weights
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(c.W->data) + n * K;
-    const __m512i lo = _mm512_set1_epi16(short(kBf16RangeLoBits >> 16));
-    const __m512i span = _mm512_set1_epi16(short((kBf16RangeHiBits - kBf16RangeLoBits) >> 16));
-    __mmask32 bad = 0;
-    for (int64_t k = 0; k < K; k += 32) {
-      const __m512i w = _mm512_maskz_loadu_epi16(mask32(K - k), src + k);
-      const __m512i mag = _mm512_and_si512(w, magmask);
-      bad |= _mm512_mask_cmpgt_epu16_mask(_mm512_test_epi16_mask(mag, mag), _mm512_sub_epi16(mag, lo), span);
-      _mm512_mask_storeu_epi16(dst + k, mask32(K - k), w);
-    }
-    if (bad) return false;
   }
   for (int64_t k = K; k < Kp; ++k) dst[k] = 0;
-  return true;
+  return bad == 0;
 }
 
 // acc[MR][NR] (vector partial sums, kept in memory between K blocks) += x[MR rows] . w[NR
-// rows] over columns [k0, k1). Carrying the vectors keeps each lane's summation order that
-// of a single pass over K.
+// rows] over columns [k0, k1): the same per-lane sequence as one pass over K.
 template <int MR, int NR, bool BF>
 void micro(const void* xp, int64_t xs, const void* wp, int64_t ws, int64_t k0, int64_t k1, __m512* mem,
            bool first) {
@@ -537,16 +556,6 @@ void micro(const void* xp, int64_t xs, const void* wp, int64_t ws, int64_t k0, i
     for (int r = 0; r < NR; ++r) _mm512_store_ps(mem + m * NR + r, acc[m][r]);
 }
 
-// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d}.
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a b a b per 128
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-static_assert(kNR == 4, "tile_rows_group reduces four weight rows at a time");
-
 // Tile height: about 512 KiB of fp32 tile, a multiple of kNR, at most 48 rows.
 constexpr int64_t kMaxTile = 48;
 int64_t tile_rows(int64_t Kp) {
@@ -559,12 +568,12 @@ size_t gemm_scratch(const LinearCall& c) {
   return size_t(tile_rows(Kp) * Kp) * sizeof(float) + size_t(kMaxTile / kNR) * kMR * kNR * 64;
 }
 
-// y[m0 .. m0 + kMR, tile rows] for one activation row group: K blocks of kc columns (x block
-// and accumulators stay in L1, weight rows stream from the L2-resident tile).
-// MR rows of x (MR <= kMR: the last, partial row group runs with its exact row count).
+// MR rows of x (MR <= kMR: the last, partial row group runs with its exact row count) times
+// the tile, K in blocks of kc columns (x block and accumulators stay in L1, weight rows
+// stream from the L2-resident tile).
 template <int MR, bool BF>
-void tile_rows_group_k(const LinearCall& c, const void* xg, const void* tile, int64_t rows_p, int64_t kc,
-                       __m512* accs) {
+void tile_group_k(const LinearCall& c, const void* xg, const void* tile, int64_t rows, int64_t rows_p, int64_t kc,
+                  __m512* accs, int64_t m0, int64_t n_base) {
   const int64_t Kp = c.xs, esize = BF ? 2 : 4;
   const char* t = static_cast<const char*>(tile);
   for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
@@ -572,35 +581,26 @@ void tile_rows_group_k(const LinearCall& c, const void* xg, const void* tile, in
     for (int64_t r0 = 0; r0 < rows_p; r0 += kNR)
       micro<MR, kNR, BF>(xg, Kp, t + r0 * Kp * esize, Kp, k0, k1, accs + (r0 / kNR) * kMR * kNR, k0 == 0);
   }
+  static_assert(kNR == 4, "reduce4 takes four weight rows");
+  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+    const __m512* a = accs + (r0 / kNR) * kMR * kNR;
+    for (int64_t m = 0; m < MR; ++m)
+      store_sums(c.y + (m0 + m) * c.N + n_base + r0, reduce4(a[m * kNR], a[m * kNR + 1], a[m * kNR + 2], a[m * kNR + 3]),
+                 rows - r0);
+  }
 }
 
 template <bool BF>
-void tile_rows_group(const LinearCall& c, const void* xg, const void* tile, int64_t rows, int64_t rows_p, int64_t kc,
-                     __m512* accs, int64_t m0, int64_t n_base) {
-  const int64_t mv = min64(kMR, c.M - m0);
+void tile_group(const LinearCall& c, const void* xg, const void* tile, int64_t rows, int64_t rows_p, int64_t kc,
+                __m512* accs, int64_t m0, int64_t n_base) {
   static_assert(kMR == 6, "row-count dispatch below");
-  switch (mv) {
-    case 1: tile_rows_group_k<1, BF>(c, xg, tile, rows_p, kc, accs); break;
-    case 2: tile_rows_group_k<2, BF>(c, xg, tile, rows_p, kc, accs); break;
-    case 3: tile_rows_group_k<3, BF>(c, xg, tile, rows_p, kc, accs); break;
-    case 4: tile_rows_group_k<4, BF>(c, xg, tile, rows_p, kc, accs); break;
-    case 5: tile_rows_group_k<5, BF>(c, xg, tile, rows_p, kc, accs); break;
-    default: tile_rows_group_k<6, BF>(c, xg, tile, rows_p, kc, accs); break;
-  }
-  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-    const __m512* a = accs + (r0 / kNR) * kMR * kNR;
-    const int64_t rv = min64(kNR, rows - r0);
-    for (int64_t m = 0; m < mv; ++m) {
-      float* dst = c.y + (m0 + m) * c.N + n_base + r0;
-      const __m128 sums = reduce4(a[m * kNR], a[m * kNR + 1], a[m * kNR + 2], a[m * kNR + 3]);
-      if (rv == 4) {
-        _mm_storeu_ps(dst, sums);
-      } else {
-        alignas(16) float tmp[4];
-        _mm_store_ps(tmp, sums);
-        for (int64_t r = 0; r < rv; ++r) dst[r] = tmp[r];
-      }
-    }
+  switch (min64(kMR, c.M - m0)) {
+    case 1: return tile_group_k<1, BF>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
+    case 2: return tile_group_k<2, BF>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
+    case 3: return tile_group_k<3, BF>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
+    case 4: return tile_group_k<4, BF>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
+    case 5: return tile_group_k<5, BF>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
+    default: return tile_group_k<6, BF>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
   }
 }
 
@@ -610,23 +610,29 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
   float* tile = static_cast<float*>(scratch);
   uint16_t* tileb = reinterpret_cast<uint16_t*>(tile);  // bf16 tile reuses the fp32 space
   __m512* accs = reinterpret_cast<__m512*>(tile + NT * Kp);
+  const bool bf = c.use_bf16 && D::B16;
   for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
     const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
-    bool bf = c.use_bf16 && D::BF16_TILES;
+    uint64_t f32_rows = 0;  // bf16 mode: rows left for the fp32 mode
     if (bf) {
-      for (int64_t r = 0; r < rows && bf; ++r) bf = decode_row_b16(c, d, nt0 + r, tileb + r * Kp, Kp);
-      if (bf) std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
-    }
-    if (!bf) {
+      for (int64_t r = 0; r < rows; ++r)
+        if (!decode_row_b16(c, d, nt0 + r, tileb + r * Kp, Kp)) {
+          f32_rows |= uint64_t(1) << r;
+          std::memset(tileb + r * Kp, 0, size_t(Kp) * sizeof(uint16_t));
+        }
+      std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
+    } else {
       for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
       std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
     }
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       if (bf)
-        tile_rows_group<true>(c, c.xb + m0 * Kp, tileb, rows, rows_p, 2048, accs, m0, nt0);
+        tile_group<true>(c, c.xb + m0 * Kp, tileb, rows, rows_p, 2048, accs, m0, nt0);
       else
-        tile_rows_group<false>(c, c.xf + m0 * Kp, tile, rows, rows_p, 1024, accs, m0, nt0);
+        tile_group<false>(c, c.xf + m0 * Kp, tile, rows, rows_p, 1024, accs, m0, nt0);
     }
+    for (int64_t r = 0; r < rows; ++r)
+      if (f32_rows >> r & 1) f32_row_all_m(c, d, nt0 + r);
   }
 }
 
@@ -637,12 +643,7 @@ constexpr int64_t kGemvMaxM = 4;
 template <class D>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   const D d(c);
-  if (c.M <= kGemvMaxM) {
-    if constexpr (D::NB > 0) {
-      if (c.use_bf16) return gemv_rows<D, true>(c, d, n0, n1);
-    }
-    return gemv_rows<D, false>(c, d, n0, n1);
-  }
+  if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
   gemm_rows<D>(c, d, n0, n1, scratch);
 }
 
@@ -659,13 +660,14 @@ size_t scratch_bytes(const LinearCall& c) { return c.M <= kGemvMaxM ? 0 : gemm_s
 
 // ------------------------------------------------------------------------------ activations
 
-bool prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t* xb) {
-  __mmask16 ok = 0xffff;
+void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t* xb,
+                uint8_t* bf16_ok) {
   const __m512i low16 = _mm512_set1_epi32(0xffff);
   for (int64_t m = m0; m < m1; ++m) {
     const float* src = x + m * K;
     float* df = xf + m * xs;
     uint16_t* db = xb + m * xs;
+    __mmask16 ok = 0xffff;
     for (int64_t k = 0; k < xs; k += 16) {
       const __m512 v = _mm512_maskz_loadu_ps(mask16(K - k), src + k);
       const __m512i b = _mm512_castps_si512(v);
@@ -673,8 +675,8 @@ bool prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, f
       _mm512_storeu_ps(df + k, v);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(db + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
     }
+    bf16_ok[m] = ok == 0xffff;
   }
-  return ok == 0xffff;
 }
 
 // One act_quant block of n (multiple of 16) values: q codes, x_qdq = q * s; returns s.
@@ -720,12 +722,12 @@ inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq
   return s;
 }
 
-float prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
-                     uint16_t* xb) {
-  float smax = 0.0f;
+void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
+                    uint16_t* xb, float* max_scale) {
   for (int64_t m = m0; m < m1; ++m) {
     float* df = xf + m * xs;
     uint16_t* db = xb + m * xs;
+    float smax = 0.0f;
     for (int64_t b0 = 0; b0 < K; b0 += block) {
       const float s = act_quant_block(x + m * K + b0, block, nullptr, df + b0, db + b0);
       smax = s > smax ? s : smax;
@@ -734,8 +736,8 @@ float prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64
       df[k] = 0.0f;
       db[k] = 0;
     }
+    max_scale[m] = smax;
   }
-  return smax;
 }
 
 void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
