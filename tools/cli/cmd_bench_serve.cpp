@@ -124,41 +124,30 @@ json fetch_model(const std::string& url, const httplib::Headers& headers) {
   return j["data"][0];
 }
 
-int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key"},
-            {"--json"});
-  const std::string url = args.get_or("--url", "http://127.0.0.1:8000");
-  const long conc = args.get_int("--concurrency", 8), n = args.get_int("--num-prompts", 64);
-  const long in_len = args.get_int("--input-len", 128), out_len = args.get_int("--output-len", 64);
-  if (conc < 1 || n < 1 || in_len < 1 || out_len < 1)
-    throw ArgError("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
+struct Load {
+  std::string url;
   httplib::Headers headers;
-  if (auto k = args.get("--api-key")) headers.emplace("Authorization", "Bearer " + *k);
-  const json model = fetch_model(url, headers);
-  const int64_t vocab = model.value("vocab_size", int64_t(32000));
+  long concurrency = 8, n = 64, in_len = 128, out_len = 64;
+};
 
-  // Random prompts, drawn up front so the timed loop only sends.
-  std::mt19937_64 rng(uint64_t(args.get_int("--seed", 0)));
+// Random prompts, drawn up front so the timed loop only sends.
+std::vector<json> make_bodies(const Load& l, const json& model, uint64_t seed) {
+  const int64_t vocab = model.value("vocab_size", int64_t(32000));
+  std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> tok(std::min<int64_t>(100, vocab / 10), vocab - 1);
   std::vector<json> bodies;
-  for (long i = 0; i < n; ++i) {
-    std::vector<int64_t> ids(static_cast<size_t>(in_len));
+  for (long i = 0; i < l.n; ++i) {
+    std::vector<int64_t> ids(static_cast<size_t>(l.in_len));
     for (auto& t : ids) t = tok(rng);
-    bodies.push_back(json{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", out_len}, {"temperature", 0.0},
+    bodies.push_back(json{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", l.out_len}, {"temperature", 0.0},
                           {"ignore_eos", true}, {"stream", true}, {"return_token_ids", true},
                           {"stream_options", {{"include_usage", true}}}});
   }
-  std::vector<Outcome> outcomes(static_cast<size_t>(n));
-  std::atomic<long> next{0};
-  const Clock::time_point t0 = Clock::now();
-  std::vector<std::thread> workers;
-  for (long w = 0; w < std::min(conc, n); ++w)
-    workers.emplace_back([&] {
-      for (long i; (i = next.fetch_add(1)) < n;) outcomes[size_t(i)] = run_one(url, headers, bodies[size_t(i)]);
-    });
-  for (auto& t : workers) t.join();
-  const double duration = secs(Clock::now() - t0);
+  return bodies;
+}
 
+// The numbers `vllm bench serve` reports, from the per-request outcomes.
+json report(const Load& l, const std::vector<Outcome>& outcomes, double duration) {
   std::vector<double> ttft, tpot, itl, e2e;
   int64_t ok = 0, out_tokens = 0, in_tokens = 0;
   std::string first_error;
@@ -175,49 +164,80 @@ int run(const std::vector<std::string>& argv) {
     if (o.output_tokens > 1) tpot.push_back((o.latency - o.ttft) / double(o.output_tokens - 1) * 1e3);
     for (double x : o.itl) itl.push_back(x * 1e3);
   }
-  const Summary s_ttft = summarize(ttft), s_tpot = summarize(tpot), s_itl = summarize(itl), s_e2e = summarize(e2e);
   json r = {{"successful_requests", ok},
-            {"failed_requests", n - ok},
+            {"failed_requests", l.n - ok},
             {"duration_s", duration},
-            {"concurrency", conc},
-            {"input_len", in_len},
-            {"output_len", out_len},
+            {"concurrency", l.concurrency},
+            {"input_len", l.in_len},
+            {"output_len", l.out_len},
             {"total_input_tokens", in_tokens},
             {"total_output_tokens", out_tokens},
             {"request_throughput", double(ok) / duration},
             {"output_throughput", double(out_tokens) / duration},
             {"total_token_throughput", double(in_tokens + out_tokens) / duration}};
-  for (const auto& [name, s] : {std::pair<const char*, Summary>{"ttft_ms", s_ttft}, {"tpot_ms", s_tpot},
-                                {"itl_ms", s_itl}, {"e2el_ms", s_e2e}})
+  for (const auto& [name, v] : {std::pair<const char*, std::vector<double>*>{"ttft_ms", &ttft}, {"tpot_ms", &tpot},
+                                {"itl_ms", &itl}, {"e2el_ms", &e2e}}) {
+    const Summary s = summarize(*v);
     r[name] = {{"mean", s.mean}, {"median", s.median}, {"p99", s.p99}};
-  if (!first_error.empty()) r["first_error"] = first_error;
-  if (args.has("--json")) {
-    std::printf("%s\n", r.dump(2).c_str());
-  } else {
-    std::printf("============ Serving Benchmark Result ============\n");
-    std::printf("%-40s %10lld\n", "Successful requests:", (long long)ok);
-    std::printf("%-40s %10lld\n", "Failed requests:", (long long)(n - ok));
-    std::printf("%-40s %10ld\n", "Maximum request concurrency:", conc);
-    std::printf("%-40s %10.2f\n", "Benchmark duration (s):", duration);
-    std::printf("%-40s %10lld\n", "Total input tokens:", (long long)in_tokens);
-    std::printf("%-40s %10lld\n", "Total generated tokens:", (long long)out_tokens);
-    std::printf("%-40s %10.2f\n", "Request throughput (req/s):", double(ok) / duration);
-    std::printf("%-40s %10.2f\n", "Output token throughput (tok/s):", double(out_tokens) / duration);
-    std::printf("%-40s %10.2f\n", "Total token throughput (tok/s):", double(in_tokens + out_tokens) / duration);
-    const std::pair<const char*, Summary> rows[] = {
-        {"Time to First Token", s_ttft}, {"Time per Output Token (excl. 1st token)", s_tpot},
-        {"Inter-token Latency", s_itl}, {"End-to-end Latency", s_e2e}};
-    const char* keys[] = {"TTFT", "TPOT", "ITL", "E2EL"};
-    for (size_t i = 0; i < 4; ++i) {
-      std::printf("%s\n", ("---------------" + std::string(rows[i].first) + "----------------").c_str());
-      std::printf("Mean %-35s %10.2f\n", (std::string(keys[i]) + " (ms):").c_str(), rows[i].second.mean);
-      std::printf("Median %-33s %10.2f\n", (std::string(keys[i]) + " (ms):").c_str(), rows[i].second.median);
-      std::printf("P99 %-36s %10.2f\n", (std::string(keys[i]) + " (ms):").c_str(), rows[i].second.p99);
-    }
-    std::printf("==================================================\n");
-    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
   }
-  return ok == n ? 0 : 1;
+  if (!first_error.empty()) r["first_error"] = first_error;
+  return r;
+}
+
+void print_table(const json& r) {
+  auto line = [](const char* label, double v, int decimals) { std::printf("%-40s %10.*f\n", label, decimals, v); };
+  std::printf("============ Serving Benchmark Result ============\n");
+  line("Successful requests:", r["successful_requests"].get<double>(), 0);
+  line("Failed requests:", r["failed_requests"].get<double>(), 0);
+  line("Maximum request concurrency:", r["concurrency"].get<double>(), 0);
+  line("Benchmark duration (s):", r["duration_s"].get<double>(), 2);
+  line("Total input tokens:", r["total_input_tokens"].get<double>(), 0);
+  line("Total generated tokens:", r["total_output_tokens"].get<double>(), 0);
+  line("Request throughput (req/s):", r["request_throughput"].get<double>(), 2);
+  line("Output token throughput (tok/s):", r["output_throughput"].get<double>(), 2);
+  line("Total token throughput (tok/s):", r["total_token_throughput"].get<double>(), 2);
+  const char* sections[][3] = {{"Time to First Token", "ttft_ms", "TTFT"},
+                               {"Time per Output Token (excl. 1st token)", "tpot_ms", "TPOT"},
+                               {"Inter-token Latency", "itl_ms", "ITL"},
+                               {"End-to-end Latency", "e2el_ms", "E2EL"}};
+  for (const auto& s : sections) {
+    std::printf("---------------%s----------------\n", s[0]);
+    const json& v = r[s[1]];
+    line(("Mean " + std::string(s[2]) + " (ms):").c_str(), v["mean"].get<double>(), 2);
+    line(("Median " + std::string(s[2]) + " (ms):").c_str(), v["median"].get<double>(), 2);
+    line(("P99 " + std::string(s[2]) + " (ms):").c_str(), v["p99"].get<double>(), 2);
+  }
+  std::printf("==================================================\n");
+  if (r.contains("first_error")) std::printf("first error: %s\n", r["first_error"].get<std::string>().c_str());
+}
+
+int run(const std::vector<std::string>& argv) {
+  Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key"},
+            {"--json"});
+  Load l;
+  l.url = args.get_or("--url", "http://127.0.0.1:8000");
+  l.concurrency = args.get_int("--concurrency", 8);
+  l.n = args.get_int("--num-prompts", 64);
+  l.in_len = args.get_int("--input-len", 128);
+  l.out_len = args.get_int("--output-len", 64);
+  if (l.concurrency < 1 || l.n < 1 || l.in_len < 1 || l.out_len < 1)
+    throw ArgError("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
+  if (auto k = args.get("--api-key")) l.headers.emplace("Authorization", "Bearer " + *k);
+  const std::vector<json> bodies = make_bodies(l, fetch_model(l.url, l.headers), uint64_t(args.get_int("--seed", 0)));
+
+  std::vector<Outcome> outcomes(static_cast<size_t>(l.n));
+  std::atomic<long> next{0};
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> workers;
+  for (long w = 0; w < std::min(l.concurrency, l.n); ++w)
+    workers.emplace_back([&] {
+      for (long i; (i = next.fetch_add(1)) < l.n;) outcomes[size_t(i)] = run_one(l.url, l.headers, bodies[size_t(i)]);
+    });
+  for (auto& t : workers) t.join();
+  const json r = report(l, outcomes, secs(Clock::now() - t0));
+  if (args.has("--json")) std::printf("%s\n", r.dump(2).c_str());
+  else print_table(r);
+  return r["failed_requests"].get<int64_t>() == 0 ? 0 : 1;
 }
 
 CommandRegistration reg("bench-serve", "online serving benchmark against a running server", run);
