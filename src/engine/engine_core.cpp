@@ -39,12 +39,11 @@ Status EngineCore::validate(const GenerateRequest& req) const {
                          "This model's maximum context length is " + std::to_string(L) + " tokens. However, your prompt has " +
                              std::to_string(P) + " tokens, leaving no room for a completion.",
                          "prompt");
-  if (req.params.max_tokens > 0 && P + req.params.max_tokens > L)
+  if (req.params.max_tokens > 0 && req.params.max_tokens > L - P)  // no overflow for huge max_tokens
     return Status::error(ErrorCode::kContextLengthExceeded,
                          "This model's maximum context length is " + std::to_string(L) + " tokens. However, you requested " +
-                             std::to_string(P + req.params.max_tokens) + " tokens (" + std::to_string(P) +
-                             " in the prompt, " + std::to_string(req.params.max_tokens) +
-                             " for the completion). Please reduce the prompt or max_tokens.",
+                             std::to_string(P) + " tokens in the prompt and " + std::to_string(req.params.max_tokens) +
+                             " for the completion. Please reduce the prompt or max_tokens.",
                          "max_tokens");
   if (!req.params.stop.empty() && !opt_.token_text)
     return Status::error(ErrorCode::kInvalidRequest, "stop strings need a tokenizer, and none is loaded", "stop");

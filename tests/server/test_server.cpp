@@ -199,6 +199,7 @@ TEST_F(ServerTest, ErrorsHaveStatusAndShape) {
   check(R"({})", 400, "invalid_request", "prompt");
   check(json{{"prompt", ids(5000, 1)}}.dump(), 400, "context_length_exceeded");
   check(json{{"prompt", ids(100, 1)}, {"max_tokens", 4000}}.dump(), 400, "context_length_exceeded", "max_tokens");
+  check(json{{"prompt", ids(100, 1)}, {"max_tokens", INT64_MAX}}.dump(), 400, "context_length_exceeded", "max_tokens");
   check(R"({"prompt": "x", "model": "gpt-4"})", 404, "not_found", "model");
   // Over the body limit (1 MiB here): 413 before anything is parsed.
   check(json{{"prompt", std::string(2 << 20, 'a')}}.dump(), 413, "payload_too_large");
