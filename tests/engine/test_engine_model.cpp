@@ -70,17 +70,17 @@ float max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<s
 }  // namespace
 
 // The engine's claim is that batching, chunking, preemption and prefix reuse do not change
-// what a request computes. It is checked where the kernels themselves are chunk-invariant:
-// float numerics on the cpu kernels (fp32 reassociation noise, ~1e-6) and reference
-// numerics on the ref kernels (bit-exact). Reference numerics on the cpu kernels are not:
-// a different row count changes fp32 accumulation order, and the FP8 activation QDQ can
-// turn that into a different rounding (logit differences of 1e-3..2e-2 on tiny-v4-c at the
-// time of writing) - a kernel property, reported, not something the scheduler can fix.
+// what a request computes. Checked for the serving default (reference numerics, cpu
+// kernels: batch-invariant since the kernels use one operation sequence per output whatever
+// the row count), for float numerics, and for the ref kernels (bit-exact). Before the cpu
+// kernels became batch-invariant, reference/cpu differed by 1e-3..2e-2 after a recompute:
+// fp32 reassociation turned into a different FP8 activation rounding - this test is what
+// would notice a regression.
 struct Compute {
   const char* numerics;
   const char* kernels;
 };
-const Compute kInvariantComputes[] = {{"float", "cpu"}, {"reference", "ref"}};
+const Compute kInvariantComputes[] = {{"reference", "cpu"}, {"float", "cpu"}, {"reference", "ref"}};
 
 void alone_and_busy(const char* nm, const char* kn) {
   const auto p = prompt(70, 1);
