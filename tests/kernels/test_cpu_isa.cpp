@@ -143,9 +143,11 @@ std::string label(Isa isa, WeightFormat f, int64_t M, int64_t N, int64_t K, int 
 }
 
 // linear_f32 of every variant against linear_f32_ref.
-void check_linear(const Backend& be, Isa isa, int threads, const Weight& o, int64_t M, XKind kind, std::mt19937& rng) {
+void check_linear(const Backend& be, Isa isa, int threads, const Weight& o, int64_t M, XKind kind, std::mt19937& rng,
+                  float x_scale = 1.0f) {
   const int64_t N = o.w.rows, K = o.w.cols;
-  const std::vector<float> x = make_x(M, K, kind, rng);
+  std::vector<float> x = make_x(M, K, kind, rng);
+  for (auto& v : x) v *= x_scale;
   std::vector<float> want(M * N);
   linear_f32_ref(x.data(), M, o.w, want.data());
   const std::string what = label(isa, o.w.format, M, N, K, threads, kind == XKind::F32 ? "f32" : "bf16-x");
@@ -300,6 +302,12 @@ TEST(CpuIsa, ExtremeScalesAndZeros) {
         check_act_quant(*be, isa, 2, fp8, M, 128, rng);
         check_act_quant(*be, isa, 2, fp4, M, 128, rng);
       }
+    for (int64_t M : {1, 12}) {  // scales up to 2^125 (AVX2 hands bytes >= 247 to Scalar), small codes
+      Weight big = make_weight(WeightFormat::FP8_BLOCK, 50, 256, rng, 128, 240, 252);
+      for (auto& b : big.data) b &= 0x9f;  // exponent field <= 3: |code| < 2^-3
+      check_linear(*be, isa, 2, big, M, XKind::Bf16, rng, 0x1p-110f);
+      check_linear(*be, isa, 2, big, M, XKind::F32, rng, 0x1p-110f);
+    }
     for (int64_t M : {1, 12}) {
       Weight z = make_weight(WeightFormat::FP8_BLOCK, 20, 256, rng);
       std::fill(z.data.begin(), z.data.end(), uint8_t(0x80));  // -0

@@ -172,11 +172,18 @@ class SimdBackend final : public Backend {
   }
 
  private:
-  static bool supported(const WeightMatrix& W) {
+  bool supported(const WeightMatrix& W) const {
     switch (W.format) {
       case WeightFormat::F32:
       case WeightFormat::BF16: return true;
-      case WeightFormat::FP8_BLOCK: return W.block > 0 && W.block % 32 == 0;
+      case WeightFormat::FP8_BLOCK: {
+        if (W.block <= 0 || W.block % 32 != 0) return false;
+        if (k_.fp8_max_scale >= 255) return true;
+        const int64_t n = ((W.rows + W.block - 1) / W.block) * W.scale_cols;  // a few hundred bytes
+        for (int64_t i = 0; i < n; ++i)
+          if (W.scale[i] > k_.fp8_max_scale) return false;
+        return true;
+      }
       case WeightFormat::FP4_BLOCK: return W.cols % 32 == 0;
     }
     return false;

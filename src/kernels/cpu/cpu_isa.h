@@ -47,6 +47,7 @@ struct IsaKernels {
   int64_t m_align;      // GEMM path: m_rows = M rounded up to this
   int64_t gemv_max_m;   // M at or below: fused decode + dot per weight row; above: decoded tiles
   int64_t act_align;    // act_block must be a multiple of this for prep_act_quant
+  int fp8_max_scale;    // FP8 weights with a larger scale byte go to Scalar (AVX2: 246)
   int64_t gemv_grain;   // row grain for splitting N over threads
   int64_t gemm_grain;
   // Float path: rows [m0, m1) of x[., K] into xf (and xb, as bf16 bits) with zero padding to

@@ -29,12 +29,15 @@ namespace deepinfer::kernels::cpu {
 
 namespace {
 
+// Hot per-chunk helpers must inline into the loops (they pass vectors around).
+#define DI_INLINE inline __attribute__((always_inline))
+
 inline float f32_of(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
   return f;
 }
-inline float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
+DI_INLINE float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
@@ -81,16 +84,14 @@ inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p) +
 
 struct F32Dec {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool NAN_CODES = false;
   struct Row {
     const float* p;
-    __m256i nan;
   };
   const LinearCall* c;
   explicit F32Dec(const LinearCall& call) : c(&call) {}
-  Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K, _mm256_setzero_si256()}; }
-  void prefetch(const Row& r, int64_t k) const { kernels::cpu::prefetch(r.p + k); }
-  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+  DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { kernels::cpu::prefetch(r.p + k); }
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
     if (nv == CH) {
       w[0] = _mm256_loadu_ps(r.p + k);
       w[1] = _mm256_loadu_ps(r.p + k + 8);
@@ -103,18 +104,16 @@ struct F32Dec {
 
 struct Bf16Dec {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool NAN_CODES = false;
   struct Row {
     const uint8_t* p;
-    __m256i nan;
   };
   const LinearCall* c;
   explicit Bf16Dec(const LinearCall& call) : c(&call) {}
-  Row row(int64_t n) const { return {c->W->data + n * c->K * 2, _mm256_setzero_si256()}; }
-  void prefetch(const Row& r, int64_t k) const {
+  DI_INLINE Row row(int64_t n) const { return {c->W->data + n * c->K * 2}; }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const {
     if ((k & 31) == 0) kernels::cpu::prefetch(r.p + 2 * k);
   }
-  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + 2 * k : staged(r.p + 2 * k, 2 * nv, buf);
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -124,56 +123,50 @@ struct Bf16Dec {
   }
 };
 
-// v * 2^8 * scale with one rounding, as code * scale (v = code * 2^-8 exactly).
-inline __m256 unscale_mul(__m256 v, uint8_t scale_byte) {
-  if (scale_byte < 247) return _mm256_mul_ps(v, _mm256_set1_ps(e8m0(scale_byte) * 256.0f));
-  return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(256.0f)), _mm256_set1_ps(e8m0(scale_byte)));
-}
-
 struct Fp8Dec {
   static constexpr int CH = 32, NF = 4;
-  static constexpr bool NAN_CODES = true;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
-    __m256i nan;  // bytes equal to 0xff after or-ing the sign: a NaN code was seen
   };
   const LinearCall* c;
-  explicit Fp8Dec(const LinearCall& call) : c(&call) {}
-  Row row(int64_t n) const {
+  int64_t B;
+  int bshift;  // log2(B) when B is a power of two (always, in practice), else -1
+  explicit Fp8Dec(const LinearCall& call)
+      : c(&call), B(call.W->block), bshift((B & (B - 1)) == 0 ? __builtin_ctzll(uint64_t(B)) : -1) {}
+  DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
-    return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols, _mm256_setzero_si256()};
+    return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
   }
-  void prefetch(const Row& r, int64_t k) const {
+  DI_INLINE void prefetch(const Row& r, int64_t k) const {
     if ((k & 63) == 0) kernels::cpu::prefetch(r.p + k);
   }
-  static void half(__m128i b, __m256* w) {
+  static DI_INLINE void half(__m128i b, __m256* w) {
     const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
     w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
   // B is a multiple of 32: a chunk lies in one scale block.
-  void f32(Row& r, int64_t k, int64_t nv, __m256* w) const {
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + k : staged(r.p + k, nv, buf);
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i ones = _mm256_set1_epi8(char(0xff));
-    r.nan = _mm256_or_si256(r.nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))), ones));
+    nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))), ones));
     half(_mm256_castsi256_si128(b), w);
     half(_mm256_extracti128_si256(b, 1), w + 2);
-    const uint8_t sb = r.s[k / c->W->block];
-    for (int v = 0; v < 4; ++v) w[v] = unscale_mul(w[v], sb);
+    // v = code * 2^-8 exactly; times (scale * 2^8), exact for the bytes < 247 this path
+    // takes (the driver sends larger scales to Scalar), is code * scale with one rounding.
+    const __m256 f = _mm256_set1_ps(e8m0(r.s[bshift >= 0 ? k >> bshift : k / B]) * 256.0f);
+    for (int v = 0; v < 4; ++v) w[v] = _mm256_mul_ps(w[v], f);
   }
-  static bool has_nan(const Row& r) { return !_mm256_testz_si256(r.nan, r.nan); }
 };
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 4;
-  static constexpr bool NAN_CODES = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
-    __m256i nan;
   };
   const LinearCall* c;
   __m128i tab;
@@ -182,15 +175,15 @@ struct Fp4Dec {
         // high byte of fp16(e2m1(i)); the low byte is zero for every e2m1 value
         tab(_mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc),
                           char(0xbe), char(0xc0), char(0xc2), char(0xc4), char(0xc6))) {}
-  Row row(int64_t n) const {
+  DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
-    return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols, _mm256_setzero_si256()};
+    return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
   }
-  void prefetch(const Row& r, int64_t k) const {
+  DI_INLINE void prefetch(const Row& r, int64_t k) const {
     if ((k & 127) == 0) kernels::cpu::prefetch(r.p + k / 2);
   }
   // K is a multiple of 32 here: a chunk is one whole scale block.
-  void f32(Row& r, int64_t k, int64_t, __m256* w) const {
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t, __m256* w, __m256i&) const {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2));
     const __m128i nib = _mm_set1_epi8(0x0f);
     const __m128i tl = _mm_shuffle_epi8(tab, _mm_and_si128(b, nib));
@@ -203,18 +196,12 @@ struct Fp4Dec {
     w[2] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, n1)), s);
     w[3] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, n1)), s);
   }
-  static bool has_nan(const Row&) { return false; }
 };
 
-inline __m256 load_x(const LinearCall& c, int64_t m, int64_t k) { return _mm256_loadu_ps(c.xf + m * c.xs + k); }
+DI_INLINE __m256 load_x(const LinearCall& c, int64_t m, int64_t k) { return _mm256_loadu_ps(c.xf + m * c.xs + k); }
 
-template <class D>
-bool row_nan(const typename D::Row& r) {
-  if constexpr (D::NAN_CODES)
-    return D::has_nan(r);
-  else
-    return false;
-}
+// NaN-code accumulator of a row (FP8: bytes 0xff after or-ing the sign bit).
+DI_INLINE bool any_nan(__m256i nan) { return !_mm256_testz_si256(nan, nan); }
 
 // ------------------------------------------------------------------------------ decode (GEMV)
 
@@ -227,14 +214,16 @@ void gemv_group(const LinearCall& c, const D& d, int64_t n) {
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
   const int64_t K = c.K, Kp = c.xs;
-  auto step = [&](int64_t k, int64_t nv) {
+  __m256i nan[NRW];
+  for (int r = 0; r < NRW; ++r) nan[r] = _mm256_setzero_si256();
+  auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
     __m256 xv[MR][NV];
     for (int m = 0; m < MR; ++m)
       for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
     for (int r = 0; r < NRW; ++r) {
       __m256 w[NV];
       if (nv > 0)
-        d.f32(row[r], k, nv, w);
+        d.f32(row[r], k, nv, w, nan[r]);
       else
         for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
       for (int v = 0; v < NV; ++v)
@@ -248,8 +237,8 @@ void gemv_group(const LinearCall& c, const D& d, int64_t n) {
   }
   for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
   for (int r = 0; r < NRW; ++r) {
-    const bool nan = row_nan<D>(row[r]);
-    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
+    const bool has_nan = any_nan(nan[r]);
+    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
   }
 }
 
@@ -263,10 +252,10 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
 template <class D>
 void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   switch (c.M) {
-    case 1: return gemv_range<D, 1, 8>(c, d, n0, n1);
-    case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
-    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
-    default: return gemv_range<D, 4, 2>(c, d, n0, n1);
+    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1);  // 16 ymm registers: acc + x + w must fit
+    case 2: return gemv_range<D, 2, 2>(c, d, n0, n1);
+    case 3: return gemv_range<D, 3, 1>(c, d, n0, n1);
+    default: return gemv_range<D, 4, 1>(c, d, n0, n1);
   }
 }
 
@@ -277,15 +266,16 @@ constexpr int kMR = 3, kNR = 4;
 // Exact fp32 weights of row n (a row with a NaN code: all NaN, as its outputs), zero to Kp.
 template <class D>
 void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
-  typename D::Row r = d.row(n);
+  const typename D::Row r = d.row(n);
   const int64_t K = c.K;
+  __m256i nan = _mm256_setzero_si256();
   for (int64_t k = 0; k < K; k += D::CH) {
     const int64_t nv = min64(D::CH, K - k);
     __m256 w[D::NF];
-    d.f32(r, k, nv, w);
+    d.f32(r, k, nv, w, nan);
     for (int v = 0; v < D::NF; ++v) _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
   }
-  if (row_nan<D>(r))
+  if (any_nan(nan))
     for (int64_t k = 0; k < K; ++k) dst[k] = f32_of(0x7fc00000u);
   for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
 }
@@ -433,6 +423,7 @@ constexpr IsaKernels kKernels = {
     .m_align = kMR,
     .gemv_max_m = kGemvMaxM,
     .act_align = 8,
+    .fp8_max_scale = 246,
     .gemv_grain = 8,
     .gemm_grain = kNR,
     .prep_float = prep_float,

@@ -36,6 +36,9 @@ namespace deepinfer::kernels::cpu {
 
 namespace {
 
+// Hot per-chunk helpers must inline into the loops (they pass vectors around).
+#define DI_INLINE inline __attribute__((always_inline))
+
 // ------------------------------------------------------------------------------- tables
 
 constexpr uint16_t e4m3_mag_bf16(int m) {
@@ -111,7 +114,7 @@ inline float f32_of(uint32_t b) {
 }
 
 // ue8m0 byte -> 2^(b-127), 0xff NaN (as e8m0_to_f32).
-inline float e8m0(uint8_t b) { return f32_of(kT.e8m0[b]); }
+DI_INLINE float e8m0(uint8_t b) { return f32_of(kT.e8m0[b]); }
 
 inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
 inline uint32_t mask32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
@@ -124,7 +127,7 @@ inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 // Decode streams weight rows: software prefetch this many bytes ahead in each row.
 constexpr int kPrefetch = 1024;
 
-inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
+DI_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
@@ -162,7 +165,7 @@ inline bool scales_in_range(const uint8_t* s, int64_t n) {
 }
 
 // bf16 lanes that are nonzero and outside [2^-40, 2^40] (NaN, inf, subnormal included).
-inline __mmask32 b16_out_of_range(__m512i w) {
+DI_INLINE __mmask32 b16_out_of_range(__m512i w) {
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
   const __m512i lo = _mm512_set1_epi16(short(kBf16RangeLoBits >> 16));
   const __m512i span = _mm512_set1_epi16(short((kBf16RangeHiBits - kBf16RangeLoBits) >> 16));
@@ -171,7 +174,7 @@ inline __mmask32 b16_out_of_range(__m512i w) {
 
 // Adds a power-of-two scale (as an exponent offset) to nonzero, non-NaN bf16 codes: exact
 // for scales within [kScaleLo, kScaleHi].
-inline __m512i b16_scale(__m512i w, int scale_byte) {
+DI_INLINE __m512i b16_scale(__m512i w, int scale_byte) {
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
   const __mmask32 live =
       _mm512_mask_cmpneq_epi16_mask(_mm512_test_epi16_mask(mag, mag), mag, _mm512_set1_epi16(0x7fc0));
@@ -180,7 +183,7 @@ inline __m512i b16_scale(__m512i w, int scale_byte) {
 
 // Horizontal sums of four vectors: {sum a, sum b, sum c, sum d}; lane i of the result
 // depends only on its own vector.
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+DI_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a b a b per 128
   const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
   const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d
@@ -212,10 +215,10 @@ struct F32Dec {
   };
   const LinearCall* c;
   explicit F32Dec(const LinearCall& call) : c(&call) {}
-  Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
-  bool safe(const Row&) const { return false; }
-  void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
-  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+  DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
+  DI_INLINE bool safe(const Row&) const { return false; }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     if (nv == CH) {
       w[0] = _mm512_loadu_ps(r.p + k);
       w[1] = _mm512_loadu_ps(r.p + k + 16);
@@ -224,7 +227,7 @@ struct F32Dec {
       w[1] = _mm512_maskz_loadu_ps(mask16(nv - 16), r.p + k + 16);
     }
   }
-  void b16(const Row&, int64_t, int64_t, __m512i*) const {}
+  DI_INLINE void b16(const Row&, int64_t, int64_t, __m512i*) const {}
 };
 
 struct Bf16Dec {
@@ -237,18 +240,18 @@ struct Bf16Dec {
   __m512i i0, i1;
   explicit Bf16Dec(const LinearCall& call)
       : c(&call), i0(load_i(kT.idx_bf_f[0])), i1(load_i(kT.idx_bf_f[1])) {}
-  Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
-  bool safe(const Row&) const { return true; }
-  void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
-  __m512i raw(const Row& r, int64_t k, int64_t nv) const {
+  DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
+  DI_INLINE bool safe(const Row&) const { return true; }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
+  DI_INLINE __m512i raw(const Row& r, int64_t k, int64_t nv) const {
     return nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
   }
-  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     const __m512i v = raw(r, k, nv);
     w[0] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i0, v));
     w[1] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i1, v));
   }
-  void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const { w[0] = raw(r, k, nv); }
+  DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const { w[0] = raw(r, k, nv); }
 };
 
 struct Fp8Dec {
@@ -260,34 +263,37 @@ struct Fp8Dec {
   };
   const LinearCall* c;
   int64_t B;
+  int bshift;  // log2(B) when B is a power of two (always, in practice), else -1
   __m512i lo0, lo1, hi0, hi1, sign;
   explicit Fp8Dec(const LinearCall& call)
       : c(&call),
         B(call.W->block),
+        bshift((B & (B - 1)) == 0 ? __builtin_ctzll(uint64_t(B)) : -1),
         lo0(load_i(kT.e4m3_lo)),
         lo1(load_i(kT.e4m3_lo + 64)),
         hi0(load_i(kT.e4m3_hi)),
         hi1(load_i(kT.e4m3_hi + 64)),
         sign(_mm512_set1_epi8(char(0x80))) {}
-  Row row(int64_t n) const {
+  DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
   }
-  bool safe(const Row& r) const { return scales_in_range(r.s, (c->K + B - 1) / B); }
-  void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
+  DI_INLINE bool safe(const Row& r) const { return scales_in_range(r.s, (c->K + B - 1) / B); }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_T0); }
+  DI_INLINE int64_t blk(int64_t k) const { return bshift >= 0 ? k >> bshift : k / B; }
   // Scale bytes of the two 32-column halves (B is a multiple of 32; a half beyond K borrows
   // the first half's scale, its weights being zero).
-  void scale_bytes(const Row& r, int64_t k, int& s0, int& s1) const {
-    s0 = r.s[k / B];
-    s1 = k + 32 < c->K ? r.s[(k + 32) / B] : s0;
+  DI_INLINE void scale_bytes(const Row& r, int64_t k, int& s0, int& s1) const {
+    s0 = r.s[blk(k)];
+    s1 = k + 32 < c->K ? r.s[blk(k + 32)] : s0;
   }
-  void bytes(const Row& r, int64_t k, int64_t nv, __m512i& lo, __m512i& hi) const {
+  DI_INLINE void bytes(const Row& r, int64_t k, int64_t nv, __m512i& lo, __m512i& hi) const {
     const __m512i b = nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi8(mask64(nv), r.p + k);
     lo = _mm512_permutex2var_epi8(lo0, b, lo1);
     hi = _mm512_permutex2var_epi8(hi0, b, hi1);
     hi = _mm512_ternarylogic_epi32(hi, b, sign, 0xf8);  // hi | (b & 0x80)
   }
-  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     __m512i lo, hi;
     bytes(r, k, nv, lo, hi);
     int s0, s1;
@@ -298,7 +304,7 @@ struct Fp8Dec {
       w[q] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(m, lo, load_i(kT.idx_f[q]), hi)),
                            q < 2 ? v0 : v1);
   }
-  void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
+  DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
     __m512i lo, hi;
     bytes(r, k, nv, lo, hi);
     int s0, s1;
@@ -325,21 +331,21 @@ struct Fp4Dec {
         dup_d0(load_i(kT.idx_dup_d[0])),
         dup_d1(load_i(kT.idx_dup_d[1])),
         tf(_mm512_castsi512_ps(load_i(kT.e2m1_f))) {}
-  Row row(int64_t n) const {
+  DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
   }
-  bool safe(const Row& r) const { return scales_in_range(r.s, c->K / 32); }
-  void prefetch(const Row& r, int64_t k) const {
+  DI_INLINE bool safe(const Row& r) const { return scales_in_range(r.s, c->K / 32); }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const {
     if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2) + kPrefetch, _MM_HINT_T0);
   }
-  __m512i src(const Row& r, int64_t k, int64_t nv) const {
+  DI_INLINE __m512i src(const Row& r, int64_t k, int64_t nv) const {
     const __m128i b = nv == CH ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2))
                                : _mm_maskz_loadu_epi8(uint16_t(mask16((nv + 1) / 2)), r.p + k / 2);
     return _mm512_castsi128_si512(b);
   }
   // K is a multiple of 32 here, so a chunk is one whole scale block.
-  void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     const __m512i b = src(r, k, nv);
     __m512i d0 = _mm512_permutexvar_epi8(dup_d0, b), d1 = _mm512_permutexvar_epi8(dup_d1, b);
     d0 = _mm512_mask_srli_epi32(d0, 0xaaaa, d0, 4);  // odd columns: high nibble
@@ -348,7 +354,7 @@ struct Fp4Dec {
     w[0] = _mm512_mul_ps(_mm512_permutexvar_ps(d0, tf), s);
     w[1] = _mm512_mul_ps(_mm512_permutexvar_ps(d1, tf), s);
   }
-  void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
+  DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
     const __m512i b = src(r, k, nv);
     __m512i d = _mm512_permutexvar_epi8(dup_w, b);
     d = _mm512_mask_srli_epi16(d, 0xaaaaaaaau, d, 4);
@@ -364,17 +370,17 @@ template <>
 struct Vec<false> {
   using T = __m512;
   static constexpr int W = 16;
-  static T load(const LinearCall& c, int64_t m, int64_t k) { return _mm512_loadu_ps(c.xf + m * c.xs + k); }
-  static T zero() { return _mm512_setzero_ps(); }
-  static __m512 madd(__m512 acc, T x, T w) { return _mm512_fmadd_ps(x, w, acc); }
+  static DI_INLINE T load(const LinearCall& c, int64_t m, int64_t k) { return _mm512_loadu_ps(c.xf + m * c.xs + k); }
+  static DI_INLINE T zero() { return _mm512_setzero_ps(); }
+  static DI_INLINE __m512 madd(__m512 acc, T x, T w) { return _mm512_fmadd_ps(x, w, acc); }
 };
 template <>
 struct Vec<true> {
   using T = __m512i;
   static constexpr int W = 32;
-  static T load(const LinearCall& c, int64_t m, int64_t k) { return load_i(c.xb + m * c.xs + k); }
-  static T zero() { return _mm512_setzero_si512(); }
-  static __m512 madd(__m512 acc, T x, T w) { return dp(acc, x, w); }
+  static DI_INLINE T load(const LinearCall& c, int64_t m, int64_t k) { return load_i(c.xb + m * c.xs + k); }
+  static DI_INLINE T zero() { return _mm512_setzero_si512(); }
+  static DI_INLINE __m512 madd(__m512 acc, T x, T w) { return dp(acc, x, w); }
 };
 
 // MR activation rows times NRW weight rows starting at n, fused decode + dot. Returns the
@@ -391,7 +397,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
   __mmask32 bad[NRW] = {};
   const int64_t K = c.K, Kp = c.xs;
-  auto step = [&](int64_t k, int64_t nv) {
+  auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
     T xv[MR][NV];
     for (int m = 0; m < MR; ++m)
       for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
@@ -754,6 +760,7 @@ constexpr IsaKernels kKernels = {
     .m_align = kMR,
     .gemv_max_m = kGemvMaxM,
     .act_align = 16,
+    .fp8_max_scale = 255,
     .gemv_grain = 8,
     .gemm_grain = kNR,
     .prep_float = prep_float,
