@@ -50,7 +50,12 @@ void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t,
   }
   cv_.notify_all();
   run_share(0);
-  while (pending_.load(std::memory_order_acquire) > 0) DI_CPU_RELAX();
+  // Spin briefly, then yield: on an oversubscribed machine (tests in parallel, other
+  // processes) a descheduled worker must get the core back instead of watching us spin.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) > 0; ++spin) {
+    if (spin < 4000) DI_CPU_RELAX();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 
@@ -59,7 +64,7 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     // Spin a little: the next parallel region usually follows within microseconds.
     uint64_t e = epoch_.load(std::memory_order_acquire);
-    for (int spin = 0; e == seen && spin < 20000; ++spin) {
+    for (int spin = 0; e == seen && spin < 4000; ++spin) {
       DI_CPU_RELAX();
       e = epoch_.load(std::memory_order_acquire);
     }
