@@ -72,10 +72,9 @@ TEST(BatchInvariance, RefAndCpuKernels) {
       num.mode = mode;
       num.backend = be;
       SCOPED_TRACE(std::string(be->name()) + " " + numerics_name(mode));
-      const bool ref = be == &kernels::ref_backend();
-      // The fast kernels sum in a different order for 1-4 rows (GEMV) than for more (GEMM):
-      // float numerics stay within fp32 noise; reference numerics may turn that noise into
-      // an occasional FP8/bf16 rounding flip, bounded like the goldens' ulp-level spread.
-      check_batch_invariance(*m, num, ref, mode == NumericsMode::Float ? 1e-5 : 2e-2);
+      // Both kernel sets compute each output row with a summation order that does not
+      // depend on how many rows share the call (GEMV and GEMM paths alike), so a sequence's
+      // logits are bit-identical alone and in a batch: a seeded request samples the same.
+      check_batch_invariance(*m, num, true, 0.0);
     }
 }
