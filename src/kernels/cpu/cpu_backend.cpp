@@ -1,14 +1,19 @@
 // Fast CPU backend. Three variants behind one interface, chosen once at creation:
 //   Scalar - portable threaded C++: each thread decodes a weight row once (from its
 //            FP8/FP4/BF16 encoding) and reuses it for every activation row; fp32
-//            accumulation with 8 partial sums. Also the fallback for shapes the SIMD
-//            kernels do not take (odd FP8 block sizes, act blocks that are not multiples of
-//            the vector width, extreme activation scales).
+//            accumulation with 8 partial sums. Also the fallback for what the SIMD kernels
+//            do not take: FP8 blocks that are not multiples of 32 (and, on AVX2, FP8 scales
+//            >= 2^120), act blocks whose weight-scale indexing differs from per-element
+//            scaling, and act-quant rows whose scales exceed 2^31 (huge activations).
 //   Avx2 / Avx512 - the kernels of cpu_kernels_avx2.cpp / cpu_kernels_avx512.cpp behind the
 //            driver below: activations are prepared once per call (copied, or act-quantised
 //            bit-identically to act_quant_ref) into per-thread scratch, then output rows are
 //            split over the pool. No allocation once the scratch has grown to the shapes in
 //            use, no thread creation, no cpuid per call.
+// Batch invariance: every output's arithmetic depends only on its activation row and weight
+// row (decode and prefill kernels run the same operation sequence, modes are chosen per
+// activation row and per weight row, and a call whose rows need different modes is split),
+// so a sequence's results do not depend on what shares its step, nor on the thread count.
 // Accumulation is fp32 everywhere, unlike the ref backend's double.
 #include <atomic>
 #include <cstdlib>
