@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/attention_cpu.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -156,7 +157,8 @@ enum RowClass : uint8_t { kBf16Row, kF32Row, kScalarRow };
 
 class SimdBackend final : public Backend {
  public:
-  SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k) : pool_(pool), k_(k), scalar_(pool) {}
+  SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k)
+      : pool_(pool), k_(k), scalar_(pool), avx512_attention_(std::strcmp(k.name, "avx512") == 0) {}
   const char* name() const override { return "cpu"; }
   ThreadPool* pool() const override { return pool_; }
 
@@ -173,7 +175,10 @@ class SimdBackend final : public Backend {
 
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
                       bool round_probs, float* out) const override {
-    sink_attention_ref(q, keys, n_keys, dim, scale, sink, round_probs, out);
+    if (avx512_attention_ && dim % 16 == 0 && dim <= 1024)
+      cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
+    else
+      cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
   }
 
  private:
@@ -288,6 +293,7 @@ class SimdBackend final : public Backend {
   ThreadPool* pool_;
   const cpu::IsaKernels& k_;
   ScalarBackend scalar_;
+  bool avx512_attention_;
 };
 
 const cpu::IsaKernels* isa_kernels(Isa isa) {

@@ -1,0 +1,17 @@
+// Fast sink attention for the cpu backend: the tile structure of sink_attention_ref
+// (64-column tiles, running max, bf16 probabilities for P.V, fp32 denominator, sink added
+// last), accumulated in fp32 instead of double. Same key list -> same result in prefill and
+// decode wherever the ref kernel agrees with itself.
+#pragma once
+#include <cstdint>
+
+namespace deepinfer::kernels::cpu {
+
+// Portable version (any dim).
+void sink_attention_fast(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
+                         float sink, bool round_probs, float* out);
+// AVX-512 version; dim must be a multiple of 16. Call only when the CPU has AVX-512F.
+void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
+                           float sink, bool round_probs, float* out);
+
+}  // namespace deepinfer::kernels::cpu

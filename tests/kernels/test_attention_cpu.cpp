@@ -1,0 +1,45 @@
+// The cpu backend's sink attention (AVX-512 and portable) against the scalar referee.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/attention_cpu.h"
+#include "kernels/kernels.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+
+TEST(CpuAttention, MatchesReferenceOverAwkwardShapes) {
+  std::mt19937 rng(9);
+  ThreadPool pool(1);
+  auto be = make_cpu_backend(&pool);
+  for (int64_t n : {1, 2, 17, 64, 65, 129, 257})
+    for (int64_t dim : {16, 48, 128, 512, 40})
+      for (bool round_probs : {false, true}) {
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> q(dim), kv(n * dim);
+        for (auto& v : q) v = round_bf16(nd(rng));
+        for (auto& v : kv) v = round_bf16(nd(rng));
+        std::vector<const float*> keys(n);
+        std::uniform_int_distribution<int> coin(0, 3);
+        for (int64_t j = 0; j < n; ++j) keys[j] = (j > 0 && coin(rng) == 0) ? nullptr : &kv[j * dim];
+        const float scale = 1.0f / std::sqrt(float(dim)), sink = 0.7f;
+        std::vector<float> want(dim), fast(dim + 1, 5.0f), portable(dim + 1, 5.0f);
+        sink_attention_ref(q.data(), keys.data(), n, dim, scale, sink, round_probs, want.data());
+        be->sink_attention(q.data(), keys.data(), n, dim, scale, sink, round_probs, fast.data());
+        cpu::sink_attention_fast(q.data(), keys.data(), n, dim, scale, sink, round_probs, portable.data());
+        EXPECT_EQ(fast[dim], 5.0f);
+        EXPECT_EQ(portable[dim], 5.0f);
+        // fp32 accumulation vs double; with bf16 probabilities a 1-ulp exp difference may
+        // round one probability to the neighbouring bf16 value (2^-8 relative).
+        const double tol = round_probs ? 8e-3 : 2e-5;
+        for (int64_t c = 0; c < dim; ++c) {
+          ASSERT_TRUE(std::isfinite(fast[c]));
+          EXPECT_NEAR(fast[c], want[c], tol * (1.0 + std::abs(want[c]))) << n << " " << dim << " " << c;
+          EXPECT_NEAR(portable[c], want[c], tol * (1.0 + std::abs(want[c]))) << n << " " << dim << " " << c;
+        }
+      }
+}
