@@ -8,59 +8,15 @@
 
 #include "kernels/backend.h"
 #include "kernels/kernels.h"
+#include "random_weight.h"
 
 using namespace deepinfer;
 using namespace deepinfer::kernels;
 
 namespace {
 
-struct Owned {
-  std::vector<uint8_t> data, scale;
-  WeightMatrix w;
-};
-
-Owned random_weight(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
-  Owned o;
-  o.w.format = f;
-  o.w.rows = rows;
-  o.w.cols = cols;
-  std::uniform_int_distribution<int> byte(0, 255), sc(118, 128);
-  if (f == WeightFormat::FP8_BLOCK) {
-    o.data.resize(rows * cols);
-    for (auto& b : o.data) {
-      do b = uint8_t(byte(rng));
-      while ((b & 0x7f) == 0x7f);
-    }
-    o.w.block = 128;
-    o.w.scale_cols = (cols + 127) / 128;
-    o.scale.resize(((rows + 127) / 128) * o.w.scale_cols);
-  } else if (f == WeightFormat::FP4_BLOCK) {
-    o.data.resize(rows * cols / 2);
-    for (auto& b : o.data) b = uint8_t(byte(rng));
-    o.w.block = 32;
-    o.w.scale_cols = cols / 32;
-    o.scale.resize(rows * o.w.scale_cols);
-  } else if (f == WeightFormat::BF16) {
-    o.data.resize(rows * cols * 2);
-    std::normal_distribution<float> nd(0.0f, 0.05f);
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      uint16_t h = f32_to_bf16(nd(rng));
-      o.data[2 * i] = uint8_t(h);
-      o.data[2 * i + 1] = uint8_t(h >> 8);
-    }
-  } else {
-    o.data.resize(rows * cols * 4);
-    std::normal_distribution<float> nd(0.0f, 0.05f);
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      float v = nd(rng);
-      std::memcpy(&o.data[4 * i], &v, 4);
-    }
-  }
-  for (auto& s : o.scale) s = uint8_t(sc(rng));
-  o.w.data = o.data.data();
-  o.w.scale = o.scale.empty() ? nullptr : o.scale.data();
-  return o;
-}
+using Owned = kernel_test::OwnedWeight;
+using kernel_test::random_weight;
 
 // |a - b| within fp32 reassociation noise of the sum of |terms|.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& mag, double rel,

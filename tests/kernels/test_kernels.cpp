@@ -7,52 +7,17 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "random_weight.h"
 
 using namespace deepinfer;
 using namespace deepinfer::kernels;
 
 namespace {
 
-// Random FP8 / FP4 / BF16 matrices backed by owned buffers.
-struct OwnedWeight {
-  std::vector<uint8_t> data, scale;
-  WeightMatrix w;
-};
+using kernel_test::OwnedWeight;
 
 OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
-  OwnedWeight o;
-  o.w.format = f;
-  o.w.rows = rows;
-  o.w.cols = cols;
-  std::uniform_int_distribution<int> byte(0, 255), sc(120, 130);
-  if (f == WeightFormat::FP8_BLOCK) {
-    o.data.resize(rows * cols);
-    for (auto& b : o.data) {
-      do b = uint8_t(byte(rng));
-      while ((b & 0x7f) == 0x7f);
-    }
-    o.w.block = 128;
-    o.w.scale_cols = (cols + 127) / 128;
-    o.scale.resize(((rows + 127) / 128) * o.w.scale_cols);
-  } else if (f == WeightFormat::FP4_BLOCK) {
-    o.data.resize(rows * cols / 2);
-    for (auto& b : o.data) b = uint8_t(byte(rng));
-    o.w.block = 32;
-    o.w.scale_cols = cols / 32;
-    o.scale.resize(rows * o.w.scale_cols);
-  } else {
-    o.data.resize(rows * cols * 2);
-    std::normal_distribution<float> nd(0.0f, 0.1f);
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      uint16_t h = f32_to_bf16(nd(rng));
-      o.data[2 * i] = uint8_t(h & 0xff);
-      o.data[2 * i + 1] = uint8_t(h >> 8);
-    }
-  }
-  for (auto& s : o.scale) s = uint8_t(sc(rng));
-  o.w.data = o.data.data();
-  o.w.scale = o.scale.empty() ? nullptr : o.scale.data();
-  return o;
+  return kernel_test::random_weight(f, rows, cols, rng, 0.1f, 120, 130);
 }
 
 std::vector<float> random_bf16(int64_t n, std::mt19937& rng, float sd = 1.0f) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "random_weight.h"
 
 using namespace deepinfer;
 using namespace deepinfer::kernels;
@@ -19,44 +20,8 @@ TEST(RowInvariance, OneRowEqualsItsRowInABatch) {
   for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
     for (int64_t K : {128, 384, 1024})
       for (int64_t N : {1, 31, 257}) {
-        std::vector<uint8_t> data, scale;
-        WeightMatrix w;
-        w.format = f;
-        w.rows = N;
-        w.cols = K;
-        std::uniform_int_distribution<int> byte(0, 255), sc(118, 128);
-        std::normal_distribution<float> nd(0.0f, 0.05f);
-        if (f == WeightFormat::FP8_BLOCK) {
-          data.resize(N * K);
-          for (auto& b : data) {
-            do b = uint8_t(byte(rng));
-            while ((b & 0x7f) == 0x7f);
-          }
-          w.block = 128;
-          w.scale_cols = (K + 127) / 128;
-          scale.resize(((N + 127) / 128) * w.scale_cols);
-        } else if (f == WeightFormat::FP4_BLOCK) {
-          data.resize(N * K / 2);
-          for (auto& b : data) b = uint8_t(byte(rng));
-          w.block = 32;
-          w.scale_cols = K / 32;
-          scale.resize(N * w.scale_cols);
-        } else if (f == WeightFormat::BF16) {
-          data.resize(N * K * 2);
-          for (int64_t i = 0; i < N * K; ++i) {
-            uint16_t h = f32_to_bf16(nd(rng));
-            std::memcpy(&data[2 * i], &h, 2);
-          }
-        } else {
-          data.resize(N * K * 4);
-          for (int64_t i = 0; i < N * K; ++i) {
-            float v = nd(rng);
-            std::memcpy(&data[4 * i], &v, 4);
-          }
-        }
-        for (auto& s : scale) s = uint8_t(sc(rng));
-        w.data = data.data();
-        w.scale = scale.empty() ? nullptr : scale.data();
+        kernel_test::OwnedWeight o = kernel_test::random_weight(f, N, K, rng);
+        const WeightMatrix& w = o.w;
         for (bool bf16_x : {true, false})
           for (bool act_quant : {false, true}) {
             if (act_quant && !w.is_quantized()) continue;
