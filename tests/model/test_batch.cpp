@@ -57,7 +57,9 @@ void check_batch_invariance(const Model& m, const Numerics& num, bool exact, dou
   auto st = m.new_sequence();
   std::vector<float> last(V);
   m.forward_batch({SequenceChunk{chunk_tokens[1].data(), cases[1].n, &st, last.data(), false}}, num);
-  if (exact) EXPECT_TRUE(std::equal(last.begin(), last.end(), want[1].end() - V));
+  if (exact) {
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), want[1].end() - V));
+  }
 }
 
 }  // namespace

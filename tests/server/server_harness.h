@@ -76,6 +76,9 @@ inline Sse stream_post(int port, const std::string& path, const json& body, cons
   if (res) {
     out.status = res->status;
     out.body = res->body.empty() ? buf : res->body;  // a JSON error went to the receiver
+  } else {
+    out.body = "no response: " + httplib::to_string(res.error()) + " after " + std::to_string(out.chunks.size()) +
+               " chunks";
   }
   return out;
 }

@@ -302,7 +302,7 @@ TEST_F(ServerTest, SixteenConcurrentStreams) {
   for (auto& t : clients) t.join();
   for (int i = 0; i < 16; ++i) {
     const Sse& s = results[size_t(i)];
-    ASSERT_EQ(s.status, 200) << i;
+    ASSERT_EQ(s.status, 200) << i << ": " << s.body;
     EXPECT_TRUE(s.done) << i;
     EXPECT_EQ(s.chunks.back()["usage"]["completion_tokens"], 24) << i;
   }
