@@ -24,23 +24,6 @@ class RefBackend final : public Backend {
   }
 };
 
-// A non-owning wrapper so ref_backend() can be handed out as a unique_ptr too.
-class RefHandle final : public Backend {
- public:
-  const char* name() const override { return "ref"; }
-  ThreadPool* pool() const override { return nullptr; }
-  void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
-    ref_backend().linear_f32(x, M, W, y);
-  }
-  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t b, float* y) const override {
-    ref_backend().linear_act_quant(x, M, W, b, y);
-  }
-  void sink_attention(const float* q, const float* const* k, int64_t n, int64_t d, float s, float sink, bool r,
-                      float* o) const override {
-    ref_backend().sink_attention(q, k, n, d, s, sink, r, o);
-  }
-};
-
 }  // namespace
 
 const Backend& ref_backend() {
@@ -49,7 +32,7 @@ const Backend& ref_backend() {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool) {
-  if (name == "ref") return std::make_unique<RefHandle>();
+  if (name == "ref") return std::make_unique<RefBackend>();  // stateless: a fresh one is the same
   if (name == "cpu") return make_cpu_backend(pool);
   throw std::invalid_argument("unknown kernel backend '" + name + "' (expected ref or cpu)");
 }
