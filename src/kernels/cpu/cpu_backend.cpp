@@ -306,13 +306,9 @@ const cpu::IsaKernels* isa_kernels(Isa isa) {
 }
 
 Isa detect_isa() {
-  Isa best = isa_supported(Isa::Avx512) ? Isa::Avx512 : isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Scalar;
-  if (const char* env = std::getenv("DEEPINFER_CPU_ISA")) {
-    const std::string want(env);
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-      if (want == isa_name(isa) && isa_supported(isa)) best = isa;
-  }
-  return best;
+  // The CPU picks the variant, not the user (DESIGN: no kernel knobs); tests and benchmarks
+  // that need a given ISA construct it with make_cpu_backend_isa().
+  return isa_supported(Isa::Avx512) ? Isa::Avx512 : isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Scalar;
 }
 
 }  // namespace

@@ -17,8 +17,7 @@ enum class Isa {
 
 const char* isa_name(Isa isa);
 bool isa_supported(Isa isa);
-// What make_cpu_backend() uses: the best supported ISA, unless the environment variable
-// DEEPINFER_CPU_ISA (scalar / avx2 / avx512) names a supported one.
+// What make_cpu_backend() uses: the best ISA this CPU supports.
 Isa cpu_dispatch_isa();
 // A cpu backend with a forced ISA; throws std::invalid_argument if this CPU lacks it.
 std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa);
