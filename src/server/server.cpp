@@ -1,6 +1,10 @@
 #include "server/server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -20,6 +24,7 @@ struct Server::Impl {
   mutable std::mutex mu;
   BackendPtr backend;
   int port = -1;
+  int listen_fd = -1;  // the accepting socket, captured when httplib creates it
   // stop() may come before listen() got going (a load failure right after bind): it must
   // neither be lost nor hang. Guarded by mu.
   bool stop_requested = false;
@@ -120,6 +125,12 @@ Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->http.set_read_timeout(60, 0);
   impl_->http.set_write_timeout(60, 0);
   impl_->http.set_tcp_nodelay(true);
+  // httplib creates the listening socket itself; keep its fd so bind() can raise the backlog.
+  Impl* impl = impl_.get();
+  impl_->http.set_socket_options([impl](int fd) {
+    httplib::default_socket_options(fd);
+    impl->listen_fd = fd;
+  });
   impl_->install_routes();
 }
 
@@ -134,6 +145,11 @@ int Server::bind() {
   }
   if (s.port < 0)
     throw std::runtime_error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port));
+  // Debian's compiled httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG is fixed
+  // at its build): a burst of clients connecting while the accept thread waits for a core gets
+  // resets. Linux lets listen() be called again on a listening socket to change the backlog.
+  if (s.listen_fd >= 0 && ::listen(s.listen_fd, s.opt.listen_backlog) != 0)
+    log_warn("cannot raise the listen backlog to %d: %s", s.opt.listen_backlog, std::strerror(errno));
   return s.port;
 }
 

@@ -29,7 +29,8 @@ struct ServerOptions {
   int port = 8000;                   // 0 = any free port (tests)
   std::string api_key;               // empty = no authentication
   size_t max_body_bytes = size_t(16) << 20;
-  int http_threads = 64;             // concurrent connections served (each stream holds one)
+  int http_threads = 256;            // concurrent connections served (each stream holds one)
+  int listen_backlog = 1024;         // connections the kernel queues before accept()
   std::chrono::milliseconds sse_keepalive{5000};  // SSE comment while nothing else is sent
 };
 

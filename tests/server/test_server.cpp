@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -314,6 +316,56 @@ TEST_F(ServerTest, SixteenConcurrentStreams) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(st.requests_running + st.requests_waiting, 0);
+}
+
+// A burst of clients that connect while the accept thread is not running (busy cores) must
+// queue in the kernel, not get resets: the backlog is raised past httplib's built-in 5.
+TEST_F(ServerTest, ConnectBurstBeforeAcceptIsQueued) {
+  server::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  server::Server s(so);
+  const int port = s.bind();  // listening, but nothing accepts yet
+  s.set_backend(backend_);
+  constexpr int kClients = 100;
+  std::vector<int> fds;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int connected = 0;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      ++connected;
+      continue;
+    }
+    ASSERT_EQ(errno, EINPROGRESS);
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::poll(&p, 1, 200) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ++connected;
+  }
+  EXPECT_EQ(connected, kClients) << "the kernel dropped connects: listen backlog too small";
+  std::thread loop([&] { s.listen(); });
+  const std::string req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  int ok = 0;
+  for (int fd : fds) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) continue;
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+    if (n > 0 && std::string(buf, size_t(n)).rfind("HTTP/1.1 200", 0) == 0) ++ok;
+  }
+  for (int fd : fds) ::close(fd);
+  s.stop();
+  loop.join();
+  EXPECT_EQ(ok, kClients);
 }
 
 TEST_F(ServerTest, KeepAliveCommentsWhileWaiting) {
