@@ -26,6 +26,16 @@ class RefBackend final : public Backend {
 
 }  // namespace
 
+void Backend::linear_many(const LinearJob* jobs, size_t n) const {
+  for (size_t i = 0; i < n; ++i) {
+    const LinearJob& j = jobs[i];
+    if (j.act_block > 0)
+      linear_act_quant(j.x, j.M, *j.W, j.act_block, j.y);
+    else
+      linear_f32(j.x, j.M, *j.W, j.y);
+  }
+}
+
 const Backend& ref_backend() {
   static const RefBackend backend;
   return backend;

@@ -15,6 +15,15 @@
 
 namespace deepinfer::kernels {
 
+// One product of a linear_many batch: act_block 0 is linear_f32, > 0 is linear_act_quant.
+struct LinearJob {
+  const float* x = nullptr;
+  int64_t M = 0;
+  const WeightMatrix* W = nullptr;
+  int64_t act_block = 0;
+  float* y = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -27,6 +36,10 @@ class Backend {
   // The reference's act-quant + block-scaled FP8/FP4 GEMM (see linear_act_quant_ref).
   virtual void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block,
                                 float* y) const = 0;
+  // Independent products in one go (a MoE step's experts, projections of one input): each
+  // y equals what its own call would give. The fast backend runs them in one parallel
+  // region, so small matrices keep every core busy without a barrier per matrix.
+  virtual void linear_many(const LinearJob* jobs, size_t n) const;
   // One head of sink attention over a key list (see sink_attention_ref).
   virtual void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                               float sink, bool round_probs, float* out) const = 0;

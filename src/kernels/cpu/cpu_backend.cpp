@@ -15,6 +15,7 @@
 // activation row and per weight row, and a call whose rows need different modes is split),
 // so a sequence's results do not depend on what shares its step, nor on the thread count.
 // Accumulation is fp32 everywhere, unlike the ref backend's double.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -209,16 +210,30 @@ class SimdBackend final : public Backend {
 
   // act_block > 0: act-quant path.
   void run(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const {
+    cpu::LinearCall c;
+    if (!prepare(x, M, W, act_block, y, tl_act, c)) return;
+    const RowsJob job{&k_, &c, k_.scratch_bytes(c)};
+    parallel_for(pool_, c.N, c.M <= k_.gemv_max_m ? k_.gemv_grain : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
+      void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
+      job.k->rows(*job.c, n0, n1, scratch);
+    });
+  }
+
+  // Prepares the activations of one call into `act` and describes the call in c. Returns
+  // false when nothing is left to run: an empty call, or one handed whole to another path
+  // (rows of mixed classes, Scalar rows).
+  bool prepare(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y, Scratch& act,
+               cpu::LinearCall& c) const {
     const int64_t N = W.rows, K = W.cols;
-    if (M <= 0 || N <= 0) return;
+    if (M <= 0 || N <= 0) return false;
     if (K == 0) {
       std::memset(y, 0, size_t(M * N) * sizeof(float));
-      return;
+      return false;
     }
     const bool gemv = M <= k_.gemv_max_m;
     const int64_t xs = round_up(K, k_.k_align), m_rows = gemv ? M : round_up(M, k_.m_align);
     const size_t nx = size_t(m_rows * xs);
-    float* xf = static_cast<float*>(tl_act.get(nx * (sizeof(float) + sizeof(uint16_t)) + size_t(M) * 5));
+    float* xf = static_cast<float*>(act.get(nx * (sizeof(float) + sizeof(uint16_t)) + size_t(M) * 5));
     uint16_t* xb = reinterpret_cast<uint16_t*>(xf + nx);
     float* max_scale = reinterpret_cast<float*>(xb + nx);
     uint8_t* bf16_ok = reinterpret_cast<uint8_t*>(max_scale + M);
@@ -238,14 +253,19 @@ class SimdBackend final : public Backend {
     };
     const RowClass cls = row_class(0);
     for (int64_t m = 1; m < M; ++m)
-      if (row_class(m) != cls) return split(x, M, W, act_block, y, row_class);
-    if (cls == kScalarRow) return scalar_.linear_act_quant(x, M, W, act_block, y);
+      if (row_class(m) != cls) {
+        split(x, M, W, act_block, y, row_class);
+        return false;
+      }
+    if (cls == kScalarRow) {
+      scalar_.linear_act_quant(x, M, W, act_block, y);
+      return false;
+    }
 
     if (m_rows > M) {
       std::memset(xf + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(float));
       std::memset(xb + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(uint16_t));
     }
-    cpu::LinearCall c;
     c.W = &W;
     c.M = M;
     c.N = N;
@@ -256,12 +276,90 @@ class SimdBackend final : public Backend {
     c.xs = xs;
     c.m_rows = m_rows;
     c.use_bf16 = k_.bf16 && cls == kBf16Row;
-    const RowsJob job{&k_, &c, k_.scratch_bytes(c)};
-    parallel_for(pool_, N, gemv ? k_.gemv_grain : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
+    return true;
+  }
+
+ public:
+  // Decode-sized calls (M within the GEMV path) share one parallel region, split by weight
+  // bytes so each thread streams the same amount; anything else runs as its own call.
+  void linear_many(const LinearJob* jobs, size_t n) const override {
+    ManyScratch& ms = tl_many;
+    ms.calls.clear();
+    if (ms.act.size() < n) ms.act.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const LinearJob& j = jobs[i];
+      const WeightMatrix& W = *j.W;
+      const bool act_quant = j.act_block > 0 && W.is_quantized();
+      const bool fast = supported(W) && (!act_quant || act_supported(W, j.act_block));
+      if (!fast || j.M > k_.gemv_max_m) {
+        if (act_quant)
+          linear_act_quant(j.x, j.M, W, j.act_block, j.y);
+        else
+          linear_f32(j.x, j.M, W, j.y);
+        continue;
+      }
+      cpu::LinearCall c;
+      if (prepare(j.x, j.M, W, act_quant ? j.act_block : 0, j.y, ms.act[i], c)) ms.calls.push_back(c);
+    }
+    if (ms.calls.empty()) return;
+    // Cost of a weight row ~ its bytes; call i spans [start[i], start[i] + N * row_cost).
+    ms.start.assign(ms.calls.size() + 1, 0);
+    ms.row_cost.resize(ms.calls.size());
+    size_t scratch = 0;
+    for (size_t i = 0; i < ms.calls.size(); ++i) {
+      const cpu::LinearCall& c = ms.calls[i];
+      ms.row_cost[i] = row_bytes(*c.W);
+      ms.start[i + 1] = ms.start[i] + c.N * ms.row_cost[i];
+      scratch = std::max(scratch, k_.scratch_bytes(c));
+    }
+    const ManyJob job{&k_, &ms, scratch};
+    const int T = pool_ ? pool_->size() : 1;
+    parallel_for(pool_, T, 1, [&job, T](int64_t t0, int64_t t1, int) {
       void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
-      job.k->rows(*job.c, n0, n1, scratch);
+      const int64_t total = job.ms->start.back();
+      for (int64_t t = t0; t < t1; ++t) job.share(total * t / T, total * (t + 1) / T, scratch);
     });
   }
+
+ private:
+  static int64_t row_bytes(const WeightMatrix& W) {
+    switch (W.format) {
+      case WeightFormat::F32: return W.cols * 4;
+      case WeightFormat::BF16: return W.cols * 2;
+      case WeightFormat::FP8_BLOCK: return W.cols;
+      case WeightFormat::FP4_BLOCK: return W.cols / 2 + W.cols / 32;
+    }
+    return W.cols;
+  }
+
+  struct ManyScratch {
+    std::vector<Scratch> act;  // prepared activations of each batched call
+    std::vector<cpu::LinearCall> calls;
+    std::vector<int64_t> start, row_cost;
+  };
+  static thread_local ManyScratch tl_many;
+
+  struct ManyJob {
+    const cpu::IsaKernels* k;
+    const ManyScratch* ms;
+    size_t scratch;
+    // The weight rows whose first byte lies in [a, b) of the concatenated calls. Edges are
+    // rounded to 8 rows inside a call (the GEMV kernels' row group); neighbouring shares
+    // use the same rounding, so every row is done exactly once.
+    void share(int64_t a, int64_t b, void* scratch_mem) const {
+      for (size_t i = 0; i < ms->calls.size(); ++i) {
+        const cpu::LinearCall& c = ms->calls[i];
+        const int64_t p = ms->start[i], cost = ms->row_cost[i];
+        auto edge = [&](int64_t x) {
+          if (x <= p) return int64_t(0);
+          const int64_t r = (x - p + cost - 1) / cost;
+          return std::min(c.N, (r + 7) / 8 * 8);
+        };
+        const int64_t n0 = edge(a), n1 = edge(b);
+        if (n1 > n0) k->rows(c, n0, n1, scratch_mem);
+      }
+    }
+  };
 
   // Rows of different classes: each class as its own call on a gathered copy of its rows.
   // Rare (a batch mixing bf16-exact and general fp32 activations, or act-quant rows with
@@ -295,6 +393,7 @@ class SimdBackend final : public Backend {
   ScalarBackend scalar_;
   bool avx512_attention_;
 };
+thread_local SimdBackend::ManyScratch SimdBackend::tl_many;
 
 const cpu::IsaKernels* isa_kernels(Isa isa) {
   switch (isa) {

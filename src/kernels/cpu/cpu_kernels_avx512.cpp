@@ -320,7 +320,21 @@ struct Fp4Dec {
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
+    const int16_t* sw = nullptr;  // bf16 exponent add of each scale block, see prep_scales
   };
+  // The GEMV fills, once per weight row, the exponent add (s - 127) << 7 of every scale
+  // block into words, so the inner loop broadcasts it straight from memory instead of
+  // rebuilding it from the byte each chunk (that took more uops than the decode itself).
+  static constexpr bool PREP_SCALES = true;
+  DI_INLINE void prep_scales(Row& r, int16_t* words) const {
+    const int64_t nb = c->K / 32;
+    for (int64_t i = 0; i < nb; i += 32) {
+      const __m256i b = _mm256_maskz_loadu_epi8(mask32(nb - i), r.s + i);
+      const __m512i w = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(127)), 7);
+      _mm512_mask_storeu_epi16(words + i, mask32(nb - i), w);
+    }
+    r.sw = words;
+  }
   const LinearCall* c;
   __m512i tw, dup_w, dup_d0, dup_d1, magmask;
   __m512 tf;
@@ -338,7 +352,9 @@ struct Fp4Dec {
   }
   DI_INLINE bool safe(const Row& r) const { return scales_in_range(r.s, c->K / 32); }
   DI_INLINE void prefetch(const Row& r, int64_t k) const {
-    if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2) + kPrefetch, _MM_HINT_T0);
+    // FP4 rows are short (1 KiB at K = 2048): a fixed distance would land in the rows the
+    // group is reading already, so fetch the same spot 8 rows on (the next row group).
+    if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2 + 8 * (c->K / 2)), _MM_HINT_T0);
   }
   DI_INLINE __m512i src(const Row& r, int64_t k, int64_t nv) const {
     const __m128i b = nv == CH ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2))
@@ -361,8 +377,8 @@ struct Fp4Dec {
     d = _mm512_mask_srli_epi16(d, 0xaaaaaaaau, d, 4);
     // e2m1 has no NaN code: every nonzero code takes the scale (cheaper than b16_scale)
     const __m512i v = _mm512_permutexvar_epi16(d, tw);
-    w[0] = _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(v, magmask), v,
-                                 _mm512_set1_epi16(short((int(r.s[k / 32]) - 127) * 128)));
+    const __m512i add = _mm512_set1_epi16(r.sw[k / 32]);  // gemv_group ran prep_scales
+    w[0] = _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(v, magmask), v, add);
   }
 };
 
@@ -396,6 +412,11 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   constexpr int NV = BF ? D::NB : D::NF;
   typename D::Row row[NRW];
   for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
+  if constexpr (BF && requires { D::PREP_SCALES; }) {
+    const int64_t nb = round_up(c.K / 32, 32);
+    int16_t* words = static_cast<int16_t*>(__builtin_alloca(size_t(NRW * nb) * sizeof(int16_t)));
+    for (int r = 0; r < NRW; ++r) d.prep_scales(row[r], words + r * nb);
+  }
   __m512 acc[MR][NRW];
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
@@ -514,9 +535,11 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
 // left for the fp32 mode).
 template <class D>
 bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, int64_t Kp) {
-  const typename D::Row r = d.row(n);
+  typename D::Row r = d.row(n);
   if (!d.safe(r)) return false;
   const int64_t K = c.K;
+  if constexpr (requires { D::PREP_SCALES; })
+    d.prep_scales(r, static_cast<int16_t*>(__builtin_alloca(size_t(round_up(K / 32, 32)) * sizeof(int16_t))));
   __mmask32 bad = 0;
   for (int64_t k = 0; k < K; k += D::CH) {
     const int64_t nv = min64(D::CH, K - k);

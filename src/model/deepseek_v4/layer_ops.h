@@ -15,6 +15,15 @@ namespace deepinfer::v4 {
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y);
 
+// Several linear_quantized products in one backend call (independent inputs and outputs).
+struct QuantizedProduct {
+  const float* x;
+  int64_t M;
+  const WeightMatrix* W;
+  float* y;
+};
+void linear_quantized_many(const Config& cfg, const Numerics& num, const QuantizedProduct* products, size_t n);
+
 // One sequence's share of a batched step: rows [row0, row0 + n) of the batch hold its tokens
 // at positions p0 .. p0 + n - 1; state is that sequence's state of the current layer.
 struct Segment {

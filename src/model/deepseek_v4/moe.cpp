@@ -49,29 +49,63 @@ Route route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, cons
   return r;
 }
 
-// One expert on rows x [M, dim]: out[M, dim] = w2(bf16(weight * silu(min(g, L)) * clamp(u, -L, L))).
-void expert_forward(const Config& cfg, const Numerics& num, const ExpertWeights& ew, const float* x, int64_t M,
-                    const float* row_weight, float* out) {
-  const int64_t I = ew.w1.rows;
-  std::vector<float> g(M * I), u(M * I);
-  linear_quantized(cfg, num, x, M, ew.w1, g.data());
-  linear_quantized(cfg, num, x, M, ew.w3, u.data());
+// One expert's share of a MoE step: rows x [M, dim] (gathered tokens), routing weights
+// (null for the shared expert), and its intermediate and output buffers.
+struct ExpertWork {
+  const ExpertWeights* w = nullptr;
+  const float* x = nullptr;
+  int64_t M = 0;
+  const float* row_weight = nullptr;
+  std::vector<float> g, u, y;
+};
+
+// Every expert of the step together: out = w2(bf16(weight * silu(min(g, L)) * clamp(u, -L, L)))
+// with g = w1 x, u = w3 x. The products of all experts go to the backend as two batches
+// (w1 and w3 of every expert, then every w2), so small decode matrices share one parallel
+// region each; each product is the same as if run alone.
+void experts_forward(const Config& cfg, const Numerics& num, std::vector<ExpertWork>& work) {
+  std::vector<QuantizedProduct> products;
+  for (ExpertWork& e : work) {
+    const int64_t I = e.w->w1.rows;
+    e.g.resize(e.M * I);
+    e.u.resize(e.M * I);
+    products.push_back({e.x, e.M, &e.w->w1, e.g.data()});
+    products.push_back({e.x, e.M, &e.w->w3, e.u.data()});
+  }
+  linear_quantized_many(cfg, num, products.data(), products.size());
   const float lim = float(cfg.swiglu_limit);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t i = 0; i < I; ++i) {
-      float gv = g[m * I + i], uv = u[m * I + i];
-      if (lim > 0.0f) {
-        uv = std::clamp(uv, -lim, lim);
-        gv = std::min(gv, lim);
+  products.clear();
+  for (ExpertWork& e : work) {
+    const int64_t I = e.w->w1.rows;
+    for (int64_t m = 0; m < e.M; ++m)
+      for (int64_t i = 0; i < I; ++i) {
+        float gv = e.g[m * I + i], uv = e.u[m * I + i];
+        if (lim > 0.0f) {
+          uv = std::clamp(uv, -lim, lim);
+          gv = std::min(gv, lim);
+        }
+        float h = silu_f(gv) * uv;
+        if (e.row_weight) h = e.row_weight[m] * h;  // routing weight before w2, in fp32
+        e.g[m * I + i] = num.bf16(h);
       }
-      float h = silu_f(gv) * uv;
-      if (row_weight) h = row_weight[m] * h;  // routing weight before w2, in fp32
-      g[m * I + i] = num.bf16(h);
-    }
-  linear_quantized(cfg, num, g.data(), M, ew.w2, out);
+    e.y.resize(e.M * e.w->w2.rows);
+    products.push_back({e.g.data(), e.M, &e.w->w2, e.y.data()});
+  }
+  linear_quantized_many(cfg, num, products.data(), products.size());
 }
 
 }  // namespace
+
+void linear_quantized_many(const Config& cfg, const Numerics& num, const QuantizedProduct* products, size_t n) {
+  std::vector<kernels::LinearJob> jobs(n);
+  for (size_t i = 0; i < n; ++i) {
+    const QuantizedProduct& p = products[i];
+    const bool act_quant = num.reference() && p.W->is_quantized();
+    jobs[i] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y};
+  }
+  num.backend->linear_many(jobs.data(), n);
+  for (size_t i = 0; i < n; ++i) num.bf16(products[i].y, products[i].M * products[i].W->rows);
+}
 
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,
                  const int32_t* tokens, int64_t S, float* out) {
@@ -87,25 +121,43 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
     Route r = route_token(cfg, m, L.hash_routed, &logits[t * E], tokens[t]);
     for (size_t k = 0; k < r.experts.size(); ++k) by_expert[r.experts[k]].push_back({t, r.weights[k]});
   }
-  std::vector<float> acc(S * d, 0.0f), xs, ws, ys;
+  // Gathered rows and routing weights per expert (expert id order), then the shared expert.
+  std::vector<std::vector<float>> xs, ws;
+  std::vector<ExpertWork> work;
+  xs.reserve(by_expert.size());
+  ws.reserve(by_expert.size());
   for (auto& [e, rows] : by_expert) {
     const int64_t M = int64_t(rows.size());
-    xs.resize(M * d);
-    ws.resize(M);
-    ys.resize(M * d);
+    std::vector<float>& xe = xs.emplace_back(M * d);
+    std::vector<float>& we = ws.emplace_back(M);
     for (int64_t i = 0; i < M; ++i) {
-      std::copy(x + rows[i].first * d, x + (rows[i].first + 1) * d, xs.begin() + i * d);
-      ws[i] = rows[i].second;
+      std::copy(x + rows[i].first * d, x + (rows[i].first + 1) * d, xe.begin() + i * d);
+      we[i] = rows[i].second;
     }
-    expert_forward(cfg, num, m.experts[e], xs.data(), M, ws.data(), ys.data());
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t c = 0; c < d; ++c) acc[rows[i].first * d + c] += ys[i * d + c];
+    ExpertWork& w = work.emplace_back();
+    w.w = &m.experts[e];
+    w.x = xe.data();
+    w.M = M;
+    w.row_weight = we.data();
   }
   if (m.has_shared) {
-    ys.resize(S * d);
-    expert_forward(cfg, num, m.shared, x, S, nullptr, ys.data());
-    for (int64_t i = 0; i < S * d; ++i) acc[i] += ys[i];
+    ExpertWork& w = work.emplace_back();
+    w.w = &m.shared;
+    w.x = x;
+    w.M = S;
   }
+  experts_forward(cfg, num, work);
+  // Each token's fp32 accumulator takes its contributions in increasing expert id, then
+  // the shared expert (the reference's order).
+  std::vector<float> acc(S * d, 0.0f);
+  size_t k = 0;
+  for (auto& [e, rows] : by_expert) {
+    const std::vector<float>& ys = work[k++].y;
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t c = 0; c < d; ++c) acc[rows[i].first * d + c] += ys[i * d + c];
+  }
+  if (m.has_shared)
+    for (int64_t i = 0; i < S * d; ++i) acc[i] += work[k].y[i];
   for (int64_t i = 0; i < S * d; ++i) out[i] = num.bf16(acc[i]);
 }
 
