@@ -1,7 +1,8 @@
 // Every cpu backend variant this machine supports (Scalar, AVX2, AVX-512), forced one by one,
 // against the scalar referee: awkward shapes and tails, both numerics paths (fp32 and
 // bf16-exact activations), act-quant blocks of V4 and V4.1, special values, guard values
-// after the outputs, thread counts 1/2/3; and the vectorised act_quant bit for bit.
+// after the outputs, thread counts 1/2/3; the vectorised act_quant bit for bit; linear_many
+// against single calls.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -441,4 +442,53 @@ TEST(CpuIsa, BatchInvariance) {
         }
       }
     }
+}
+
+// linear_many (one parallel region for a batch of products, split by weight bytes) gives
+// every product bit for bit what its own call gives: mixed formats and modes in one batch,
+// odd row counts (shares that end inside a row group), M from 1 to 5 (a GEMM-sized job
+// runs on its own), a job whose rows need the Scalar path, thread counts 1 and 3.
+TEST(CpuIsa, LinearManyEqualsSingleCalls) {
+  std::mt19937 rng(31);
+  struct Spec {
+    WeightFormat f;
+    int64_t N, K, M;
+    bool act_quant;
+  };
+  const std::vector<Spec> specs = {
+      {WeightFormat::FP4_BLOCK, 37, 256, 1, true},  {WeightFormat::FP4_BLOCK, 64, 128, 1, true},
+      {WeightFormat::FP8_BLOCK, 29, 384, 1, true},  {WeightFormat::BF16, 13, 96, 1, false},
+      {WeightFormat::FP4_BLOCK, 70, 64, 2, false},  {WeightFormat::F32, 9, 40, 1, false},
+      {WeightFormat::FP8_BLOCK, 130, 256, 5, false}, {WeightFormat::FP4_BLOCK, 1, 128, 3, true},
+      {WeightFormat::FP8_BLOCK, 17, 128, 1, true},
+  };
+  for (Isa isa : supported_isas()) {
+    std::vector<Weight> ws;
+    std::vector<std::vector<float>> xs;
+    for (const Spec& s : specs) {
+      ws.push_back(make_weight(s.f, s.N, s.K, rng));
+      xs.push_back(make_x(s.M, s.K, xs.size() % 2 ? XKind::F32 : XKind::Bf16, rng));
+    }
+    for (int64_t k = 0; k < specs[8].K; ++k) xs[8][k] *= 1e30f;  // act-quant scales past the exact range
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      auto be = make_cpu_backend_isa(&pool, isa);
+      std::vector<std::vector<float>> many(specs.size()), single(specs.size());
+      std::vector<LinearJob> jobs;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const Spec& s = specs[i];
+        many[i].assign(s.M * s.N, -1.0f);
+        single[i].assign(s.M * s.N, -2.0f);
+        jobs.push_back({xs[i].data(), s.M, &ws[i].w, s.act_quant ? 128 : 0, many[i].data()});
+        if (s.act_quant)
+          be->linear_act_quant(xs[i].data(), s.M, ws[i].w, 128, single[i].data());
+        else
+          be->linear_f32(xs[i].data(), s.M, ws[i].w, single[i].data());
+      }
+      be->linear_many(jobs.data(), jobs.size());
+      for (size_t i = 0; i < specs.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(many[i].data(), single[i].data(), many[i].size() * sizeof(float)))
+            << isa_name(isa) << " threads " << threads << " job " << i;
+    }
+  }
 }
