@@ -2,6 +2,8 @@
 // SamplingParams (and thus the OpenAI API); validate() rejects what they reject.
 //
 // Order of operations on each logits row (the same as vLLM v1's sampler):
+//   0. a constraint (structured output, forced tool calls) masks the tokens it forbids
+//      (-inf), as vLLM applies its grammar bitmask before sampling;
 //   1. logit_bias is added;
 //   2. repetition_penalty (prompt and output tokens: positive logits divided, negative
 //      multiplied), then frequency_penalty * count and presence_penalty * (count > 0)
@@ -14,6 +16,7 @@
 // -inf. For greedy requests that is the log-softmax after steps 1-2.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +25,19 @@
 #include "deepinfer/status.h"
 
 namespace deepinfer {
+
+// A rule on which tokens one request may produce next. The engine calls allowed() before
+// each token of the request is sampled and accept() with the token chosen, in that order,
+// on the engine thread; one object serves one request (it holds that request's state).
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets bit t of `mask` (mask[t / 64] >> (t % 64) & 1) for every token t < vocab_size that
+  // may come next; `mask` has (vocab_size + 63) / 64 words, zeroed by the caller. Returns
+  // false when every token is allowed at this point (no mask is applied then).
+  virtual bool allowed(uint64_t* mask, int64_t vocab_size) = 0;
+  virtual void accept(int32_t token) = 0;
+};
 
 struct SamplingParams {
   int64_t max_tokens = -1;  // -1: until the context is full
@@ -38,6 +54,7 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = -1;  // -1: none; N >= 0: the sampled token's logprob and N alternatives (N <= 20)
+  std::shared_ptr<TokenConstraint> constraint;  // null: none (the server builds these)
 
   Status validate(int64_t vocab_size) const;
   bool greedy() const { return temperature < 1e-5f; }

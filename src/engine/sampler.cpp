@@ -18,9 +18,26 @@ struct ByValueDesc {
 
 double rng_uniform(Rng& rng) { return double(rng() >> 11) * 0x1.0p-53; }
 
-Sampler::Sampler(int64_t vocab_size) : vocab_(vocab_size), x_(size_t(vocab_size)) {
+Sampler::Sampler(int64_t vocab_size)
+    : vocab_(vocab_size), x_(size_t(vocab_size)), mask_(size_t((vocab_size + 63) / 64)) {
   order_.reserve(size_t(vocab_size));
   values_.reserve(size_t(vocab_size));
+}
+
+int32_t Sampler::apply_constraint(const SamplingParams& p) {
+  if (!p.constraint) return -1;
+  std::fill(mask_.begin(), mask_.end(), 0);
+  if (!p.constraint->allowed(mask_.data(), vocab_)) return -1;
+  int32_t first = -1;
+  for (int64_t w = 0; w < int64_t(mask_.size()); ++w) {
+    const uint64_t bits = mask_[size_t(w)];
+    if (first < 0 && bits) first = int32_t(w * 64 + __builtin_ctzll(bits));
+    if (bits == ~uint64_t(0)) continue;
+    const int64_t end = std::min<int64_t>(vocab_, (w + 1) * 64);
+    for (int64_t i = w * 64; i < end; ++i)
+      if (!((bits >> (i - w * 64)) & 1)) x_[size_t(i)] = kNegInf;
+  }
+  return first;
 }
 
 void Sampler::apply_bias_and_penalties(const SamplingParams& p, const PenaltyState& h) {
@@ -111,9 +128,14 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const
     const float v = logits[i];
     x_[size_t(i)] = std::isnan(v) ? kNegInf : v;  // a NaN logit can never be chosen
   }
+  const int32_t first_allowed = apply_constraint(p);
   apply_bias_and_penalties(p, h);
   SampleResult r;
-  if (p.greedy()) {
+  if (first_allowed >= 0 && *std::max_element(x_.begin(), x_.end()) == kNegInf) {
+    // Every allowed token has a NaN (or -inf) logit: take the lowest allowed id rather than
+    // a forbidden one. (A constraint that allows nothing leaves the row unmasked.)
+    r.token = first_allowed;
+  } else if (p.greedy()) {
     r.token = int32_t(std::max_element(x_.begin(), x_.end()) - x_.begin());  // first maximum = lowest id
   } else {
     const float inv_t = 1.0f / p.temperature;
@@ -134,6 +156,7 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const
       r.top.push_back({t, v == kNegInf ? kNegInf : float(double(v) - lse)});
     }
   }
+  if (p.constraint) p.constraint->accept(r.token);
   return r;
 }
 

@@ -45,6 +45,9 @@ class Sampler {
   std::vector<float> last_logprobs() const;
 
  private:
+  // Step 0: -inf for the tokens p.constraint forbids. Returns the lowest allowed id, or -1
+  // when nothing is masked.
+  int32_t apply_constraint(const SamplingParams& p);
   void apply_bias_and_penalties(const SamplingParams& p, const PenaltyState& h);
   void apply_filters(const SamplingParams& p);
   int32_t draw(Rng& rng) const;
@@ -54,6 +57,7 @@ class Sampler {
   std::vector<float> x_;        // processed logits of the current row (-inf = masked)
   std::vector<int32_t> order_;  // scratch index list
   std::vector<float> values_;   // scratch values
+  std::vector<uint64_t> mask_;  // constraint bitmask, one bit per token
 };
 
 }  // namespace deepinfer::engine
