@@ -98,6 +98,7 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   const bool skip_special = get_bool(body, "skip_special_tokens").value_or(false);  // the parser needs </think>
   const ChatPrompt cp = build_chat_prompt(b, chat::Json::parse(req.body));
   GenerateRequest g{cp.ids, ro.sampling};
+  g.params.constraint = cp.constraint;
   const Status s = b.engine->validate(g);
   if (!s.ok()) throw ApiError(s);
   const std::vector<std::string> stops = g.params.stop;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "server/errors.h"
+#include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {
@@ -12,15 +13,8 @@ namespace {
 
 using chat::Json;
 
-[[noreturn]] void bad(const std::string& msg, const std::string& param) {
-  throw ApiError(ErrorCode::kInvalidRequest, msg, param);
-}
-
-const Json* find(const Json& o, const char* key) {
-  if (!o.is_object()) return nullptr;
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
+[[noreturn]] void bad(const std::string& msg, const std::string& param) { bad_request(msg, param); }
+const Json* find(const Json& o, const char* key) { return find_field(o, key); }
 
 // Text parts joined; other part types are refused rather than silently dropped.
 Json flatten_content(const Json& content, const std::string& where) {
@@ -105,6 +99,16 @@ void attach_system_extras(const Json& body, Json& messages) {
 
 }  // namespace
 
+const Json* find_field(const Json& o, const char* key) {
+  if (!o.is_object()) return nullptr;
+  auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+void bad_request(const std::string& msg, const std::string& param) {
+  throw ApiError(ErrorCode::kInvalidRequest, msg, param);
+}
+
 ChatPrompt build_chat_prompt(const Backend& b, const Json& body) {
   if (b.chat_family.empty() || !b.tokenizer)
     throw ApiError(ErrorCode::kInvalidRequest, "this model has no chat template or tokenizer; use /v1/completions");
@@ -129,6 +133,7 @@ ChatPrompt build_chat_prompt(const Backend& b, const Json& body) {
     throw ApiError(ErrorCode::kInvalidRequest, std::string("malformed messages: ") + e.what(), "messages");
   }
   p.ids = b.tokenizer->encode(text, true);
+  p.constraint = output_constraint(b, body, p.family, p.thinking);
   return p;
 }
 

@@ -11,14 +11,18 @@
 //  * tools are rendered from the system message, as the reference does: they are attached
 //    to the first message if it is a system message, otherwise an empty system message is
 //    put in front. tool_choice "none" leaves the tools out; "auto", "required" and named
-//    choices render them (the choice itself is not enforced: no constrained decoding).
+//    choices render them; "required" and named choices are enforced by a constraint on
+//    the output (structured_output.h).
 //  * response_format (json_object / json_schema) is rendered into the system prompt, as
-//    the reference encoder does; it is not enforced either.
+//    the reference encoder does, and enforced by constrained decoding as well.
 //  * content given as a list of parts is joined from its text parts.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "deepinfer/sampling_params.h"
 #include "server/server.h"
 #include "tokenizer/chat/encoder.h"
 
@@ -28,7 +32,13 @@ struct ChatPrompt {
   std::vector<int32_t> ids;
   chat::ChatFamily family = chat::ChatFamily::V4;
   bool thinking = false;
+  std::shared_ptr<TokenConstraint> constraint;  // tool_choice / response_format; null: none
 };
+
+// o[key] when o is an object with a non-null `key`, else null.
+const chat::Json* find_field(const chat::Json& o, const char* key);
+// Throws ApiError kInvalidRequest (400).
+[[noreturn]] void bad_request(const std::string& msg, const std::string& param);
 
 // body: the request parsed with key order kept (tool schemas are rendered in order).
 // Throws ApiError (400) for malformed messages or what the encoder rejects.

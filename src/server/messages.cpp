@@ -6,6 +6,8 @@
 //   assistant text / thinking / tool_use blocks -> content, reasoning_content, tool_calls
 //   tools [{name, description, input_schema}] -> OpenAI function tools
 //   thinking {"type": "enabled"} -> thinking mode; stop_sequences -> stop
+//   tool_choice {"type": "any"} -> "required", {"type": "tool", "name": X} -> named X
+//     (both enforced, structured_output.h), disable_parallel_tool_use -> one call
 // The answer is content blocks (thinking, text, tool_use) with Anthropic stop reasons;
 // streaming uses the message_start / content_block_* / message_delta / message_stop events.
 // Errors use Anthropic's {"type": "error", "error": {...}} body with the usual status.
@@ -88,6 +90,18 @@ void add_assistant(const Json& m, Json& out) {
   out.push_back(msg);
 }
 
+// {"type": "auto" | "any" | "none"} or {"type": "tool", "name": X} as OpenAI's tool_choice
+// ("any" = "required"). disable_parallel_tool_use is read by to_openai().
+Json tool_choice(const Json& c) {
+  const std::string type = c.is_object() ? c.value("type", "") : "";
+  if (type == "auto" || type == "none") return type;
+  if (type == "any") return "required";
+  if (type == "tool" && c.contains("name") && c["name"].is_string())
+    return Json{{"type", "function"}, {"function", {{"name", c["name"]}}}};
+  bad("tool_choice must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}",
+      "tool_choice");
+}
+
 // The Anthropic request as the OpenAI chat body build_chat_prompt() understands.
 Json to_openai(const Json& a) {
   Json o = Json::object();
@@ -114,8 +128,10 @@ Json to_openai(const Json& a) {
     }
     o["tools"] = tools;
   }
-  if (a.contains("tool_choice") && a["tool_choice"].is_object() && a["tool_choice"].value("type", "") == "none")
-    o["tool_choice"] = "none";
+  if (a.contains("tool_choice") && !a["tool_choice"].is_null()) o["tool_choice"] = tool_choice(a["tool_choice"]);
+  if (a.contains("tool_choice") && a["tool_choice"].is_object() &&
+      a["tool_choice"].value("disable_parallel_tool_use", false) == true)
+    o["parallel_tool_calls"] = false;
   if (a.contains("thinking") && a["thinking"].is_object()) o["thinking"] = a["thinking"].value("type", "") == "enabled";
   return o;
 }
@@ -196,6 +212,7 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   const RequestOptions ro = parse_request_options(sampling_body(body), Api::kChat);
   const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
   GenerateRequest g{cp.ids, ro.sampling};
+  g.params.constraint = cp.constraint;
   const Status s = b.engine->validate(g);
   if (!s.ok()) throw ApiError(s);
   const std::vector<std::string> stops = g.params.stop;

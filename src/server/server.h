@@ -24,6 +24,9 @@ class Tokenizer;
 
 namespace deepinfer::server {
 
+class TokenIndexCache;  // token_constraint.h
+std::shared_ptr<TokenIndexCache> make_token_index_cache();
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                   // 0 = any free port (tests)
@@ -40,6 +43,8 @@ struct Backend {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: token-id prompts only
   std::string chat_family;  // "v4" | "v4_0731" | "v41"; empty: no chat template (chat routes 400)
   std::string model_id;     // reported by /v1/models, accepted in "model"
+  // The tokenizer's vocabulary sorted by bytes, built on the first constrained request.
+  std::shared_ptr<TokenIndexCache> token_index = make_token_index_cache();
 };
 
 class Server {

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,32 @@ struct Running {
     c.set_read_timeout(60, 0);
     return c;
   }
+};
+
+// A test suite sharing one server over the tiny model (shared/golden/tiny-v4-c), with a
+// 1 MiB body limit and 2 s SSE keep-alives. Derive as `class X : public TinyServerSuite<X>`.
+template <class Suite>
+class TinyServerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    EngineOptions eo;
+    eo.model_dir = std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model";
+    eo.threads = 1;
+    eo.num_kv_blocks = 3000;
+    eo.max_model_len = 4096;
+    backend_ = server::load_backend(eo, "tiny");
+    server::ServerOptions so;
+    so.max_body_bytes = 1 << 20;
+    so.sse_keepalive = std::chrono::milliseconds(2000);
+    server_ = new Running(so, backend_);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    backend_.reset();
+  }
+  static inline std::shared_ptr<const server::Backend> backend_;
+  static inline Running* server_ = nullptr;
+  const Running& srv() const { return *server_; }
 };
 
 struct Sse {

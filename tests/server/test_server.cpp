@@ -28,30 +28,7 @@ namespace {
 
 std::string model_dir() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
 
-class ServerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    EngineOptions eo;
-    eo.model_dir = model_dir();
-    eo.threads = 1;
-    eo.num_kv_blocks = 3000;
-    eo.max_model_len = 4096;
-    backend_ = server::load_backend(eo, "tiny");
-    server::ServerOptions so;
-    so.max_body_bytes = 1 << 20;
-    so.sse_keepalive = std::chrono::milliseconds(2000);
-    server_ = new Running(so, backend_);
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    backend_.reset();
-  }
-  static std::shared_ptr<const server::Backend> backend_;
-  static Running* server_;
-  const Running& srv() const { return *server_; }
-};
-std::shared_ptr<const server::Backend> ServerTest::backend_;
-Running* ServerTest::server_ = nullptr;
+class ServerTest : public TinyServerSuite<ServerTest> {};
 
 std::vector<int> ids(int n, int salt) {
   std::vector<int> v{0};

@@ -1,0 +1,114 @@
+#include "server/structured_output.h"
+
+#include "server/chat_prompt.h"
+#include "server/token_constraint.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server {
+
+namespace {
+
+using chat::Json;
+
+[[noreturn]] void bad(const std::string& msg, const std::string& param) { bad_request(msg, param); }
+const Json* find(const Json& o, const char* key) { return find_field(o, key); }
+
+struct ToolChoice {
+  enum Kind { kAuto, kNone, kRequired, kNamed } kind = kAuto;
+  std::string name;
+};
+
+ToolChoice parse_tool_choice(const Json& body) {
+  ToolChoice c;
+  const Json* t = find(body, "tool_choice");
+  if (!t) return c;
+  if (t->is_string()) {
+    const std::string& s = t->get_ref<const std::string&>();
+    if (s == "auto") c.kind = ToolChoice::kAuto;
+    else if (s == "none") c.kind = ToolChoice::kNone;
+    else if (s == "required") c.kind = ToolChoice::kRequired;
+    else bad("tool_choice must be \"none\", \"auto\", \"required\" or a named function", "tool_choice");
+    return c;
+  }
+  const Json* type = find(*t, "type");
+  const Json* fn = find(*t, "function");
+  const Json* name = fn ? find(*fn, "name") : nullptr;
+  if (!type || *type != "function" || !name || !name->is_string())
+    bad("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+        "tool_choice");
+  c.kind = ToolChoice::kNamed;
+  c.name = name->get<std::string>();
+  return c;
+}
+
+std::vector<ToolSpec> tool_specs(const Json& body) {
+  std::vector<ToolSpec> specs;
+  const Json* tools = find(body, "tools");
+  if (!tools || !tools->is_array()) return specs;
+  for (const auto& t : *tools) {
+    const Json* fn = find(t, "function");
+    const Json* name = fn ? find(*fn, "name") : nullptr;
+    if (!name || !name->is_string()) bad("each tool needs function.name (a string)", "tools");
+    const Json* params = find(*fn, "parameters");
+    specs.push_back({name->get<std::string>(), params ? *params : Json()});
+  }
+  return specs;
+}
+
+ConstraintStart start_of(const Backend& b, bool thinking) {
+  ConstraintStart s;
+  s.index = b.token_index->get(*b.tokenizer);
+  s.eos_token_id = b.engine->info().eos_token_id;
+  s.after_reasoning = thinking;
+  return s;
+}
+
+std::shared_ptr<TokenConstraint> tool_constraint(const Backend& b, const Json& body, const ToolChoice& choice,
+                                                 chat::ChatFamily family, bool thinking) {
+  const std::vector<ToolSpec> specs = tool_specs(body);
+  if (specs.empty()) bad("tool_choice \"required\" or a named function needs a non-empty 'tools'", "tool_choice");
+  int named = -1;
+  if (choice.kind == ToolChoice::kNamed) {
+    for (size_t i = 0; i < specs.size() && named < 0; ++i)
+      if (specs[i].name == choice.name) named = int(i);
+    if (named < 0) bad("tool_choice names the function '" + choice.name + "', which is not in 'tools'", "tool_choice");
+  }
+  const Json* par = find(body, "parallel_tool_calls");
+  const bool parallel = named < 0 && !(par && par->is_boolean() && !par->get<bool>());
+  ToolGrammar g(family, specs, parallel);
+  ConstraintStart s = start_of(b, thinking);
+  s.forced = b.tokenizer->encode(g.forced_prefix(named), true);
+  return make_tool_constraint(std::move(s), std::move(g), named);
+}
+
+std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& format, bool thinking) {
+  const Json* type = find(format, "type");
+  if (!type || *type == "text") return nullptr;
+  JsonGrammar g(JsonSchema{}, true);  // the chat output parser reads the answer
+  int32_t root = 0;
+  if (*type == "json_object") {
+    root = g.add_schema(Json{{"type", "object"}});
+  } else {
+    const Json* js = find(format, "json_schema");
+    if (!js || !js->is_object()) bad("response_format.json_schema must be an object", "response_format");
+    if (const Json* schema = find(*js, "schema")) {
+      if (!schema->is_object() && !schema->is_boolean())
+        bad("response_format.json_schema.schema must be an object", "response_format");
+      root = g.add_schema(*schema);
+    }
+  }
+  return make_json_constraint(start_of(b, thinking), std::move(g), root);
+}
+
+}  // namespace
+
+std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const Json& body, chat::ChatFamily family,
+                                                   bool thinking) {
+  const ToolChoice choice = parse_tool_choice(body);
+  if (choice.kind == ToolChoice::kRequired || choice.kind == ToolChoice::kNamed)
+    return tool_constraint(b, body, choice, family, thinking);
+  if (const Json* f = find(body, "response_format")) return json_constraint(b, *f, thinking);
+  return nullptr;
+}
+
+}  // namespace deepinfer::server

@@ -1,0 +1,29 @@
+// What a chat request asks of the form of its answer, as a constraint on the sampled tokens
+// (token_constraint.h):
+//   * tool_choice "required": the answer is a DSML tool-call block (one or more calls of the
+//     request's tools; one only with parallel_tool_calls: false); a named function
+//     {"type": "function", "function": {"name": X}}: exactly one call of X. The block opener
+//     (and the invoke tag of X) is forced, the rest follows tool_grammar.h. "auto" and
+//     "none" constrain nothing ("none" also keeps the tools out of the prompt).
+//   * response_format {"type": "json_object"}: the answer is a JSON object;
+//     {"type": "json_schema", "json_schema": {"schema": S}}: a JSON document following the
+//     subset of S that json_grammar.h enforces.
+// With thinking on, the reasoning is free and the constraint starts after "</think>".
+// tool_choice wins over response_format when both ask for something.
+#pragma once
+#include <memory>
+
+#include "deepinfer/sampling_params.h"
+#include "server/server.h"
+#include "tokenizer/chat/family.h"
+#include "tokenizer/chat/py_json.h"
+
+namespace deepinfer::server {
+
+// Throws ApiError (400): malformed tool_choice / response_format, "required" or a named
+// function without tools, a named function that is not among the tools. Null when the
+// request constrains nothing.
+std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const chat::Json& body, chat::ChatFamily family,
+                                                   bool thinking);
+
+}  // namespace deepinfer::server

@@ -1,0 +1,72 @@
+// Byte grammars (json_grammar.h, tool_grammar.h) as token constraints for the sampler
+// (deepinfer::TokenConstraint).
+//
+// A token is allowed iff its bytes, fed one by one, keep the output a valid prefix under
+// the grammar; EOS is allowed only where the grammar is complete. The mask is computed
+// over the vocabulary sorted by bytes: tokens sharing a prefix share the grammar states
+// of that prefix (each state is copied, not recomputed), and once a prefix is refused
+// every token that starts with it is skipped without feeding a byte. So a step costs one
+// grammar byte per distinct (prefix, token) edge of the vocabulary trie that stays valid.
+//
+// Phases of one request's constraint:
+//   1. (thinking mode) free until the output contains "</think>": reasoning is not
+//      constrained, the answer after it is;
+//   2. forced tokens, one allowed at a time (the tool-call block opener);
+//   3. the grammar; 4. after EOS, nothing but EOS.
+// Special tokens (BOS, EOS, the chat role tokens, ...) never match a grammar byte; other
+// added tokens ("｜DSML｜", "<think>", "</think>") only in the tool-call grammar, where
+// "｜DSML｜" is part of the markup.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+#include "server/json_grammar.h"
+#include "server/tool_grammar.h"
+
+namespace deepinfer::tokenizer {
+class Tokenizer;
+}
+
+namespace deepinfer::server {
+
+// The token byte strings of a tokenizer, sorted, with the shared-prefix length of each with
+// the one before. Built once per tokenizer (TokenIndexCache).
+struct TokenIndex {
+  std::vector<int32_t> ids;     // token ids in byte order
+  std::vector<uint32_t> offset; // into `bytes`
+  std::vector<uint16_t> length;
+  std::vector<uint16_t> lcp;    // common prefix with the previous entry
+  std::vector<uint8_t> added;   // a non-special added token
+  std::vector<int32_t> entry_of;  // token id -> entry, -1 for special / empty tokens
+  std::string bytes;
+  size_t max_length = 0;
+
+  static std::shared_ptr<const TokenIndex> build(const tokenizer::Tokenizer& tok);
+  std::string_view token(int32_t id) const;  // "" for tokens not indexed
+};
+
+class TokenIndexCache {
+ public:
+  std::shared_ptr<const TokenIndex> get(const tokenizer::Tokenizer& tok);
+
+ private:
+  std::once_flag once_;
+  std::shared_ptr<const TokenIndex> index_;
+};
+
+struct ConstraintStart {
+  std::shared_ptr<const TokenIndex> index;
+  int32_t eos_token_id = 1;
+  bool after_reasoning = false;  // wait for "</think>"
+  std::vector<int32_t> forced;   // tokens forced before the grammar
+};
+
+std::shared_ptr<TokenConstraint> make_json_constraint(ConstraintStart start, JsonGrammar grammar, int32_t root_schema);
+std::shared_ptr<TokenConstraint> make_tool_constraint(ConstraintStart start, ToolGrammar grammar, int named_tool);
+
+}  // namespace deepinfer::server

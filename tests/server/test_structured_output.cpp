@@ -1,0 +1,547 @@
+// Constrained decoding: the DSML tool-call grammar, the token constraint over the tiny
+// model's tokenizer (random walks through the mask always give parseable output), the
+// sampler's masking, and tool_choice / response_format over HTTP on the tiny random model
+// (its text is noise, so the checks are on structure).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "engine/sampler.h"
+#include "server/json_grammar.h"
+#include "server/server.h"
+#include "server/token_constraint.h"
+#include "server/tool_grammar.h"
+#include "server_harness.h"
+#include "tokenizer/chat/output_parser.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace deepinfer;
+using namespace deepinfer::server;
+using namespace deepinfer::testing;
+using deepinfer::chat::Json;
+
+namespace {
+
+std::string model_dir() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
+
+std::vector<ToolSpec> weather_tools() {
+  return {{"get_weather", Json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
+                                          "days": {"type": "integer"}}, "required": ["city"]})")},
+          {"noop", Json::parse(R"({"type": "object", "properties": {}})")},
+          {"free", Json()}};
+}
+
+// Bytes fed after the forced prefix; -1 if all pass, else the index of the refused byte.
+int feed_tools(ToolGrammar& g, ToolState& s, std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!g.feed(s, uint8_t(text[i]))) return int(i);
+  return -1;
+}
+
+const char* kCityDays =
+    "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+    "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+
+}  // namespace
+
+TEST(ToolGrammar, NamedCallParsesIntoToolCalls) {
+  ToolGrammar g(chat::ChatFamily::V4, weather_tools(), false);
+  const std::string prefix = g.forced_prefix(0);
+  EXPECT_EQ(prefix, "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n");
+  ToolState s = g.start(0);
+  ASSERT_EQ(feed_tools(g, s, kCityDays), -1);
+  EXPECT_TRUE(g.complete(s));
+  const chat::ParsedOutput out = chat::parse_output(chat::ChatFamily::V4, prefix + kCityDays, false);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_TRUE(out.errors.empty());
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(out.tool_calls[0].arguments), Json::parse(R"({"city": "Paris", "days": 3})"));
+}
+
+TEST(ToolGrammar, RefusesWhatTheParserWouldReject) {
+  auto refused_at = [](std::string_view text, int named = 0) {
+    ToolGrammar g(chat::ChatFamily::V4, weather_tools(), true);
+    ToolState s = g.start(named);
+    return feed_tools(g, s, text);
+  };
+  EXPECT_EQ(refused_at("\n</｜DSML｜invoke>"), 0);  // "city" is required
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"days\" string=\"true\">"), 41);  // an integer
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"cityx"), 31);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"city\" string=\"false\">"), 41);  // only a string
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"days\" string=\"false\">3.5"), 49);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"city\" string=\"true\">a<｜"), 49);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"city\" string=\"true\">a</｜DSML｜x"), 60);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"city\" string=\"true\">a\x01"), 48);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"city\" string=\"true\">a</｜DSML｜parameter>\n"
+                       "<｜DSML｜parameter name=\"city\""),
+            98);  // a key twice
+  EXPECT_EQ(refused_at("<｜DSML｜invoke name=\"nope\"", -1), 26);  // the "p": "noop" is a tool, "nope" is not
+  // A text value may hold '<', "</" and other markup-free text.
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"city\" string=\"true\">a<b</c>\n"
+                       "é</｜DSML｜parameter>\n</｜DSML｜invoke>"),
+            -1);
+}
+
+TEST(ToolGrammar, RequiredParallelCallsAndFreeKeys) {
+  ToolGrammar g(chat::ChatFamily::V4, weather_tools(), true);
+  const std::string text =
+      "<｜DSML｜invoke name=\"noop\">\n\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"free\">\n"
+      "<｜DSML｜parameter name=\"x\" string=\"false\">[1, {\"a\": null}]</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"y\" string=\"true\">z</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  ToolState s = g.start(-1);
+  ASSERT_EQ(feed_tools(g, s, text), -1);
+  EXPECT_TRUE(g.complete(s));
+  const chat::ParsedOutput out = chat::parse_output(chat::ChatFamily::V4, g.forced_prefix(-1) + text, false);
+  ASSERT_EQ(out.tool_calls.size(), 2u) << out.errors.size();
+  EXPECT_EQ(out.tool_calls[0].name, "noop");
+  EXPECT_EQ(Json::parse(out.tool_calls[0].arguments), Json::object());
+  EXPECT_EQ(Json::parse(out.tool_calls[1].arguments), Json::parse(R"({"x": [1, {"a": null}], "y": "z"})"));
+  // Without parallel calls the block closes after the first invoke.
+  ToolGrammar one(chat::ChatFamily::V4, weather_tools(), false);
+  ToolState t = one.start(-1);
+  EXPECT_EQ(feed_tools(one, t, text), 53);  // "\n<" then '｜' where "</" must close the block
+}
+
+TEST(ToolGrammar, V41Spelling) {
+  ToolGrammar g(chat::ChatFamily::V41, weather_tools(), false);
+  EXPECT_EQ(g.forced_prefix(1), "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"noop\">\n");
+  ToolState s = g.start(1);
+  ASSERT_EQ(feed_tools(g, s, "\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"), -1);
+  EXPECT_TRUE(g.complete(s));
+  const chat::ParsedOutput out =
+      chat::parse_output(chat::ChatFamily::V41, g.forced_prefix(1) + "\n</｜DSML｜ invoke>\n</｜DSML｜ calls>", false);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].name, "noop");
+}
+
+// ------------------------------------------------------------------ token constraint
+
+namespace {
+
+struct Walk {
+  std::vector<int32_t> tokens;
+  bool ended = false;  // EOS sampled
+};
+
+// Samples from the constraint's mask: EOS when allowed (half the time), else mostly a
+// uniformly random allowed token, sometimes one carrying structure bytes or one of the
+// token sequences in `closing`, followed while the mask allows them (so that walks end).
+Walk random_walk(TokenConstraint& c, const tokenizer::Tokenizer& tok, std::mt19937& rng, int max_steps,
+                 const std::vector<std::vector<int32_t>>& closing = {}) {
+  const int64_t V = tok.vocab_size();
+  std::vector<uint64_t> mask(size_t((V + 63) / 64));
+  Walk w;
+  std::vector<int32_t> queue;
+  for (int step = 0; step < max_steps; ++step) {
+    std::fill(mask.begin(), mask.end(), 0);
+    EXPECT_TRUE(c.allowed(mask.data(), V));
+    std::vector<int32_t> ok, structural;
+    for (int32_t t = 0; t < V; ++t)
+      if ((mask[size_t(t) / 64] >> (t % 64)) & 1) {
+        ok.push_back(t);
+        const std::string& b = tok.token_bytes(t);
+        if (b.find_first_of("<\"}]>,/\xEF") != std::string::npos) structural.push_back(t);
+      }
+    if (ok.empty()) {
+      ADD_FAILURE() << "the constraint allows nothing after " << w.tokens.size() << " tokens: " << tok.decode(w.tokens) << " | ids " << ::testing::PrintToString(w.tokens);
+      return w;
+    }
+    int32_t t;
+    if (queue.empty() && !closing.empty() && rng() % 20 == 0) queue = closing[rng() % closing.size()];
+    if (!queue.empty() && !((mask[size_t(queue[0]) / 64] >> (queue[0] % 64)) & 1)) queue.clear();
+    if (mask[0] & 2 && rng() % 2) t = 1;
+    else if (!queue.empty()) {
+      t = queue[0];
+      queue.erase(queue.begin());
+    } else if (!structural.empty() && rng() % 3 == 0) t = structural[rng() % structural.size()];
+    else t = ok[rng() % ok.size()];
+    c.accept(t);
+    if (t == 1) {
+      w.ended = true;
+      return w;
+    }
+    w.tokens.push_back(t);
+  }
+  return w;
+}
+
+const tokenizer::Tokenizer& tiny_tokenizer() {
+  static const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(model_dir());
+  return tok;
+}
+
+ConstraintStart tiny_start(bool thinking = false) {
+  ConstraintStart s;
+  static TokenIndexCache cache;
+  s.index = cache.get(tiny_tokenizer());
+  s.eos_token_id = 1;
+  s.after_reasoning = thinking;
+  return s;
+}
+
+}  // namespace
+
+TEST(TokenConstraint, RandomWalksGiveValidJson) {
+  const auto& tok = tiny_tokenizer();
+  std::mt19937 rng(7);
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["n"], "additionalProperties": false})");
+  int ended = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    JsonGrammar g(JsonSchema{}, true);
+    const int32_t root = iter % 2 ? g.add_schema(schema) : g.add_schema(Json{{"type", "object"}});
+    auto c = make_json_constraint(tiny_start(), std::move(g), root);
+    const Walk w = random_walk(*c, tok, rng, 400);
+    const std::string text = tok.decode(w.tokens);
+    if (w.ended) {
+      ++ended;
+      ASSERT_TRUE(json_valid(text)) << text;
+      const Json j = Json::parse(text);
+      ASSERT_TRUE(j.is_object()) << text;
+      if (iter % 2) EXPECT_TRUE(j.contains("n") && j["n"].is_number_integer()) << text;
+    } else {
+      ASSERT_TRUE(json_valid_prefix(text)) << text;
+    }
+  }
+  EXPECT_GT(ended, 20);
+}
+
+TEST(TokenConstraint, RandomWalksGiveParsedToolCalls) {
+  const auto& tok = tiny_tokenizer();
+  std::mt19937 rng(11);
+  int ended = 0;
+  for (int iter = 0; iter < 30; ++iter) {
+    const int named = iter % 3 == 0 ? -1 : iter % 3 == 1 ? 0 : 2;
+    ToolGrammar g(chat::ChatFamily::V4, weather_tools(), named < 0);
+    ConstraintStart st = tiny_start();
+    const std::string prefix = g.forced_prefix(named);
+    st.forced = tok.encode(prefix, true);
+    auto c = make_tool_constraint(std::move(st), std::move(g), named);
+    const Walk w = random_walk(*c, tok, rng, 3000,
+                               {tok.encode("</｜DSML｜parameter>", true), tok.encode("\n</｜DSML｜invoke>", true),
+                                tok.encode("\n</｜DSML｜tool_calls>", true)});
+    const std::string text = tok.decode(w.tokens);
+    ASSERT_EQ(text.substr(0, prefix.size()), prefix);
+    if (!w.ended) continue;
+    ++ended;
+    const chat::ParsedOutput out = chat::parse_output(chat::ChatFamily::V4, text, false);
+    ASSERT_TRUE(out.errors.empty()) << out.errors[0] << "\n" << text;
+    ASSERT_GE(out.tool_calls.size(), 1u) << text;
+    EXPECT_EQ(out.content, "");
+    if (named >= 0) EXPECT_EQ(out.tool_calls[0].name, weather_tools()[size_t(named)].name);
+    for (const auto& call : out.tool_calls) {
+      const Json args = Json::parse(call.arguments);
+      ASSERT_TRUE(args.is_object()) << call.arguments;
+      if (call.name == "get_weather") {
+        EXPECT_TRUE(args.contains("city") && args["city"].is_string()) << call.arguments;
+        if (args.contains("days")) EXPECT_TRUE(args["days"].is_number_integer()) << call.arguments;
+      }
+    }
+  }
+  EXPECT_GT(ended, 15);
+}
+
+TEST(TokenConstraint, ReasoningIsFreeThenForcedTokensThenGrammar) {
+  const auto& tok = tiny_tokenizer();
+  ToolGrammar g(chat::ChatFamily::V4, weather_tools(), false);
+  ConstraintStart st = tiny_start(true);
+  st.forced = tok.encode(g.forced_prefix(1), true);
+  const std::vector<int32_t> forced = st.forced;
+  auto c = make_tool_constraint(std::move(st), std::move(g), 1);
+  std::vector<uint64_t> mask(16);
+  for (int32_t t : tok.encode("some reasoning </thi", true)) {
+    EXPECT_FALSE(c->allowed(mask.data(), 1024));
+    c->accept(t);
+  }
+  for (int32_t t : tok.encode("nk>", true)) c->accept(t);
+  for (int32_t f : forced) {
+    std::fill(mask.begin(), mask.end(), 0);
+    ASSERT_TRUE(c->allowed(mask.data(), 1024));
+    int n = 0;
+    for (uint64_t w : mask) n += __builtin_popcountll(w);
+    EXPECT_EQ(n, 1);
+    EXPECT_TRUE((mask[size_t(f) / 64] >> (f % 64)) & 1);
+    c->accept(f);
+  }
+  std::fill(mask.begin(), mask.end(), 0);
+  ASSERT_TRUE(c->allowed(mask.data(), 1024));
+  EXPECT_FALSE(mask[0] & 2);  // no EOS inside the invoke
+}
+
+// The index skips special tokens and keeps the byte order it relies on.
+TEST(TokenConstraint, IndexIsSortedWithPrefixLengths) {
+  const auto& tok = tiny_tokenizer();
+  auto ix = TokenIndex::build(tok);
+  ASSERT_GT(ix->ids.size(), 1000u);
+  EXPECT_EQ(ix->entry_of[1], -1);  // EOS
+  for (size_t i = 1; i < ix->ids.size(); ++i) {
+    const std::string_view a = ix->token(ix->ids[i - 1]), b = ix->token(ix->ids[i]);
+    ASSERT_LE(a, b);
+    size_t l = 0;
+    while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
+    ASSERT_EQ(ix->lcp[i], l);
+  }
+}
+
+// ------------------------------------------------------------------ sampler
+
+namespace {
+
+class AllowSet final : public TokenConstraint {
+ public:
+  explicit AllowSet(std::vector<int32_t> ok) : ok_(std::move(ok)) {}
+  bool allowed(uint64_t* mask, int64_t) override {
+    for (int32_t t : ok_) mask[t / 64] |= uint64_t(1) << (t % 64);
+    return true;
+  }
+  void accept(int32_t t) override { accepted.push_back(t); }
+  std::vector<int32_t> accepted;
+
+ private:
+  std::vector<int32_t> ok_;
+};
+
+}  // namespace
+
+TEST(SamplerConstraint, MaskComesFirstAndTheChoiceIsAccepted) {
+  engine::Sampler s(200);
+  std::vector<float> logits(200);
+  for (int i = 0; i < 200; ++i) logits[size_t(i)] = float(i % 17);
+  auto c = std::make_shared<AllowSet>(std::vector<int32_t>{3, 70, 130});
+  SamplingParams p;
+  p.constraint = c;
+  p.temperature = 0.0f;
+  engine::PenaltyState h;
+  engine::Rng rng(1);
+  EXPECT_EQ(s.sample(logits.data(), p, h, rng).token, 130);  // logits 3, 2 (70), 11 (130)
+  p.temperature = 1.0f;
+  p.logprobs = 5;
+  for (int i = 0; i < 200; ++i) {
+    const engine::SampleResult r = s.sample(logits.data(), p, h, rng);
+    EXPECT_TRUE(r.token == 3 || r.token == 70 || r.token == 130);
+    EXPECT_EQ(r.top[3].logprob, -std::numeric_limits<float>::infinity());
+  }
+  EXPECT_EQ(c->accepted.size(), 201u);
+  // Allowed tokens whose logits are NaN: the lowest allowed id, never a forbidden one.
+  std::vector<float> nan(200, 1.0f);
+  for (int t : {3, 70, 130}) nan[size_t(t)] = std::nanf("");
+  EXPECT_EQ(s.sample(nan.data(), p, h, rng).token, 3);
+}
+
+// ------------------------------------------------------------------ over HTTP
+
+namespace {
+
+class StructuredHttp : public TinyServerSuite<StructuredHttp> {};
+
+// Tools whose calls the grammar keeps short: integer / boolean arguments only.
+const json kTools = json::parse(R"([
+  {"type": "function", "function": {"name": "set_level", "parameters": {"type": "object",
+    "properties": {"level": {"type": "integer"}, "loud": {"type": "boolean"}}, "required": ["level"]}}},
+  {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}])");
+
+json chat_body(json tool_choice, int seed) {
+  return json{{"messages", {{{"role", "user"}, {"content", "Set the level."}}}},
+              {"tools", kTools}, {"tool_choice", std::move(tool_choice)}, {"seed", seed},
+              {"max_tokens", 400}};
+}
+
+}  // namespace
+
+TEST_F(StructuredHttp, NamedToolChoiceIsACallOfThatFunction) {
+  const json named = {{"type", "function"}, {"function", {{"name", "set_level"}}}};
+  for (int seed = 0; seed < 4; ++seed) {
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", chat_body(named, seed).dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& choice = r["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.dump();
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.dump();
+    const json& fn = choice["message"]["tool_calls"][0]["function"];
+    EXPECT_EQ(fn["name"], "set_level");
+    ASSERT_TRUE(fn["arguments"].is_string());
+    const json args = json::parse(fn["arguments"].get<std::string>());
+    EXPECT_TRUE(args["level"].is_number_integer()) << args.dump();
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << r.dump();
+  }
+}
+
+TEST_F(StructuredHttp, NamedToolChoiceStreamsArguments) {
+  json body = chat_body({{"type", "function"}, {"function", {{"name", "set_level"}}}}, 3);
+  int st = 0;
+  const json whole = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  body["stream"] = true;
+  Sse s = stream_post(srv().port, "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string name, args, content;
+  for (const json& c : s.chunks) {
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const json& t : d["tool_calls"]) {
+        if (t.contains("id")) name = t["function"]["name"];
+        args += t["function"]["arguments"].get<std::string>();
+      }
+  }
+  EXPECT_EQ(content, "");
+  EXPECT_EQ(name, "set_level");
+  EXPECT_EQ(json::parse(args), json::parse(whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+                                               .get<std::string>()));  // same seed, same call
+  EXPECT_EQ(s.chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST_F(StructuredHttp, RequiredToolChoiceCallsSomeTool) {
+  for (int seed = 0; seed < 4; ++seed) {
+    json body = chat_body("required", seed);
+    body["max_tokens"] = 3000;  // up to 8 calls of this noise model
+    if (seed % 2) body["parallel_tool_calls"] = false;
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+    const json& calls = r["choices"][0]["message"]["tool_calls"];
+    ASSERT_GE(calls.size(), 1u) << r.dump();
+    if (seed % 2) EXPECT_EQ(calls.size(), 1u);
+    for (const json& c : calls) {
+      EXPECT_TRUE(c["function"]["name"] == "set_level" || c["function"]["name"] == "ping") << c.dump();
+      EXPECT_TRUE(json::parse(c["function"]["arguments"].get<std::string>()).is_object());
+    }
+  }
+}
+
+TEST_F(StructuredHttp, ToolChoiceErrors) {
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions",
+                chat_body({{"type", "function"}, {"function", {{"name", "nope"}}}}, 0).dump(), &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(r["error"]["param"], "tool_choice");
+  json no_tools = chat_body("required", 0);
+  no_tools.erase("tools");
+  post(srv(), "/v1/chat/completions", no_tools.dump(), &st);
+  EXPECT_EQ(st, 400);
+  post(srv(), "/v1/chat/completions", chat_body("sometimes", 0).dump(), &st);
+  EXPECT_EQ(st, 400);
+  json anthropic = {{"max_tokens", 100}, {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                    {"tools", {{{"name", "ping"}, {"input_schema", {{"type", "object"}}}}}},
+                    {"tool_choice", {{"type", "tool"}, {"name", "pong"}}}};
+  r = post(srv(), "/v1/messages", anthropic.dump(), &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(r["type"], "error");
+}
+
+TEST_F(StructuredHttp, AnthropicToolChoice) {
+  json req = {{"max_tokens", 400},
+              {"messages", {{{"role", "user"}, {"content", "Set the level."}}}},
+              {"tools", {{{"name", "set_level"}, {"input_schema", kTools[0]["function"]["parameters"]}},
+                         {{"name", "ping"}, {"input_schema", {{"type", "object"}, {"properties", json::object()}}}}}},
+              {"tool_choice", {{"type", "tool"}, {"name", "set_level"}}}};
+  int st = 0;
+  json r = post(srv(), "/v1/messages", req.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["stop_reason"], "tool_use") << r.dump();
+  ASSERT_EQ(r["content"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["content"][0]["type"], "tool_use");
+  EXPECT_EQ(r["content"][0]["name"], "set_level");
+  EXPECT_TRUE(r["content"][0]["input"]["level"].is_number_integer());
+
+  req["tool_choice"] = {{"type", "any"}, {"disable_parallel_tool_use", true}};
+  req["stream"] = true;
+  Sse s = stream_post(srv().port, "/v1/messages", req);
+  ASSERT_EQ(s.status, 200);
+  int tool_blocks = 0;
+  for (const json& e : s.chunks)
+    if (e["type"] == "content_block_start") {
+      EXPECT_EQ(e["content_block"]["type"], "tool_use");
+      ++tool_blocks;
+    }
+  EXPECT_EQ(tool_blocks, 1);
+  EXPECT_EQ(s.chunks[s.chunks.size() - 2]["delta"]["stop_reason"], "tool_use");
+}
+
+TEST_F(StructuredHttp, JsonObjectResponseFormat) {
+  int complete = 0;
+  for (int seed = 0; seed < 6; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"response_format", {{"type", "json_object"}}}, {"seed", seed}, {"max_tokens", 300}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"].get<std::string>();
+    if (r["choices"][0]["finish_reason"] == "stop") {
+      ++complete;
+      ASSERT_TRUE(json::accept(content)) << content;
+      EXPECT_TRUE(json::parse(content).is_object()) << content;
+    } else {
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+      EXPECT_TRUE(json_valid_prefix(content)) << content;
+    }
+  }
+  EXPECT_GT(complete, 0);
+}
+
+TEST_F(StructuredHttp, JsonSchemaResponseFormat) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "ok": {"type": "boolean"}, "xs": {"type": "array", "items": {"type": "integer"}}},
+      "required": ["n", "ok"], "additionalProperties": false})");
+  for (int seed = 0; seed < 4; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}}},
+                 {"seed", seed}, {"max_tokens", 1000}, {"stream", seed % 2 == 1}};
+    std::string content, finish;
+    if (seed % 2) {
+      Sse s = stream_post(srv().port, "/v1/chat/completions", body);
+      ASSERT_EQ(s.status, 200);
+      for (const json& c : s.chunks) {
+        const json& d = c["choices"][0]["delta"];
+        if (d.contains("content")) content += d["content"].get<std::string>();
+        if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+      }
+    } else {
+      int st = 0;
+      json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+      ASSERT_EQ(st, 200) << r.dump();
+      content = r["choices"][0]["message"]["content"];
+      finish = r["choices"][0]["finish_reason"];
+    }
+    ASSERT_EQ(finish, "stop") << content;
+    const json j = json::parse(content);
+    EXPECT_TRUE(j["n"].is_number_integer() && j["ok"].is_boolean()) << content;
+    for (auto it = j.begin(); it != j.end(); ++it) EXPECT_TRUE(it.key() == "n" || it.key() == "ok" || it.key() == "xs");
+  }
+}
+
+// The mask cost on the real V4 vocabulary (129280 ids), when setup.sh has put its
+// tokenizer in models/default: printed, not asserted (machines differ).
+TEST(TokenConstraint, MaskCostOnTheRealVocabulary) {
+  const std::string path = std::string(DI_GOLDEN_MODELS_DIR) + "/../default/tokenizer.json";
+  if (!std::ifstream(path)) GTEST_SKIP() << "no " << path;
+  const auto tok = tokenizer::Tokenizer::from_file(path);
+  const auto t0 = std::chrono::steady_clock::now();
+  TokenIndexCache cache;
+  ConstraintStart st;
+  st.index = cache.get(tok);
+  const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("token index: %zu tokens, %.1f ms\n", st.index->ids.size(), build_ms);
+  const int64_t V = tok.vocab_size();
+  std::vector<uint64_t> mask(size_t((V + 63) / 64));
+  for (const char* prefix : {"{", "{\"a\": \"hello wor", "{\"a\": 12"}) {
+    JsonGrammar g(JsonSchema{}, true);
+    const int32_t root = g.add_schema(Json{{"type", "object"}});
+    auto c = make_json_constraint(st, std::move(g), root);
+    for (int32_t t : tok.encode(prefix, true)) c->accept(t);
+    const auto a = std::chrono::steady_clock::now();
+    const int reps = 10;
+    for (int r = 0; r < reps; ++r) {
+      std::fill(mask.begin(), mask.end(), 0);
+      ASSERT_TRUE(c->allowed(mask.data(), V));
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count() / reps;
+    int n = 0;
+    for (uint64_t w : mask) n += __builtin_popcountll(w);
+    EXPECT_GT(n, 0);
+    std::printf("json_object after '%s': %.3f ms per token, %d allowed\n", prefix, ms, n);
+  }
+}
