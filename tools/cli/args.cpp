@@ -6,6 +6,8 @@ namespace deepinfer::cli {
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
            const std::set<std::string>& switch_flags) {
+  for (const std::string& a : argv)
+    if (a == "--help" || a == "-h") throw HelpRequested{value_flags, switch_flags};
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string a = argv[i];
     std::string value;

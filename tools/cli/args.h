@@ -14,9 +14,17 @@ struct ArgError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by Args when the arguments hold --help or -h: main() prints the command's usage
+// and exits 0. Carries the flags the command accepts, so that main() can list any flag
+// the usage text forgot.
+struct HelpRequested {
+  std::set<std::string> value_flags, switch_flags;
+};
+
 class Args {
  public:
-  // value_flags take one value; switch_flags take none.
+  // value_flags take one value; switch_flags take none. --help / -h anywhere throws
+  // HelpRequested.
   Args(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
        const std::set<std::string>& switch_flags = {});
   std::optional<std::string> get(const std::string& flag) const;

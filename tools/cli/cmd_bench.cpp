@@ -179,7 +179,14 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run);
+CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run,
+                        "usage: deepinfer bench [--model DIR] [options]\n\n"
+                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        "  --prefill N                  prompt tokens per measurement (default 512)\n"
+                        "  --decode N                   decoded tokens per measurement (default 128)\n"
+                        "  --depths D1,D2,...           context depths to measure at (default 0)\n"
+                        "  --json                       JSON output\n"
+                        "  --csv                        CSV output\n" DI_USAGE_COMPUTE);
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -240,7 +240,16 @@ int run(const std::vector<std::string>& argv) {
   return r["failed_requests"].get<int64_t>() == 0 ? 0 : 1;
 }
 
-CommandRegistration reg("bench-serve", "online serving benchmark against a running server", run);
+CommandRegistration reg("bench-serve", "online serving benchmark against a running server", run,
+                        "usage: deepinfer bench-serve [options]\n\n"
+                        "  --url URL                    the server (default http://127.0.0.1:8000)\n"
+                        "  --concurrency N              requests in flight (default 8)\n"
+                        "  --num-prompts N              requests in all (default 64)\n"
+                        "  --input-len N                prompt tokens per request (default 128)\n"
+                        "  --output-len N               generated tokens per request (default 64)\n"
+                        "  --seed N                     seed of the random prompts (default 0)\n"
+                        "  --api-key KEY                sent as a Bearer token\n"
+                        "  --json                       JSON report instead of the table\n");
 
 }  // namespace
 }  // namespace deepinfer::cli

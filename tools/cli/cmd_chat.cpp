@@ -103,7 +103,14 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-CommandRegistration reg("chat", "interactive chat with the checkpoint's DeepSeek prompt format", run);
+CommandRegistration reg("chat", "interactive chat with the checkpoint's DeepSeek prompt format", run,
+                        "usage: deepinfer chat [--model DIR] [options]   (one user turn per stdin line)\n\n"
+                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        "  --system TEXT                system message\n"
+                        "  --thinking                   thinking mode (reasoning shown, dropped from history)\n"
+                        "  --reasoning-effort E         as the prompt family accepts it (v4: high|max, ...)\n"
+                        "  --family v4|v4_0731|v41      prompt format (default: detected from the checkpoint)\n"
+                        "  -n N                         most tokens per answer (default 512)\n" DI_USAGE_COMPUTE);
 
 }  // namespace
 }  // namespace deepinfer::cli

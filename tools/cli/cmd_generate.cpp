@@ -65,7 +65,12 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-CommandRegistration reg("generate", "greedy continuation of token ids or a text prompt", run);
+CommandRegistration reg("generate", "greedy continuation of token ids or a text prompt", run,
+                        "usage: deepinfer generate [--model DIR] (--tokens-file F | --prompt TEXT) [-n N] [options]\n\n"
+                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        "  --tokens-file F              whitespace-separated prompt ids; prints ids\n"
+                        "  --prompt TEXT                text prompt (BOS + tokenizer); streams text, stops at EOS\n"
+                        "  -n N                         tokens to generate (default 16)\n" DI_USAGE_COMPUTE);
 
 }  // namespace
 }  // namespace deepinfer::cli

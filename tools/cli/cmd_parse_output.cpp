@@ -33,7 +33,12 @@ int run(const std::vector<std::string>& argv) {
   return p.errors.empty() ? 0 : 3;
 }
 
-CommandRegistration reg("parse-output", "split model output into reasoning, content and DSML tool calls", run);
+CommandRegistration reg("parse-output", "split model output into reasoning, content and DSML tool calls", run,
+                        "usage: deepinfer parse-output --family v4|v4_0731|v41 --text-file F [--thinking]\n\n"
+                        "  --family v4|v4_0731|v41      prompt-format family of the model\n"
+                        "  --text-file F                the model output\n"
+                        "  --thinking                   the prompt ended in <think> (output starts in reasoning)\n"
+                        "exit status 3 when the output has parse errors (listed on stderr)\n");
 
 }  // namespace
 }  // namespace deepinfer::cli

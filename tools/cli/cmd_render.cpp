@@ -65,7 +65,11 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-CommandRegistration reg("render", "render a chat prompt (DeepSeek-V4 reference encoders)", run);
+CommandRegistration reg("render", "render a chat prompt (DeepSeek-V4 reference encoders)", run,
+                        "usage: deepinfer render (--family v4|v4_0731|v41 | --model DIR) --input FILE.json\n\n"
+                        "  --family v4|v4_0731|v41      prompt-format family\n"
+                        "  --model DIR                  detect the family from a checkpoint instead\n"
+                        "  --input FILE.json            {\"messages\": [...], \"options\": {...}, \"tools\": [...]}\n");
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -114,7 +114,23 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run);
+CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
+                        "usage: deepinfer serve [--model DIR] [options]\n\n"
+                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        "  --host ADDR                  listen address (default 127.0.0.1)\n"
+                        "  --port N                     listen port, 0 = any free one (default 8000)\n"
+                        "  --api-key KEY                require this key (Bearer or x-api-key) on /v1/ routes\n"
+                        "  --served-model-name NAME     the model id (default: the checkpoint directory name)\n"
+                        "  --kv-memory SIZE             KV cache memory, e.g. 4G, 512M (default 4G)\n"
+                        "  --num-kv-blocks N            KV cache size in blocks instead of --kv-memory\n"
+                        "  --kv-block-tokens N          tokens per KV block (default 64)\n"
+                        "  --max-model-len N            context length (default: the checkpoint's, capped by KV)\n"
+                        "  --max-batch-tokens N         token budget of one engine step (default 512)\n"
+                        "  --max-num-seqs N             sequences in one step at most (default 32)\n"
+                        "  --prefix-cache-entries N     finished-sequence snapshots kept, 0 = off (default 8)\n"
+                        "  --max-body-bytes N           request body limit (default 16777216)\n"
+                        "  --http-threads N             concurrent connections served (default 256)\n"
+                        DI_USAGE_COMPUTE);
 
 }  // namespace
 }  // namespace deepinfer::cli

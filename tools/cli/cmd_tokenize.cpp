@@ -108,9 +108,18 @@ int cmd_detokenize(const std::vector<std::string>& argv) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
-const CommandRegistration reg_tokenize("tokenize", "text (file or stdin) -> token ids with the model's tokenizer.json",
-                                       cmd_tokenize);
-const CommandRegistration reg_detokenize("detokenize", "token ids -> exact text bytes", cmd_detokenize);
+const CommandRegistration reg_tokenize(
+    "tokenize", "text (file or stdin) -> token ids with the model's tokenizer.json", cmd_tokenize,
+    "usage: deepinfer tokenize [--model DIR_OR_TOKENIZER_JSON] [--text-file F] [--no-special]\n\n"
+    "  --model DIR_OR_TOKENIZER_JSON  (default: the embedded checkpoint's tokenizer)\n"
+    "  --text-file F                the text (default: stdin); no BOS is added\n"
+    "  --no-special                 special-token strings are plain text\n");
+const CommandRegistration reg_detokenize(
+    "detokenize", "token ids -> exact text bytes", cmd_detokenize,
+    "usage: deepinfer detokenize [--model DIR_OR_TOKENIZER_JSON] [--ids \"1 2 3\"] [--skip-special]\n\n"
+    "  --model DIR_OR_TOKENIZER_JSON  (default: the embedded checkpoint's tokenizer)\n"
+    "  --ids \"1 2 3\"                token ids (default: read from stdin)\n"
+    "  --skip-special               leave special tokens out\n");
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -14,15 +14,23 @@ struct CommandInfo {
   std::string name;
   std::string summary;
   CommandFn fn;
+  std::string usage;  // `deepinfer <name> --help`: synopsis line(s), then one line per option
 };
 
 std::vector<CommandInfo>& command_table();
 
 struct CommandRegistration {
-  CommandRegistration(const char* name, const char* summary, CommandFn fn) {
-    command_table().push_back({name, summary, fn});
+  CommandRegistration(const char* name, const char* summary, CommandFn fn, const char* usage) {
+    command_table().push_back({name, summary, fn, usage});
   }
 };
+
+// Option lines shared by the commands that run the model.
+#define DI_USAGE_COMPUTE                                                                     \
+  "  --numerics reference|float   quantisation points of the official code, or plain fp32\n" \
+  "                               (default reference)\n"                                     \
+  "  --threads N                  compute threads (default: all cores)\n"                   \
+  "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu)\n"
 
 // Checkpoint used when --model is omitted (made by the setup command; random weights).
 std::string default_model_dir();
