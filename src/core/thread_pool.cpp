@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -10,6 +11,13 @@
 #endif
 
 namespace deepinfer {
+
+namespace {
+// How long an idle worker keeps polling before it yields its core each time, and before it
+// sleeps on the condition variable.
+constexpr std::chrono::microseconds kSpinYieldAfter{50};
+constexpr std::chrono::microseconds kSpinSleepAfter{2000};
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -60,13 +68,24 @@ void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t,
 }
 
 void ThreadPool::worker_loop(int index) {
+  using Clock = std::chrono::steady_clock;
   uint64_t seen = 0;
   for (;;) {
-    // Spin a little: the next parallel region usually follows within microseconds.
+    // Wait for the next region without sleeping for a while: between two regions of a
+    // decode step the caller runs serial code (norms, routing, attention bookkeeping) for
+    // tens to hundreds of microseconds, and a worker woken through the condition variable
+    // starts its share that much later, so the caller waits for it at every region.
+    // Pure pause first, then pause + yield so an oversubscribed machine (tests in parallel)
+    // still gets the core back, then sleep.
     uint64_t e = epoch_.load(std::memory_order_acquire);
-    for (int spin = 0; e == seen && spin < 4000; ++spin) {
+    const Clock::time_point t0 = Clock::now();
+    for (int spin = 0; e == seen; ++spin) {
       DI_CPU_RELAX();
       e = epoch_.load(std::memory_order_acquire);
+      if ((spin & 63) != 63 || e != seen) continue;
+      const auto waited = Clock::now() - t0;
+      if (waited > kSpinSleepAfter) break;
+      if (waited > kSpinYieldAfter) std::this_thread::yield();
     }
     if (e == seen) {
       std::unique_lock<std::mutex> lk(mu_);
