@@ -56,7 +56,7 @@ void indexer_rotate_quant(float* x, int64_t n, const Numerics& num) {
   if (num.reference()) kernels::fp4_qdq_pow2_ref(x, n, 32);
 }
 
-// Runs a compressor over the chunk and finishes every emitted entry into st.entries.
+// Runs a compressor over the chunk and finishes every emitted entry into its page slot.
 template <typename Finish>
 void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorState& st, const float* a, int64_t S, int64_t p0,
                     Finish finish) {
@@ -67,7 +67,7 @@ void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorS
     const int64_t p = p0 + t;
     if (!compressor_push(st, kvp.data() + t * n, sc.data() + t * n, p, z.data())) continue;
     finish(z.data(), p / w.ratio);
-    st.entries.insert(st.entries.end(), z.begin(), z.end());
+    std::copy(z.begin(), z.end(), st.append_entry(p / w.ratio));
   }
 }
 
