@@ -2,9 +2,9 @@
 // free list exactly once) or held (ref > 0). Ids are handed out LIFO so recently freed
 // blocks are reused first.
 //
-// Today the model's SequenceState owns the actual vectors; the pool is the budget that
-// decides who may grow. Block ids are kept per owner so that a paged cache can later put
-// the rows behind them without changing the scheduler.
+// A block id is also the id of a page of the engine's KV arena (core/page_arena.h): the
+// pool decides who may use which page; the runner puts the rows behind it. A reference count
+// above 1 is a page shared by several owners (kv_manager.h: fork).
 #pragma once
 #include <cstdint>
 #include <string>

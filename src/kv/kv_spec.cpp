@@ -1,11 +1,14 @@
 #include "kv/kv_spec.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
 namespace deepinfer::kv {
 
 namespace {
+constexpr int64_t kPageAlign = 64;  // core/page_arena.h: PageSource::kAlign
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // kv + score buffers of one compressor (state.h: [coff*ratio, coff*width] each).
@@ -38,11 +41,11 @@ KvSpec KvSpec::make(const KvLayout& layout, int64_t block_tokens) {
   }
   s.c4_row_bytes = (layout.head_dim + layout.index_head_dim) * bpv;
   s.c128_row_bytes = layout.head_dim * bpv;
-  s.block_bytes = block_tokens / 4 * s.n_c4_layers * s.c4_row_bytes +
-                  ceil_div(block_tokens * s.n_c128_layers * s.c128_row_bytes, 128);
-  // A model without compressed layers holds no growing state; one byte per block keeps the
-  // arithmetic defined (the fixed part then dominates, as it should).
-  if (s.block_bytes == 0) s.block_bytes = 1;
+  const int64_t rows = block_tokens / 4 * s.n_c4_layers * s.c4_row_bytes +
+                       ceil_div(block_tokens, 128) * s.n_c128_layers * s.c128_row_bytes;
+  // Pages are 64-byte aligned; a model without compressed layers still gets one cache line
+  // per block, which keeps the arithmetic defined (its fixed part then dominates, as it should).
+  s.block_bytes = std::max<int64_t>(kPageAlign, ceil_div(rows, kPageAlign) * kPageAlign);
   s.fixed_blocks = ceil_div(s.fixed_bytes(), s.block_bytes);
   return s;
 }
@@ -51,9 +54,9 @@ int64_t KvSpec::entry_bytes(int64_t n) const {
   return n / 4 * n_c4_layers * c4_row_bytes + n / 128 * n_c128_layers * c128_row_bytes;
 }
 
-int64_t KvSpec::blocks_for(int64_t n_tokens) const {
-  return fixed_blocks + ceil_div(n_tokens < 0 ? 0 : n_tokens, block_tokens);
-}
+int64_t KvSpec::pages_for(int64_t n_tokens) const { return ceil_div(n_tokens < 0 ? 0 : n_tokens, block_tokens); }
+
+int64_t KvSpec::blocks_for(int64_t n_tokens) const { return fixed_blocks + pages_for(n_tokens); }
 
 int64_t KvSpec::max_tokens_in(int64_t n_blocks) const {
   return n_blocks <= fixed_blocks ? 0 : (n_blocks - fixed_blocks) * block_tokens;

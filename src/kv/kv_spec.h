@@ -8,10 +8,15 @@
 //   ratio-4 rows       one [head_dim] entry + one [index_head_dim] indexer key per 4 tokens   grows
 //   ratio-128 rows     one [head_dim] entry per 128 tokens                                     grows
 //
-// The pool is counted in blocks of `block_tokens` tokens of context. One block is the
-// growing bytes of block_tokens tokens over all layers (the ratio-128 share is rounded up,
-// so blocks_for(n) * block_bytes always covers the real entries). The fixed part of a
-// sequence is charged as `fixed_blocks` whole blocks.
+// The pool is counted in blocks of `block_tokens` (T) tokens of context. A block is one page
+// of the KV arena with a concrete layout: for every compressed layer, the rows emitted while
+// its T tokens were processed - T/4 main entries + T/4 indexer keys per ratio-4 layer,
+// ceil(T/128) entries per ratio-128 layer (an entry lives in the block of its last token, so
+// a ratio-128 group spanning blocks still has one row) - rounded up to 64 bytes. The model's
+// PageLayout (model/deepseek_v4/state.h) places the rows; the engine checks both agree.
+// The fixed part of a sequence (window rings, compressor state) lives outside the arena in
+// exactly sized buffers and is charged as `fixed_blocks` whole blocks, so blocks_for(n) *
+// block_bytes always covers what a sequence really holds.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,7 +40,7 @@ struct KvSpec {
   int64_t compressor_state_bytes = 0;   // all compressors together
   int64_t c4_row_bytes = 0;             // one ratio-4 group of one layer (entry + indexer key)
   int64_t c128_row_bytes = 0;           // one ratio-128 entry of one layer
-  int64_t block_bytes = 0;
+  int64_t block_bytes = 0;              // one page: the rows above for T tokens, 64-byte multiple
   int64_t fixed_blocks = 0;
 
   // Throws std::invalid_argument for a block size that is not a positive multiple of 4 or
@@ -45,7 +50,9 @@ struct KvSpec {
   int64_t fixed_bytes() const { return window_ring_bytes + compressor_state_bytes; }
   // Bytes of compressed entries a sequence holds after n_tokens tokens.
   int64_t entry_bytes(int64_t n_tokens) const;
-  // Blocks a sequence of n_tokens processed tokens holds (fixed part included).
+  // Pages (growing part) a sequence of n_tokens processed tokens holds: ceil(n / T).
+  int64_t pages_for(int64_t n_tokens) const;
+  // Blocks a sequence of n_tokens processed tokens holds: fixed_blocks + pages_for(n).
   int64_t blocks_for(int64_t n_tokens) const;
   // Longest context one sequence can reach in n_blocks blocks.
   int64_t max_tokens_in(int64_t n_blocks) const;

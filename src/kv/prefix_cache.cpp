@@ -32,11 +32,32 @@ bool PrefixCache::erase(uint64_t snapshot_id) {
   return true;
 }
 
-std::optional<uint64_t> PrefixCache::oldest() const {
-  if (entries_.empty()) return std::nullopt;
-  auto it = std::min_element(entries_.begin(), entries_.end(),
-                             [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-  return it->id;
+void PrefixCache::touch(uint64_t snapshot_id) {
+  for (Entry& e : entries_)
+    if (e.id == snapshot_id) e.last_use = ++clock_;
+}
+
+std::optional<uint64_t> PrefixCache::oldest(std::optional<uint64_t> keep) const {
+  const Entry* best = nullptr;
+  for (const Entry& e : entries_)
+    if ((!keep || e.id != *keep) && (!best || e.last_use < best->last_use)) best = &e;
+  if (!best) return std::nullopt;
+  return best->id;
+}
+
+const std::vector<int32_t>* PrefixCache::tokens(uint64_t snapshot_id) const {
+  for (const Entry& e : entries_)
+    if (e.id == snapshot_id) return &e.tokens;
+  return nullptr;
+}
+
+std::vector<uint64_t> PrefixCache::ids() const {
+  std::vector<const Entry*> by_age;
+  for (const Entry& e : entries_) by_age.push_back(&e);
+  std::sort(by_age.begin(), by_age.end(), [](const Entry* a, const Entry* b) { return a->last_use < b->last_use; });
+  std::vector<uint64_t> out;
+  for (const Entry* e : by_age) out.push_back(e->id);
+  return out;
 }
 
 }  // namespace deepinfer::kv

@@ -1,10 +1,12 @@
-// Snapshots of finished sequences, reusable by a later request whose tokens extend the
+// Snapshots of finished sequences, reusable by later requests whose tokens extend the
 // snapshot's tokens exactly (the multi-turn / agent-loop case: the next prompt is the old
-// prompt + output + new turn). A snapshot is the attention state after `tokens`; it holds
-// its KV blocks (under its own owner id) until it is taken or evicted.
+// prompt + output + new turn; or many requests after one shared system prompt). A snapshot
+// is the attention state after `tokens`; it holds its KV blocks (under its own owner id)
+// until it is evicted.
 //
-// Only the index lives here (ids, tokens, LRU order). The engine moves the blocks
-// (KvManager::transfer) and the runner moves the state.
+// Only the index lives here (ids, tokens, LRU order). The scheduler forks a hit snapshot's
+// blocks (KvManager::fork: full pages shared, the rest copied) so that the snapshot stays
+// cached for the next request, or moves them when memory is too short for a fork.
 //
 // Granularity: whole sequences, exact token prefixes, strict extension (at least one new
 // token, whose logits the new request needs). V4's window ring and compressor state cannot
@@ -34,8 +36,14 @@ class PrefixCache {
   std::vector<uint64_t> insert(uint64_t snapshot_id, std::vector<int32_t> tokens);
   // Removes a snapshot from the index (taken by a request, or evicted for memory).
   bool erase(uint64_t snapshot_id);
-  // Least recently used snapshot, if any.
-  std::optional<uint64_t> oldest() const;
+  // Marks a snapshot most recently used (a hit).
+  void touch(uint64_t snapshot_id);
+  // Least recently used snapshot other than `keep`, if any.
+  std::optional<uint64_t> oldest(std::optional<uint64_t> keep = std::nullopt) const;
+  // The tokens of a snapshot; null for an unknown id.
+  const std::vector<int32_t>* tokens(uint64_t snapshot_id) const;
+  // Every snapshot id, least recently used first.
+  std::vector<uint64_t> ids() const;
 
  private:
   struct Entry {

@@ -2,14 +2,19 @@
 // prefix-cache index.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
+#include "core/page_arena.h"
+#include "engine/model_runner.h"
 #include "kv/block_pool.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_spec.h"
 #include "kv/prefix_cache.h"
 
 using namespace deepinfer::kv;
+using deepinfer::GrowingPageSource;
+using deepinfer::PageArena;
 
 namespace {
 
@@ -35,8 +40,10 @@ TEST(KvSpec, TinyModelBytesByLayerKind) {
   EXPECT_EQ(s.compressor_state_bytes, 2 * (2 * 8 * 256 * 2) * 4 + 2 * (2 * 128 * 128) * 4);
   EXPECT_EQ(s.c4_row_bytes, (128 + 128) * 4);
   EXPECT_EQ(s.c128_row_bytes, 128 * 4);
-  // 64 tokens: 16 ratio-4 groups in 2 layers, half a ratio-128 entry in 2 layers.
-  EXPECT_EQ(s.block_bytes, 16 * 2 * 1024 + 64 * 2 * 512 / 128);
+  // 64 tokens: 16 ratio-4 groups in 2 layers, one ratio-128 row (the entry whose last token
+  // falls in the block, if any) in 2 layers.
+  EXPECT_EQ(s.block_bytes, 16 * 2 * 1024 + 1 * 2 * 512);
+  EXPECT_EQ(KvSpec::make(tiny_layout(), 256).block_bytes, 64 * 2 * 1024 + 2 * 2 * 512);
   EXPECT_EQ(s.fixed_blocks, (s.fixed_bytes() + s.block_bytes - 1) / s.block_bytes);
 }
 
@@ -156,4 +163,166 @@ TEST(PrefixCache, LongestStrictPrefixAndLru) {
   EXPECT_EQ(c.size(), 1);
   PrefixCache off(0);
   EXPECT_EQ(off.insert(5, {1}), std::vector<uint64_t>{5});
+}
+
+TEST(PageArena, AlignedDistinctBoundedPages) {
+  PageArena a(192, 5);
+  EXPECT_EQ(a.bytes(), 5 * 192);
+  EXPECT_EQ(a.grow(), -1);  // ids come from the block pool, never from the arena
+  for (int32_t id = 0; id < 5; ++id) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.page(id)) % 64, 0u);
+    if (id) EXPECT_EQ(a.page(id) - a.page(id - 1), 192);
+  }
+  EXPECT_THROW(a.page(5), std::out_of_range);
+  EXPECT_THROW(a.page(-1), std::out_of_range);
+  EXPECT_THROW(PageArena(100, 2), std::invalid_argument);  // not a multiple of 64
+  EXPECT_EQ(PageArena(64, 0).bytes(), 0);
+
+  GrowingPageSource g(128);
+  EXPECT_EQ(g.bytes(), 0);
+  EXPECT_THROW(g.page(0), std::out_of_range);
+  EXPECT_EQ(g.grow(), 0);
+  EXPECT_EQ(g.grow(), 1);
+  EXPECT_EQ(g.bytes(), 256);
+  std::byte* p0 = g.page(0);
+  for (int i = 0; i < 100; ++i) g.grow();
+  EXPECT_EQ(g.page(0), p0);  // pages never move
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(g.page(77)) % 64, 0u);
+}
+
+// The engine's block size (kv_spec) and the model's page layout (state.h) are computed on
+// each side of the dependency line; they must agree for every block size and layer mix.
+TEST(KvSpec, BlockBytesEqualTheModelPageLayout) {
+  deepinfer::v4::Config c;
+  c.window = 16;
+  c.head_dim = 128;
+  c.index_head_dim = 64;
+  for (const auto& ratios : std::vector<std::vector<int64_t>>{
+           {0, 4, 128, 4, 0, 128, 0}, {4}, {128, 128}, {0, 0}, {4, 0, 4, 128, 4}}) {
+    c.compress_ratios = ratios;
+    c.n_layers = int64_t(ratios.size()) - (ratios.size() > 1 ? 1 : 0);
+    c.n_mtp_layers = int64_t(ratios.size()) - c.n_layers;
+    for (int64_t T : {4, 8, 12, 20, 64, 100, 128, 132, 256, 1000}) {
+      const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(c), T);
+      const auto layout = deepinfer::v4::PageLayout::make(c, T);
+      EXPECT_EQ(s.block_bytes, layout.page_bytes) << "block " << T << " layers " << ratios.size();
+      EXPECT_EQ(s.block_bytes % 64, 0);
+      EXPECT_GE(s.blocks_for(1000) * s.block_bytes, s.fixed_bytes() + s.entry_bytes(1000));
+    }
+  }
+}
+
+TEST(KvManager, ForkSharesFullPagesAndCountsReferences) {
+  const KvSpec s = KvSpec::make(tiny_layout(), 16);
+  const int64_t F = s.fixed_blocks;
+  KvManager kv(s, 3 * F + 20);
+  ASSERT_TRUE(kv.reserve(1, 40));  // pages: 2 full + 1 partial
+  const std::vector<BlockId> src = kv.pages(1);
+  ASSERT_EQ(src.size(), 3u);
+  EXPECT_EQ(kv.fork_cost(40), F + 1);
+  EXPECT_EQ(kv.fork_cost(32), F);
+  ASSERT_TRUE(kv.fork(1, 2, 40));
+  ASSERT_TRUE(kv.fork(1, 3, 40));
+  const std::vector<BlockId> a = kv.pages(2), b = kv.pages(3);
+  EXPECT_EQ(a[0], src[0]);
+  EXPECT_EQ(a[1], src[1]);
+  EXPECT_NE(a[2], src[2]);
+  EXPECT_NE(a[2], b[2]);
+  EXPECT_EQ(kv.ref_count(src[0]), 3);
+  EXPECT_EQ(kv.ref_count(src[2]), 1);
+  EXPECT_EQ(kv.held(2), s.blocks_for(40));
+  EXPECT_EQ(kv.used_blocks(), 3 * F + 5);  // 3 fixed parts, 2 shared pages, 3 last pages
+  std::string why;
+  EXPECT_TRUE(kv.check_integrity(&why)) << why;
+  // Freeing the source frees only what nobody else holds.
+  EXPECT_EQ(kv.freeable({1}), F + 1);
+  EXPECT_EQ(kv.freeable({1, 2, 3}), kv.used_blocks());
+  kv.free(1);
+  EXPECT_EQ(kv.ref_count(src[0]), 2);
+  ASSERT_TRUE(kv.reserve(2, 100));
+  EXPECT_EQ(kv.pages(2)[1], src[1]);
+  EXPECT_TRUE(kv.check_integrity(&why)) << why;
+  // A fork that does not fit changes nothing.
+  const int64_t free_before = kv.free_blocks();
+  ASSERT_TRUE(kv.reserve(9, s.max_tokens_in(free_before) - 16));
+  EXPECT_LT(kv.free_blocks(), F + 1);
+  EXPECT_FALSE(kv.fork(3, 4, 40));
+  EXPECT_EQ(kv.held(4), 0);
+  EXPECT_THROW(kv.fork(3, 2, 40), std::logic_error);    // onto an owner holding blocks
+  EXPECT_THROW(kv.fork(3, 5, 4000), std::logic_error);  // past the source's pages
+  for (OwnerId o : kv.owners()) kv.free(o);
+  EXPECT_EQ(kv.used_blocks(), 0);
+  EXPECT_TRUE(kv.check_integrity(&why)) << why;
+}
+
+// Random reserve / fork / transfer / free: references always equal the tables holding a
+// block, freeable() predicts exactly what a free returns, and the pool ends fully free.
+TEST(KvManager, RandomForksKeepReferencesExact) {
+  for (int64_t T : {4, 16, 20}) {
+    const KvSpec s = KvSpec::make(tiny_layout(), T);
+    KvManager kv(s, 300);
+    std::mt19937 rng{uint32_t(T)};
+    std::map<OwnerId, int64_t> len;  // tokens of each live owner
+    for (int it = 0; it < 4000; ++it) {
+      const OwnerId o = 1 + rng() % 10;
+      switch (rng() % 5) {
+        case 0:
+        case 1: {
+          const int64_t want = len[o] + 1 + int64_t(rng() % 50);
+          if (kv.reserve(o, want)) len[o] = want;
+          break;
+        }
+        case 2: {
+          const OwnerId to = 1 + rng() % 10;
+          if (len[o] > 0 && kv.held(to) == 0 && to != o) {
+            const int64_t n = 1 + int64_t(rng() % uint64_t(len[o]));  // any prefix of the source
+            if (kv.fork(o, to, n)) len[to] = n;
+          }
+          break;
+        }
+        case 3: {
+          const OwnerId to = 1 + rng() % 10;
+          if (kv.held(to) == 0 && len[o] > 0 && kv.pages(o).size() == size_t(s.pages_for(len[o]))) {
+            kv.transfer(o, to);
+            len[to] = len[o];
+            len[o] = 0;
+          }
+          break;
+        }
+        case 4: {
+          const int64_t before = kv.free_blocks(), predicted = kv.freeable({o});
+          kv.free(o);
+          len[o] = 0;
+          ASSERT_EQ(kv.free_blocks() - before, predicted);
+          break;
+        }
+      }
+      std::string why;
+      ASSERT_TRUE(kv.check_integrity(&why)) << why;
+      for (const auto& [k, n] : len)
+        if (kv.held(k)) ASSERT_GE(kv.held(k), s.blocks_for(n));
+    }
+    std::vector<OwnerId> all = kv.owners();
+    EXPECT_EQ(kv.freeable(all), kv.used_blocks());
+    for (OwnerId k : all) kv.free(k);
+    EXPECT_EQ(kv.free_blocks(), kv.total_blocks());
+  }
+}
+
+TEST(PrefixCache, TouchKeepsAHitSnapshotAndOldestSkipsIt) {
+  PrefixCache c(3);
+  c.insert(1, {1});
+  c.insert(2, {2});
+  c.insert(3, {3});
+  EXPECT_EQ(c.oldest(), 1u);
+  EXPECT_EQ(c.oldest(1), 2u);
+  c.touch(1);
+  EXPECT_EQ(c.oldest(), 2u);
+  EXPECT_EQ(c.ids(), (std::vector<uint64_t>{2, 3, 1}));
+  ASSERT_NE(c.tokens(3), nullptr);
+  EXPECT_EQ(*c.tokens(3), std::vector<int32_t>{3});
+  EXPECT_EQ(c.tokens(9), nullptr);
+  PrefixCache one(1);
+  one.insert(5, {5});
+  EXPECT_FALSE(one.oldest(5));
 }
