@@ -227,8 +227,11 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
     max_len = max_pos > 0 ? std::min(max_pos, capacity) : capacity;
   }
   log_info("%s", spec.describe().c_str());
-  log_info("KV pool: %lld blocks (%.1f MiB), max model length %lld tokens", (long long)n_blocks,
-           double(n_blocks) * double(spec.block_bytes) / (1024.0 * 1024.0), (long long)max_len);
+  // The arena (n_blocks pages, allocated once by the runner) holds the compressed entries; each
+  // sequence's rings and compressor state are separate exact buffers charged as fixed blocks.
+  log_info("KV pool: %lld blocks (%.1f MiB arena), %.1f MiB fixed state per sequence, max model length %lld tokens",
+           (long long)n_blocks, double(n_blocks) * double(spec.block_bytes) / (1024.0 * 1024.0),
+           double(spec.fixed_bytes()) / (1024.0 * 1024.0), (long long)max_len);
 
   EngineInfo info;
   info.model_dir = o.model_dir;

@@ -19,7 +19,9 @@ EngineCore::EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec,
     : opt_(options),
       scheduler_(options.scheduler, spec, n_blocks),
       runner_(std::move(runner)),
-      sampler_(runner_->vocab_size()) {}
+      sampler_(runner_->vocab_size()) {
+  runner_->bind_kv(spec, n_blocks);
+}
 
 Status EngineCore::validate(const GenerateRequest& req) const {
   const int64_t V = runner_->vocab_size();
@@ -123,6 +125,11 @@ void EngineCore::abort_all(const std::string& why) {
   apply_state_ops();
 }
 
+void EngineCore::drop_prefix_cache() {
+  scheduler_.drop_snapshots();
+  apply_state_ops();
+}
+
 void EngineCore::fail_scheduled(const std::vector<ScheduledRequest>& sched, const std::string& what) {
   for (const ScheduledRequest& s : sched)
     if (requests_.count(s.req->id))
@@ -182,7 +189,7 @@ int64_t EngineCore::step() {
       stats_.queue_seconds.observe(seconds(now - r.t_arrival));
     }
     chunks_.push_back({r.id, r.tokens.data() + r.num_computed, s.n_tokens, r.num_computed,
-                       r.num_computed + s.n_tokens == r.num_tokens()});
+                       r.num_computed + s.n_tokens == r.num_tokens(), scheduler_.kv().pages(r.id)});
     n_run += s.n_tokens;
   }
   try {

@@ -35,6 +35,9 @@ class EngineCore {
   void abort(uint64_t id);
   // Fails every live request (engine shutting down).
   void abort_all(const std::string& why);
+  // Drops every prefix-cache snapshot (their KV blocks return to the pool unless a running
+  // sequence shares them).
+  void drop_prefix_cache();
 
   bool has_work() const { return scheduler_.has_work(); }
   // One scheduler step. Returns the number of tokens run through the model.

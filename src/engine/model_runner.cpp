@@ -14,7 +14,26 @@ ModelRunner::ModelRunner(std::unique_ptr<v4::Model> model, int threads, const st
   model_->check_numerics(num_);
 }
 
+void ModelRunner::bind_kv(const kv::KvSpec& spec, int64_t n_blocks) {
+  layout_ = v4::PageLayout::make(model_->config(), spec.block_tokens);
+  if (layout_.page_bytes != spec.block_bytes)
+    throw std::logic_error("KV spec and model disagree on the page size: " + std::to_string(spec.block_bytes) +
+                           " B vs " + std::to_string(layout_.page_bytes) + " B per " +
+                           std::to_string(spec.block_tokens) + " tokens");
+  seqs_.clear();
+  snaps_.clear();
+  arena_ = std::make_unique<PageArena>(layout_.page_bytes, n_blocks);
+}
+
+int64_t ModelRunner::state_bytes() const {
+  int64_t n = 0;
+  for (const auto* m : {&seqs_, &snaps_})
+    for (const auto& [id, st] : *m) n += st.bytes();
+  return n;
+}
+
 void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) {
+  if (!arena_) throw std::logic_error("runner: run before bind_kv");
   const int64_t V = vocab_size();
   size_t n_want = 0;
   for (const ScheduledChunk& c : chunks) n_want += c.want_logits ? 1 : 0;
@@ -24,11 +43,18 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
   size_t row = 0;
   for (const ScheduledChunk& c : chunks) {
     auto it = seqs_.find(c.seq_id);
-    if (it == seqs_.end()) it = seqs_.emplace(c.seq_id, model_->new_sequence()).first;
+    if (it == seqs_.end())
+      it = seqs_.emplace(c.seq_id, v4::SequenceState::create(model_->config(), layout_, *arena_)).first;
     v4::SequenceState& st = it->second;
     if (st.n_past != c.pos0)
       throw std::logic_error("runner: sequence " + std::to_string(c.seq_id) + " holds " + std::to_string(st.n_past) +
                              " tokens but the chunk starts at " + std::to_string(c.pos0));
+    // Checked before any state moves, so a scheduler bug fails the step, not the states.
+    if (int64_t(c.pages.size()) * layout_.block_tokens < c.pos0 + c.n_tokens)
+      throw std::logic_error("runner: sequence " + std::to_string(c.seq_id) + " has " +
+                             std::to_string(c.pages.size()) + " KV pages for " + std::to_string(c.pos0 + c.n_tokens) +
+                             " tokens");
+    st.adopt_pages(c.pages);
     float* out = c.want_logits ? logits_rows.data() + (row++) * size_t(V) : nullptr;
     batch.push_back(v4::SequenceChunk{c.tokens, c.n_tokens, &st, out, false});
   }
@@ -54,6 +80,12 @@ void ModelRunner::apply(const StateOp& op) {
       if (it == snaps_.end()) break;
       seqs_.insert_or_assign(op.seq, std::move(it->second));
       snaps_.erase(it);
+      break;
+    }
+    case StateOp::Kind::kForkSnapshot: {
+      auto it = snaps_.find(op.snap);
+      if (it == snaps_.end()) break;  // as for kRestoreSnapshot
+      seqs_.insert_or_assign(op.seq, it->second.fork(op.pages));
       break;
     }
     case StateOp::Kind::kDropSnapshot:

@@ -1,12 +1,15 @@
 // The runner over the DeepSeek-V4 model: one Model::forward_batch call per step for all
 // scheduled chunks (rows share the weight products; each sequence keeps its own state, and
 // its logits equal what it would get alone). Owns the per-sequence SequenceState objects
-// and the prefix-cache snapshots, keyed by the scheduler's ids.
+// and the prefix-cache snapshots, keyed by the scheduler's ids, and the KV arena their
+// compressed entries live in: one allocation of n_blocks pages of block_bytes made at
+// bind_kv (the KV budget), addressed by the scheduler's block ids. The arena never grows.
 #pragma once
 #include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "core/page_arena.h"
 #include "core/thread_pool.h"
 #include "engine/runner.h"
 #include "kernels/backend.h"
@@ -23,18 +26,26 @@ class ModelRunner final : public Runner {
   ModelRunner(std::unique_ptr<v4::Model> model, int threads, const std::string& numerics, const std::string& kernels);
 
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  // Throws std::logic_error if the KV spec's block layout is not the model's page layout.
+  void bind_kv(const kv::KvSpec& spec, int64_t n_blocks) override;
   void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) override;
   void apply(const StateOp& op) override;
 
   const v4::Model& model() const { return *model_; }
   size_t live_sequences() const { return seqs_.size(); }
   size_t live_snapshots() const { return snaps_.size(); }
+  // Bytes of the KV arena (fixed at bind_kv), and bytes the live states hold (fixed buffers
+  // plus their pages; a shared page counts once per holder).
+  int64_t arena_bytes() const { return arena_ ? arena_->bytes() : 0; }
+  int64_t state_bytes() const;
 
  private:
   std::unique_ptr<v4::Model> model_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<kernels::Backend> backend_;
   v4::Numerics num_;
+  v4::PageLayout layout_;
+  std::unique_ptr<PageArena> arena_;
   std::unordered_map<uint64_t, v4::SequenceState> seqs_;
   std::unordered_map<uint64_t, v4::SequenceState> snaps_;
 };

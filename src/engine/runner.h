@@ -4,9 +4,16 @@
 // run() receives every chunk of the step at once, so a batched forward (one call for all
 // sequences, as ModelRunner does with Model::forward_batch) and a per-sequence loop are
 // interchangeable behind it.
+//
+// KV memory: the scheduler owns the block ids (kv::KvManager); the runner owns the bytes
+// behind them (one arena of n_blocks pages, bind_kv). Each chunk carries its sequence's page
+// table, already reserved to cover pos0 + n_tokens tokens.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "kv/kv_spec.h"
 
 namespace deepinfer::engine {
 
@@ -16,6 +23,7 @@ struct ScheduledChunk {
   int64_t n_tokens = 0;
   int64_t pos0 = 0;                 // == the tokens the sequence's state holds already
   bool want_logits = false;         // the chunk reaches the end of the known tokens: sample after it
+  std::span<const int32_t> pages;   // the sequence's page table (block ids), pages_for(pos0 + n_tokens) or more
 };
 
 // Changes to per-sequence state that the scheduler decides and the runner carries out,
@@ -24,18 +32,28 @@ struct StateOp {
   enum class Kind {
     kFree,             // drop seq's state (finished, cancelled or preempted)
     kSaveSnapshot,     // move seq's state to snapshot `snap` (prefix cache)
-    kRestoreSnapshot,  // move snapshot `snap` to seq (prefix-cache hit)
+    kRestoreSnapshot,  // move snapshot `snap` to seq (prefix-cache hit, memory too short to fork)
+    kForkSnapshot,     // seq starts as a copy of snapshot `snap` with page table `pages`: pages
+                       // equal to the snapshot's are shared, the others get its rows copied
     kDropSnapshot,     // drop snapshot `snap` (evicted)
   };
   Kind kind = Kind::kFree;
   uint64_t seq = 0;
   uint64_t snap = 0;
+  std::vector<int32_t> pages;  // kForkSnapshot only
 };
 
 class Runner {
  public:
   virtual ~Runner() = default;
   virtual int64_t vocab_size() const = 0;
+  // Called once before anything else: the KV layout and the number of blocks the scheduler
+  // hands out (block ids 0 .. n_blocks - 1). A runner that keeps no KV bytes (a scripted
+  // test runner) may ignore it.
+  virtual void bind_kv(const kv::KvSpec& spec, int64_t n_blocks) {
+    (void)spec;
+    (void)n_blocks;
+  }
   // Advances each chunk's sequence (a sequence seen for the first time starts empty) and
   // writes one logits row per chunk with want_logits, in chunk order: logits_rows becomes
   // [n_wanted, vocab]. Throws on failure; the engine then fails the step's requests.

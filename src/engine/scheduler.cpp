@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace deepinfer::engine {
 
@@ -26,10 +27,14 @@ std::vector<StateOp> Scheduler::take_state_ops() {
 }
 
 int64_t Scheduler::cached_blocks() const {
-  int64_t n = 0;
-  for (kv::OwnerId o : kv_.owners())
-    if (o & kSnapshotBit) n += kv_.held(o);
-  return n;
+  std::unordered_set<kv::BlockId> pages;
+  int64_t fixed = 0;
+  for (kv::OwnerId o : kv_.owners()) {
+    if (!(o & kSnapshotBit)) continue;
+    fixed += kv_.held(o) - int64_t(kv_.pages(o).size());
+    pages.insert(kv_.pages(o).begin(), kv_.pages(o).end());
+  }
+  return fixed + int64_t(pages.size());
 }
 
 // Decode tokens first (one per decoder), then what is left to running prefills, oldest first.
@@ -63,13 +68,30 @@ void Scheduler::preempt(Request* victim) {
   waiting_.push_front(victim);
 }
 
-bool Scheduler::evict_one_snapshot() {
-  auto snap = cache_.oldest();
+void Scheduler::drop_snapshot(uint64_t snap) {
+  cache_.erase(snap);
+  kv_.free(snap | kSnapshotBit);
+  ops_.push_back({StateOp::Kind::kDropSnapshot, 0, snap});
+}
+
+bool Scheduler::evict_one_snapshot(std::optional<uint64_t> keep) {
+  auto snap = cache_.oldest(keep);
   if (!snap) return false;
-  cache_.erase(*snap);
-  kv_.free(*snap | kSnapshotBit);
-  ops_.push_back({StateOp::Kind::kDropSnapshot, 0, *snap});
+  drop_snapshot(*snap);
   return true;
+}
+
+void Scheduler::drop_snapshots() {
+  while (evict_one_snapshot()) {
+  }
+}
+
+// Blocks that evicting every snapshot but `keep` would return to the pool.
+int64_t Scheduler::evictable_blocks(std::optional<uint64_t> keep) const {
+  std::vector<kv::OwnerId> owners;
+  for (uint64_t id : cache_.ids())
+    if (!keep || id != *keep) owners.push_back(id | kSnapshotBit);
+  return kv_.freeable(owners);
 }
 
 // Reserves blocks for r to reach num_computed + n tokens, evicting snapshots and then
@@ -87,31 +109,50 @@ bool Scheduler::reserve_running(Request* r, int64_t n, bool* preempted_self) {
   return true;
 }
 
-void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit) {
-  cache_.erase(hit.snapshot_id);
-  kv_.transfer(hit.snapshot_id | kSnapshotBit, r->id);
-  ops_.push_back({StateOp::Kind::kRestoreSnapshot, r->id, hit.snapshot_id});
+// Starts r from a snapshot: a fork (the snapshot stays cached) or a move (it is consumed).
+void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bool fork) {
+  const kv::OwnerId snap = hit.snapshot_id | kSnapshotBit;
+  if (fork) {
+    if (!kv_.fork(snap, r->id, hit.n_tokens)) throw std::logic_error("scheduler: fork check and KV pool disagree");
+    cache_.touch(hit.snapshot_id);
+    ops_.push_back({StateOp::Kind::kForkSnapshot, r->id, hit.snapshot_id, kv_.pages(r->id)});
+  } else {
+    cache_.erase(hit.snapshot_id);
+    kv_.transfer(snap, r->id);
+    ops_.push_back({StateOp::Kind::kRestoreSnapshot, r->id, hit.snapshot_id});
+  }
   r->num_computed = hit.n_tokens;
   r->num_cached = std::min(hit.n_tokens, r->n_prompt);
   ++counters_.prefix_hits;
   counters_.prefix_hit_tokens += uint64_t(r->num_cached);
 }
 
-// Admits the head of the queue if its first chunk fits (free blocks plus evictable
-// snapshots); never preempts running requests for a newcomer.
+// Admits the head of the queue if its first chunk fits (free blocks plus what evicting
+// snapshots other than its hit frees); never preempts running requests for a newcomer.
 bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
   std::optional<kv::PrefixCache::Hit> hit;
   if (cache_.max_entries() > 0 && r->num_computed == 0) hit = cache_.lookup(r->tokens);
+  std::optional<uint64_t> keep;
+  if (hit) keep = hit->snapshot_id;
   const int64_t start = hit ? hit->n_tokens : 0;
   const int64_t n = std::min(r->num_tokens() - start, budget_left);
-  const int64_t have = hit ? kv_.held(hit->snapshot_id | kSnapshotBit) : 0;
-  const int64_t need = kv_.spec().blocks_for(start + n) - have;
-  if (need > kv_.free_blocks() + (cached_blocks() - have)) return false;
+  const int64_t want = kv_.spec().blocks_for(start + n);
+  const int64_t available = kv_.free_blocks() + evictable_blocks(keep);
+  int64_t need = want;  // fresh blocks
+  bool fork = false;
+  if (hit) {
+    const int64_t fork_need = want - hit->n_tokens / kv_.spec().block_tokens;  // full pages are shared
+    const int64_t move_need = want - kv_.held(hit->snapshot_id | kSnapshotBit);
+    fork = fork_need <= available;
+    need = fork ? fork_need : move_need;
+  }
+  if (need > available) return false;
   if (cache_.max_entries() > 0 && !r->prefix_checked) ++counters_.prefix_queries;
   r->prefix_checked = true;
-  if (hit) restore_snapshot(r, *hit);
-  while (!kv_.reserve(r->id, r->num_computed + n))
-    if (!evict_one_snapshot()) throw std::logic_error("scheduler: admission check and KV pool disagree");
+  while (kv_.free_blocks() < need)
+    if (!evict_one_snapshot(keep)) throw std::logic_error("scheduler: admission check and KV pool disagree");
+  if (hit) restore_snapshot(r, *hit, fork);
+  if (!kv_.reserve(r->id, r->num_computed + n)) throw std::logic_error("scheduler: admission check and KV pool disagree");
   waiting_.pop_front();
   r->phase = Phase::kRunning;
   running_.push_back(r);
@@ -158,7 +199,7 @@ void Scheduler::finish(Request* r, bool keep_snapshot) {
       kv_.transfer(r->id, snap | kSnapshotBit);
       ops_.push_back({StateOp::Kind::kSaveSnapshot, r->id, snap});
       std::vector<int32_t> toks(r->tokens.begin(), r->tokens.begin() + r->num_computed);
-      for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {
+      for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {  // already out of the index
         kv_.free(evicted | kSnapshotBit);
         ops_.push_back({StateOp::Kind::kDropSnapshot, 0, evicted});
       }
@@ -168,6 +209,19 @@ void Scheduler::finish(Request* r, bool keep_snapshot) {
     }
   }
   r->phase = Phase::kFinished;
+}
+
+// A page held by several owners must be full for each of them: none will write it again.
+bool Scheduler::check_shared_pages_full(kv::OwnerId owner, int64_t n_tokens, std::string* why) const {
+  const std::vector<kv::BlockId>& pages = kv_.pages(owner);
+  for (size_t i = 0; i < pages.size(); ++i)
+    if (kv_.ref_count(pages[i]) > 1 && int64_t(i + 1) * kv_.spec().block_tokens > n_tokens) {
+      if (why)
+        *why = "owner " + std::to_string(owner) + " shares page " + std::to_string(pages[i]) + " (block " +
+               std::to_string(i) + ") but has only " + std::to_string(n_tokens) + " tokens";
+      return false;
+    }
+  return true;
 }
 
 bool Scheduler::check_integrity(std::string* why) const {
@@ -184,6 +238,7 @@ bool Scheduler::check_integrity(std::string* why) const {
     if (kv_.held(r->id) != kv_.spec().blocks_for(r->num_computed))
       return fail("request " + std::to_string(r->id) + " holds " + std::to_string(kv_.held(r->id)) +
                   " blocks for " + std::to_string(r->num_computed) + " tokens");
+    if (!check_shared_pages_full(r->id, r->num_computed, why)) return false;
     ++owners_seen;
   }
   for (size_t i = 0; i < waiting_.size(); ++i) {
@@ -194,8 +249,15 @@ bool Scheduler::check_integrity(std::string* why) const {
     if (!running_.empty() && running_.back()->arrival >= r->arrival)
       return fail("a waiting request is older than a running one");
   }
-  for (kv::OwnerId o : kv_.owners())
-    if (o & kSnapshotBit) ++owners_seen;
+  for (uint64_t snap : cache_.ids()) {
+    const int64_t n = int64_t(cache_.tokens(snap)->size());
+    const kv::OwnerId o = snap | kSnapshotBit;
+    if (kv_.held(o) != kv_.spec().blocks_for(n))
+      return fail("snapshot " + std::to_string(snap) + " holds " + std::to_string(kv_.held(o)) + " blocks for " +
+                  std::to_string(n) + " tokens");
+    if (!check_shared_pages_full(o, n, why)) return false;
+    ++owners_seen;
+  }
   if (owners_seen != int64_t(kv_.owners().size())) return fail("blocks held by an owner that is neither running nor cached");
   if (cache_.size() > cache_.max_entries()) return fail("prefix cache over its entry limit");
   return true;

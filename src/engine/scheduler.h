@@ -11,6 +11,13 @@
 // The oldest running request is therefore never preempted by others and, since
 // max_model_len fits the pool, always progresses.
 //
+// Prefix cache: a request whose prompt strictly extends a snapshot's tokens forks it (full
+// pages shared, fixed part and partly filled last page copied), so the snapshot stays cached
+// for the next request after the same prefix. Where the pool cannot spare the fork's fresh
+// blocks, the snapshot is moved to the request instead (what the fork would copy, it takes).
+// A request is admitted only if its first chunk fits in free blocks plus what evicting other
+// snapshots would really free (pages they share with live sequences would not be freed).
+//
 // Ordering invariant (checked by check_integrity): running requests are sorted by arrival,
 // waiting requests too, and every running request arrived before every waiting one.
 #pragma once
@@ -53,6 +60,8 @@ class Scheduler {
   // Removes a finished or cancelled request. With keep_snapshot, a running request's state
   // becomes a prefix-cache snapshot instead of being freed.
   void finish(Request* r, bool keep_snapshot);
+  // Evicts every prefix-cache snapshot.
+  void drop_snapshots();
   // State changes for the runner, in the order they were decided.
   std::vector<StateOp> take_state_ops();
 
@@ -61,12 +70,13 @@ class Scheduler {
   const std::deque<Request*>& waiting() const { return waiting_; }
   const kv::KvManager& kv() const { return kv_; }
   const kv::PrefixCache& prefix_cache() const { return cache_; }
-  int64_t cached_blocks() const;  // held by snapshots
+  int64_t cached_blocks() const;  // distinct blocks held by snapshots
   const SchedulerCounters& counters() const { return counters_; }
   const SchedulerOptions& options() const { return opt_; }
 
-  // KV integrity, block tables that match each request's computed tokens, and the ordering
-  // invariant above.
+  // KV integrity, block tables that match each request's computed tokens and each
+  // snapshot's tokens, shared pages full for every holder (nobody writes a shared page), and
+  // the ordering invariant above.
   bool check_integrity(std::string* why = nullptr) const;
 
   static constexpr uint64_t kSnapshotBit = uint64_t(1) << 63;
@@ -76,8 +86,11 @@ class Scheduler {
   bool reserve_running(Request* r, int64_t n_tokens, bool* preempted_self);
   bool admit(Request* r, int64_t budget_left, int64_t* n_scheduled);
   void preempt(Request* victim);
-  bool evict_one_snapshot();
-  void restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit);
+  bool evict_one_snapshot(std::optional<uint64_t> keep = std::nullopt);
+  void drop_snapshot(uint64_t snap);
+  int64_t evictable_blocks(std::optional<uint64_t> keep) const;
+  void restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bool fork);
+  bool check_shared_pages_full(kv::OwnerId owner, int64_t n_tokens, std::string* why) const;
 
   SchedulerOptions opt_;
   kv::KvManager kv_;

@@ -1,13 +1,18 @@
-// A runner without a model: each sequence's "state" is the exact list of tokens it has
-// processed, and its logits are a pure function of that list. So a sequence rebuilt by
-// recompute or resumed from a snapshot gives the same logits only if its state really
-// holds the right tokens - the fake runner checks positions and contents the way the real
-// model would silently get them wrong.
+// A runner without a model: each sequence's "state" is the list of tokens it has processed,
+// kept in a simulated KV arena - page b of its table holds the tokens of positions
+// [b*T, (b+1)*T) - and its logits are a pure function of the tokens read back from there.
+// So a sequence rebuilt by recompute or resumed from a snapshot gives the same logits only
+// if its pages really hold the right tokens. The runner also checks what the real model
+// would silently get wrong: chunk positions, pages covering every token before it is
+// written, nobody writing a page another table holds (shared pages are read-only), forks
+// copying partly filled pages, and page contents surviving other sequences' traffic.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <algorithm>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/runner.h"
@@ -25,6 +30,17 @@ class FakeRunner final : public Runner {
 
   int64_t vocab_size() const override { return vocab_; }
 
+  void bind_kv(const kv::KvSpec& spec, int64_t n_blocks) override {
+    block_tokens = spec.block_tokens;
+    n_pages = n_blocks;
+    pages.clear();
+  }
+
+  struct Seq {
+    std::vector<int32_t> tokens;  // what the pages must hold, in order
+    std::vector<int32_t> table;   // page ids
+  };
+
   void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& rows) override {
     ++steps;
     last_step.clear();
@@ -35,12 +51,17 @@ class FakeRunner final : public Runner {
     int64_t row = 0;
     for (const auto& c : chunks) {
       if (!seen.insert(c.seq_id).second) throw std::logic_error("sequence scheduled twice in one step");
-      std::vector<int32_t>& st = seqs[c.seq_id];
-      if (int64_t(st.size()) != c.pos0) throw std::logic_error("chunk position does not match the state");
-      st.insert(st.end(), c.tokens, c.tokens + c.n_tokens);
+      Seq& st = seqs[c.seq_id];
+      if (int64_t(st.tokens.size()) != c.pos0) throw std::logic_error("chunk position does not match the state");
+      if (c.pages.size() < st.table.size() || !std::equal(st.table.begin(), st.table.end(), c.pages.begin()))
+        throw std::logic_error("pages changed under a sequence");
+      st.table.assign(c.pages.begin(), c.pages.end());
+      if (int64_t(st.table.size()) * block_tokens < c.pos0 + c.n_tokens) throw std::logic_error("chunk past its pages");
+      for (int64_t t = 0; t < c.n_tokens; ++t) write(c.seq_id, st, c.pos0 + t, c.tokens[t]);
+      st.tokens.insert(st.tokens.end(), c.tokens, c.tokens + c.n_tokens);
       last_step.push_back({c.seq_id, c.n_tokens});
       tokens_run += c.n_tokens;
-      if (c.want_logits) fill_row(st, rows.data() + row++ * vocab_);
+      if (c.want_logits) fill_row(read(st), rows.data() + row++ * vocab_);
     }
   }
 
@@ -49,6 +70,7 @@ class FakeRunner final : public Runner {
       case StateOp::Kind::kFree: seqs.erase(op.seq); break;
       case StateOp::Kind::kSaveSnapshot: snaps[op.snap] = seqs.at(op.seq); seqs.erase(op.seq); break;
       case StateOp::Kind::kRestoreSnapshot: seqs[op.seq] = snaps.at(op.snap); snaps.erase(op.snap); break;
+      case StateOp::Kind::kForkSnapshot: fork(op); break;
       case StateOp::Kind::kDropSnapshot: snaps.erase(op.snap); break;
     }
   }
@@ -61,9 +83,59 @@ class FakeRunner final : public Runner {
   }
 
   int64_t vocab_;
-  int64_t steps = 0, tokens_run = 0;
-  std::map<uint64_t, std::vector<int32_t>> seqs, snaps;
+  int64_t steps = 0, tokens_run = 0, forks = 0;
+  int64_t block_tokens = 0, n_pages = 0;
+  std::map<uint64_t, Seq> seqs, snaps;
+  std::map<int32_t, std::vector<int32_t>> pages;  // the arena: page id -> its block_tokens slots
   std::vector<std::pair<uint64_t, int64_t>> last_step;
+
+ private:
+  std::vector<int32_t>& page(int32_t id) {
+    if (id < 0 || id >= n_pages) throw std::logic_error("page id " + std::to_string(id) + " outside the arena");
+    auto& p = pages[id];
+    if (p.empty()) p.assign(size_t(block_tokens), -1);
+    return p;
+  }
+
+  bool held_by_other(int32_t id, const Seq* self) const {
+    for (const auto* m : {&seqs, &snaps})
+      for (const auto& [k, s] : *m)
+        if (&s != self && std::find(s.table.begin(), s.table.end(), id) != s.table.end()) return true;
+    return false;
+  }
+
+  void write(uint64_t seq, const Seq& st, int64_t p, int32_t token) {
+    const int32_t id = st.table[size_t(p / block_tokens)];
+    if (p % block_tokens == 0 || p == int64_t(st.tokens.size())) {  // once per page and chunk
+      if (held_by_other(id, &st))
+        throw std::logic_error("sequence " + std::to_string(seq) + " writes page " + std::to_string(id) +
+                               " that another table holds");
+    }
+    page(id)[size_t(p % block_tokens)] = token;
+  }
+
+  std::vector<int32_t> read(const Seq& st) {
+    std::vector<int32_t> out;
+    for (size_t p = 0; p < st.tokens.size(); ++p) out.push_back(page(st.table[p / size_t(block_tokens)])[p % size_t(block_tokens)]);
+    if (out != st.tokens) throw std::logic_error("KV page contents lost");
+    return out;
+  }
+
+  void fork(const StateOp& op) {
+    const Seq& src = snaps.at(op.snap);
+    Seq s{src.tokens, op.pages};
+    const size_t used = (src.tokens.size() + size_t(block_tokens) - 1) / size_t(block_tokens);
+    if (s.table.size() < used) throw std::logic_error("fork: too few pages");
+    for (size_t i = 0; i < used; ++i) {
+      if (s.table[i] == src.table[i]) {
+        if ((i + 1) * size_t(block_tokens) > src.tokens.size()) throw std::logic_error("fork shares a partial page");
+      } else {
+        page(s.table[i]) = page(src.table[i]);
+      }
+    }
+    seqs[op.seq] = std::move(s);
+    ++forks;
+  }
 };
 
 }  // namespace deepinfer::engine::testing

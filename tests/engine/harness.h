@@ -42,7 +42,8 @@ struct Harness {
   std::map<uint64_t, std::shared_ptr<Collector>> sinks;
   uint64_t next_id = 1;
 
-  Harness(int64_t n_blocks, SchedulerOptions so, int64_t max_model_len = 2048, int32_t eos = 1) {
+  Harness(int64_t n_blocks, SchedulerOptions so, int64_t max_model_len = 2048, int32_t eos = 1,
+          int64_t block_tokens = 16) {
     EngineCoreOptions o;
     o.max_model_len = max_model_len;
     o.eos_token_id = eos;
@@ -50,7 +51,7 @@ struct Harness {
     o.token_text = [](int32_t t) { return "<" + std::to_string(t) + ">"; };
     auto r = std::make_unique<FakeRunner>(kVocab);
     runner = r.get();
-    core = std::make_unique<EngineCore>(o, small_spec(), n_blocks, std::move(r));
+    core = std::make_unique<EngineCore>(o, small_spec(block_tokens), n_blocks, std::move(r));
   }
 
   uint64_t submit(std::vector<int32_t> prompt, SamplingParams p) {

@@ -27,21 +27,24 @@ std::vector<int32_t> prompt(int64_t n, int32_t salt) {
 
 struct ModelCore {
   std::unique_ptr<EngineCore> core;
+  ModelRunner* runner = nullptr;  // owned by core
+  kv::KvSpec spec;
   std::map<uint64_t, std::shared_ptr<Collector>> sinks;
   std::map<uint64_t, std::vector<std::vector<float>>> rows;  // logits rows seen per request
   uint64_t next_id = 1;
 
   ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0,
             const char* numerics = "reference", const char* kernels = "cpu") {
-    auto runner = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
-    const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
+    auto owned = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
+    runner = owned.get();
+    spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
     EngineCoreOptions o;
     o.max_model_len = 1024;
     o.eos_token_id = 1;
     o.scheduler.max_batch_tokens = budget;
     o.scheduler.max_running = max_running;
     o.scheduler.prefix_cache_entries = cache;
-    core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(runner));
+    core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(owned));
     core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
   }
   uint64_t submit(std::vector<int32_t> p, SamplingParams sp) {
@@ -170,6 +173,99 @@ TEST(EngineModel, PreemptionAndPrefixReuseChangeNothing) {
     SCOPED_TRACE(std::string(c.numerics) + "/" + c.kernels);
     preemption_and_reuse(c.numerics, c.kernels);
   }
+}
+
+// Paged KV: requests extending one snapshot fork it concurrently (shared full pages, copied
+// last page) and each gets exactly the logits it gets alone and cold; the snapshot stays
+// cached; dropping the cache returns every block; the arena never grows.
+void forks_and_cold(const char* nm, const char* kn, float tol) {
+  const int64_t n_blocks = 400;
+  ModelCore warm(256, 8, n_blocks, 4, nm, kn);
+  const int64_t arena = warm.runner->arena_bytes();
+  EXPECT_EQ(arena, n_blocks * warm.spec.block_bytes);
+  const uint64_t a = warm.submit(prompt(70, 21), greedy(10));  // snapshot: 79 tokens, 1 full page + 15
+  warm.run();
+  std::vector<int32_t> prefix = prompt(70, 21);
+  for (int32_t t : warm.sinks[a]->tokens()) prefix.push_back(t);
+  prefix.pop_back();  // the last sampled token was never fed
+  std::vector<std::vector<int32_t>> turns;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    turns.push_back(prefix);
+    for (int k = 0; k < 2 + 3 * i; ++k) turns.back().push_back(int32_t(100 + 37 * i + k));
+    ids.push_back(warm.submit(turns.back(), greedy(8)));
+  }
+  warm.core->step();  // all three admitted in one step, each a fork
+  EXPECT_EQ(warm.runner->live_sequences(), 3u);
+  EXPECT_EQ(warm.runner->live_snapshots(), 1u);
+  const auto& kv = warm.core->scheduler().kv();
+  EXPECT_EQ(kv.ref_count(kv.pages(ids[0])[0]), 4);
+  warm.run();
+  EXPECT_EQ(warm.core->stats().prefix_cache_hits, 3u);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(warm.sinks[ids[i]]->events.back().usage.cached_tokens, int64_t(prefix.size()));
+    ModelCore cold(256, 8, n_blocks, 0, nm, kn);
+    const uint64_t c = cold.submit(turns[i], greedy(8));
+    cold.run();
+    EXPECT_EQ(warm.sinks[ids[i]]->tokens(), cold.sinks[c]->tokens()) << i;
+    EXPECT_LE(max_abs_diff(warm.rows[ids[i]], cold.rows[c]), tol) << i;
+  }
+  EXPECT_EQ(warm.runner->live_snapshots(), 4u);  // the first one plus the three finished
+  warm.core->drop_prefix_cache();
+  EXPECT_EQ(kv.used_blocks(), 0);
+  EXPECT_EQ(warm.runner->live_snapshots(), 0u);
+  EXPECT_EQ(warm.runner->live_sequences(), 0u);
+  EXPECT_EQ(warm.runner->arena_bytes(), arena);
+}
+
+TEST(EngineModel, ForkedSnapshotServesConcurrentRequests) {
+  {
+    SCOPED_TRACE("reference/cpu");
+    forks_and_cold("reference", "cpu", 1e-5f);
+  }
+  {
+    SCOPED_TRACE("reference/ref");  // the referee kernels: chunking changes no bit
+    forks_and_cold("reference", "ref", 0.0f);
+  }
+}
+
+// A pool too small for every fork to grow: later forks wait or take the snapshot by move,
+// growth preempts the newest; integrity is checked after every step and every request
+// still gets the tokens and logits of a roomy cold run. Memory never exceeds the arena.
+TEST(EngineModel, TightPoolWithForksQueuesAndPreempts) {
+  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(v4::Model::load(model_dir())->config()), 64);
+  const int64_t F = spec.fixed_blocks;
+  // Snapshot of 67 tokens (F + 2 blocks); two forks fit (F + 1 fresh each, growing into
+  // their second page), the third takes the snapshot; one page left for growth past 128.
+  const int64_t n_blocks = (F + 2) + 2 * (F + 1) + 1;
+  ModelCore tight(256, 8, n_blocks, 2);
+  const uint64_t a = tight.submit(prompt(60, 31), greedy(8));
+  tight.run();
+  std::vector<int32_t> prefix = prompt(60, 31);
+  for (int32_t t : tight.sinks[a]->tokens()) prefix.push_back(t);
+  prefix.pop_back();
+  std::vector<std::vector<int32_t>> turns;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    turns.push_back(prefix);
+    for (int k = 0; k < 40; ++k) turns.back().push_back(int32_t(200 + 13 * i + k));
+    ids.push_back(tight.submit(turns.back(), greedy(30)));
+  }
+  tight.run();
+  const EngineStats st = tight.core->stats();
+  EXPECT_GT(st.preemptions_total, 0u);
+  EXPECT_GE(st.prefix_cache_hits, 2u);
+  EXPECT_LE(tight.runner->arena_bytes(), n_blocks * spec.block_bytes);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(tight.sinks[ids[i]]->reason(), FinishReason::kLength) << i;
+    ModelCore cold(256, 8, 4000, 0);
+    const uint64_t c = cold.submit(turns[i], greedy(30));
+    cold.run();
+    EXPECT_EQ(tight.sinks[ids[i]]->tokens(), cold.sinks[c]->tokens()) << i;
+    EXPECT_LE(max_abs_diff(tight.rows[ids[i]], cold.rows[c]), 1e-5f) << i;
+  }
+  tight.core->drop_prefix_cache();
+  EXPECT_EQ(tight.core->scheduler().kv().used_blocks(), 0);
 }
 
 TEST(EngineModel, ThreadedEngineStreamsAndCancels) {

@@ -119,6 +119,72 @@ TEST(Scheduler, PrefixCacheServesAnExtendingPrompt) {
   EXPECT_EQ(h.sinks[b]->tokens(), cold.sinks[c]->tokens());
 }
 
+// Several requests after one shared prefix (a system prompt, parallel agent calls): each
+// forks the snapshot - full pages shared, the partly filled one copied - and the snapshot
+// stays cached for the next one. Outputs equal a cold run.
+TEST(Scheduler, PrefixForksServeConcurrentExtensions) {
+  Harness h(10000, opts(256, 8, 4));
+  const uint64_t a = h.submit(ramp(40), greedy(8));  // snapshot: 47 tokens = 2 full pages + 15
+  h.run();
+  ASSERT_EQ(h.core->scheduler().prefix_cache().size(), 1);
+  std::vector<int32_t> prefix = ramp(40);
+  for (int32_t t : h.sinks[a]->tokens()) prefix.push_back(t);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(prefix);
+    for (int k = 0; k <= i; ++k) prompts.back().push_back(int32_t(3 + 5 * i + k));
+    ids.push_back(h.submit(prompts.back(), greedy(6)));
+  }
+  h.core->step();
+  h.check();
+  EXPECT_EQ(h.runner->forks, 3);
+  const auto& kv = h.core->scheduler().kv();
+  const std::vector<kv::BlockId>& first = kv.pages(ids[0]);
+  ASSERT_GE(first.size(), 3u);
+  EXPECT_EQ(kv.ref_count(first[0]), 4);  // the snapshot and three forks
+  EXPECT_EQ(kv.ref_count(first[1]), 4);
+  EXPECT_EQ(kv.ref_count(first[2]), 1);  // the partly filled page was copied
+  h.run();
+  const EngineStats st = h.core->stats();
+  EXPECT_EQ(st.prefix_cache_hits, 3u);
+  EXPECT_EQ(st.prefix_cache_hit_tokens, 3u * 47u);
+  for (int i = 0; i < 3; ++i) {
+    Harness cold(10000, opts(256, 8, 0));
+    const uint64_t c = cold.submit(prompts[size_t(i)], greedy(6));
+    cold.run();
+    EXPECT_EQ(h.sinks[ids[size_t(i)]]->tokens(), cold.sinks[c]->tokens()) << i;
+    EXPECT_EQ(h.sinks[ids[size_t(i)]]->events.back().usage.cached_tokens, 47);
+  }
+  // The first snapshot is still cached (the three finished ones joined it, LRU bound 4).
+  EXPECT_EQ(h.core->scheduler().prefix_cache().size(), 4);
+  h.core->drop_prefix_cache();
+  h.check();
+  EXPECT_EQ(kv.used_blocks(), 0);
+  EXPECT_TRUE(h.runner->snaps.empty());
+}
+
+// When the pool cannot spare a fork's fresh blocks, the snapshot is moved to the request
+// (the old one-hit behaviour) rather than the request waiting or evicting its own hit.
+TEST(Scheduler, PrefixHitMovesTheSnapshotWhenTooTightToFork) {
+  const kv::KvSpec s = small_spec();
+  Harness h(s.blocks_for(64) + 1, opts(256, 8, 4), 64);
+  const uint64_t a = h.submit(ramp(40), greedy(8));
+  h.run();
+  std::vector<int32_t> turn2 = ramp(40);
+  for (int32_t t : h.sinks[a]->tokens()) turn2.push_back(t);
+  turn2.push_back(9);
+  const uint64_t b = h.submit(turn2, greedy(4));
+  h.run();
+  EXPECT_EQ(h.runner->forks, 0);
+  EXPECT_EQ(h.core->stats().prefix_cache_hits, 1u);
+  EXPECT_EQ(h.sinks[b]->events.back().usage.cached_tokens, 47);
+  Harness cold(10000, opts(256, 8, 0));
+  const uint64_t c = cold.submit(turn2, greedy(4));
+  cold.run();
+  EXPECT_EQ(h.sinks[b]->tokens(), cold.sinks[c]->tokens());
+}
+
 TEST(Scheduler, CancelWaitingAndRunning) {
   Harness h(10000, opts(16, 2));
   const uint64_t a = h.submit(ramp(100), greedy(50));
@@ -196,14 +262,19 @@ TEST(Scheduler, ValidationErrorsAreEventsNotCrashes) {
 // Random submissions, cancellations and memory pressure. After every step: KV integrity
 // (free + used == total, tables match computed tokens), ordering, and the oldest running
 // request was scheduled (nobody starves). At the end every request has finished.
+// The fake runner keeps every token in its simulated pages and throws if a page is written
+// while another table holds it or loses its contents, so this also checks the page tables.
+// At the end, dropping the snapshots returns the pool to fully free.
 TEST(Scheduler, PropertyRandomWorkloads) {
   uint64_t hits = 0, preemptions = 0;
+  int64_t forks = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed);
-    const kv::KvSpec s = small_spec();
+    const int64_t T = seed % 3 == 0 ? 4 : seed % 3 == 1 ? 16 : 20;
+    const kv::KvSpec s = small_spec(T);
     const int64_t max_len = 400;
-    const int64_t n_blocks = s.blocks_for(max_len) + int64_t(rng() % 60);
-    Harness h(n_blocks, opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 3)), max_len);
+    const int64_t n_blocks = s.blocks_for(max_len) + int64_t(rng() % 60) * 16 / T;
+    Harness h(n_blocks, opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 4)), max_len, 1, T);
     std::vector<uint64_t> live;
     std::map<uint64_t, std::vector<int32_t>> prompts;
     std::vector<std::vector<int32_t>> finished_tokens;  // prompt + output of finished requests
@@ -255,7 +326,13 @@ TEST(Scheduler, PropertyRandomWorkloads) {
     EXPECT_GT(submitted, 50);
     hits += h.core->stats().prefix_cache_hits;
     preemptions += h.core->stats().preemptions_total;
+    forks += h.runner->forks;
+    h.core->drop_prefix_cache();
+    h.check();
+    EXPECT_EQ(h.core->scheduler().kv().free_blocks(), n_blocks);
+    EXPECT_TRUE(h.runner->snaps.empty());
   }
   EXPECT_GT(hits, 0u);
+  EXPECT_GT(forks, 0);
   EXPECT_GT(preemptions, 0u);
 }
