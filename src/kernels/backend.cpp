@@ -36,6 +36,14 @@ void Backend::linear_many(const LinearJob* jobs, size_t n) const {
   }
 }
 
+void Backend::index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
+                           int64_t n_keys, bool round_bf16, float* scores) const {
+  // Each score is one key's own computation, so splitting the keys changes nothing.
+  parallel_for(pool(), n_keys, 64, [&](int64_t s0, int64_t s1, int) {
+    index_scores_ref(q, w, n_heads, dim, keys + s0, s1 - s0, round_bf16, scores + s0);
+  });
+}
+
 const Backend& ref_backend() {
   static const RefBackend backend;
   return backend;

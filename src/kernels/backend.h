@@ -40,6 +40,11 @@ class Backend {
   // y equals what its own call would give. The fast backend runs them in one parallel
   // region, so small matrices keep every core busy without a barrier per matrix.
   virtual void linear_many(const LinearJob* jobs, size_t n) const;
+  // Lightning-indexer scores of one query token over n_keys keys (see index_scores_ref);
+  // equal to the referee bit for bit when round_bf16 (reference numerics), within double
+  // reassociation otherwise. Split over pool() by the caller's backend.
+  virtual void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
+                            int64_t n_keys, bool round_bf16, float* scores) const;
   // One head of sink attention over a key list (see sink_attention_ref).
   virtual void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                               float sink, bool round_probs, float* out) const = 0;

@@ -41,4 +41,13 @@ void hadamard_ref(float* x, int64_t n);
 void sink_attention_ref(const float* q, const float* const* keys, int64_t n_keys, int64_t dim,
                         float scale, float sink, bool round_probs, float* out);
 
+// Lightning-indexer scores of one query token (MODEL.md 7.5) against n_keys keys of length
+// dim: q holds n_heads query heads [n_heads, dim], w their weights. With R the bf16 rounding
+// when round_bf16 is set (reference numerics), else the identity:
+//   score[s] = R(float(sum_h double(R(max(R(float(q_h . k_s)), 0) * w_h))))
+// every dot q_h . k_s accumulated in double over c = 0..dim-1 in order, the head sum in
+// double over h in order. Null keys are not allowed.
+void index_scores_ref(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
+                      int64_t n_keys, bool round_bf16, float* scores);
+
 }  // namespace deepinfer::kernels

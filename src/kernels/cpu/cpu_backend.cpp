@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/formats.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -129,6 +130,27 @@ thread_local Scratch tl_work;  // weight tiles of the thread running a row range
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
+// Significant-bit shape of a vector for the exact-sum check of index_scores: ok when every
+// nonzero value is a normal float with at most 2 significant bits; spread = the largest
+// minus the smallest binary exponent over the nonzero values.
+struct Spread {
+  bool ok = false;
+  int spread = 0;
+};
+Spread spread_of(const float* x, int64_t n) {
+  int lo = 255, hi = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &x[i], 4);
+    const int e = int(b >> 23) & 0xff;
+    if ((b & 0x7fffffffu) == 0) continue;
+    if (e == 0 || e == 255 || (b & 0x3fffffu) != 0) return {};
+    lo = std::min(lo, e);
+    hi = std::max(hi, e);
+  }
+  return {true, hi < lo ? 0 : hi - lo};
+}
+
 // What a parallel region needs, captured by one reference (keeps std::function off the heap).
 struct PrepJob {
   const cpu::IsaKernels* k;
@@ -172,6 +194,54 @@ class SimdBackend final : public Backend {
     if (!W.is_quantized()) return linear_f32(x, M, W, y);
     if (!supported(W) || !act_supported(W, act_block)) return scalar_.linear_act_quant(x, M, W, act_block, y);
     run(x, M, W, act_block, y);
+  }
+
+  // The dots run in double SIMD in any order. In reference numerics that must equal the
+  // referee's in-order double sum, which holds when every partial sum is exact: q and k are
+  // FP4-QDQ'd there (at most 2 significant bits each), so every product is a multiple of
+  // 2^(eq_min + ek_min - 2) below 2^(eq_max + ek_max + 2), and dim of them stay exact in a
+  // 53-bit significand while the exponent spreads leave room (spread_q + spread_k + 4 +
+  // log2(dim) <= 53). A pair that fails the check is summed in order instead.
+  void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
+                    int64_t n_keys, bool round, float* scores) const override {
+    if (n_keys <= 0) return;
+    thread_local std::vector<double> qd;  // grow-only: nothing allocated once warm
+    thread_local std::vector<Spread> qs;
+    qd.resize(size_t(n_heads * dim));
+    qs.resize(size_t(n_heads));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      for (int64_t c = 0; c < dim; ++c) qd[h * dim + c] = q[h * dim + c];
+      qs[h] = spread_of(q + h * dim, dim);
+    }
+    int log2_dim = 0;
+    while ((int64_t(1) << log2_dim) < dim) ++log2_dim;
+    const int budget = 53 - 4 - log2_dim;
+    auto R = [round](float x) { return round ? round_bf16(x) : x; };
+    // Plain pointers: inside the lambda a thread_local name would mean the worker's own copy.
+    const double* qdp = qd.data();
+    const Spread* qsp = qs.data();
+    parallel_for(pool_, n_keys, 16, [&](int64_t s0, int64_t s1, int) {
+      thread_local std::vector<double> kd, dots;
+      kd.resize(size_t(dim));
+      dots.resize(size_t(n_heads));
+      for (int64_t s = s0; s < s1; ++s) {
+        const float* k = keys[s];
+        for (int64_t c = 0; c < dim; ++c) kd[c] = k[c];
+        k_.dots_f64(qdp, kd.data(), dim, n_heads, dots.data());
+        const Spread ks = round ? spread_of(k, dim) : Spread{};
+        double total = 0.0;
+        for (int64_t h = 0; h < n_heads; ++h) {
+          double d = dots[h];
+          if (round && !(qsp[h].ok && ks.ok && qsp[h].spread + ks.spread <= budget)) {
+            d = 0.0;
+            for (int64_t c = 0; c < dim; ++c) d += qdp[h * dim + c] * kd[c];
+          }
+          const float dot = std::max(R(float(d)), 0.0f);
+          total += double(R(dot * w[h]));
+        }
+        scores[s] = R(float(total));
+      }
+    });
   }
 
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,

@@ -65,6 +65,9 @@ struct IsaKernels {
   size_t (*scratch_bytes)(const LinearCall& c);
   // y rows [n0, n1) (columns n of y) of the call; scratch is 64-byte aligned.
   void (*rows)(const LinearCall& c, int64_t n0, int64_t n1, void* scratch);
+  // out[h] = sum_c q[h * dim + c] * k[c] in double for h < n_heads, summed in any order
+  // (the caller uses it where every order gives the exact sum, or where order may vary).
+  void (*dots_f64)(const double* q, const double* k, int64_t dim, int64_t n_heads, double* out);
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

@@ -416,6 +416,26 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   }
 }
 
+// ------------------------------------------------------------------------------ indexer dots
+
+void dots_f64(const double* q, const double* k, int64_t dim, int64_t n_heads, double* out) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const double* qh = q + h * dim;
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int64_t c = 0;
+    for (; c + 8 <= dim; c += 8) {
+      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(qh + c), _mm256_loadu_pd(k + c), a0);
+      a1 = _mm256_fmadd_pd(_mm256_loadu_pd(qh + c + 4), _mm256_loadu_pd(k + c + 4), a1);
+    }
+    a0 = _mm256_add_pd(a0, a1);
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, a0);
+    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; c < dim; ++c) sum += qh[c] * k[c];
+    out[h] = sum;
+  }
+}
+
 constexpr IsaKernels kKernels = {
     .name = "avx2",
     .bf16 = false,
@@ -431,6 +451,7 @@ constexpr IsaKernels kKernels = {
     .act_quant = act_quant,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
+    .dots_f64 = dots_f64,
 };
 
 }  // namespace

@@ -780,6 +780,25 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   }
 }
 
+// ------------------------------------------------------------------------------ indexer dots
+
+void dots_f64(const double* q, const double* k, int64_t dim, int64_t n_heads, double* out) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const double* qh = q + h * dim;
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int64_t c = 0;
+    for (; c + 16 <= dim; c += 16) {
+      a0 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c), _mm512_loadu_pd(k + c), a0);
+      a1 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c + 8), _mm512_loadu_pd(k + c + 8), a1);
+    }
+    for (; c < dim; c += 8) {
+      const __mmask8 m = __mmask8(dim - c >= 8 ? 0xff : (1u << (dim - c)) - 1);
+      a0 = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, qh + c), _mm512_maskz_loadu_pd(m, k + c), a0);
+    }
+    out[h] = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  }
+}
+
 constexpr IsaKernels kKernels = {
     .name = "avx512",
     .bf16 = true,
@@ -795,6 +814,7 @@ constexpr IsaKernels kKernels = {
     .act_quant = act_quant,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
+    .dots_f64 = dots_f64,
 };
 
 }  // namespace

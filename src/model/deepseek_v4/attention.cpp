@@ -85,6 +85,7 @@ std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numeri
 
   std::vector<std::vector<int64_t>> chosen(S);
   std::vector<float> score;
+  std::vector<const float*> key_rows;
   std::vector<int64_t> order;
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
@@ -94,24 +95,11 @@ std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numeri
       indexer_rotate_quant(qh, DI, num);
     }
     const int64_t n_vis = std::min((p + 1) / 4, n_keys);
-    score.assign(n_vis, 0.0f);
-    // Scores of all visible entries; long contexts make this loop large, so it is split
-    // over the pool (each score is computed by one thread: results do not depend on it).
-    parallel_for(num.backend->pool(), n_vis, 64, [&](int64_t s0, int64_t s1, int) {
-      for (int64_t s = s0; s < s1; ++s) {
-        const float* k = keys.entry(s);
-        double total = 0.0;
-        for (int64_t h = 0; h < HI; ++h) {
-          const float* qh = q.data() + (t * HI + h) * DI;
-          double d = 0.0;
-          for (int64_t c = 0; c < DI; ++c) d += double(qh[c]) * double(k[c]);
-          float dot = num.bf16(float(d));
-          dot = std::max(dot, 0.0f);
-          total += double(num.bf16(dot * wts[t * HI + h]));
-        }
-        score[s] = num.bf16(float(total));
-      }
-    });
+    score.resize(n_vis);
+    key_rows.resize(n_vis);
+    for (int64_t s = 0; s < n_vis; ++s) key_rows[s] = keys.entry(s);
+    num.backend->index_scores(q.data() + t * HI * DI, wts.data() + t * HI, HI, DI, key_rows.data(), n_vis,
+                              num.reference(), score.data());
     const int64_t k = std::min(cfg.index_topk, n_vis);
     order.resize(n_vis);
     std::iota(order.begin(), order.end(), 0);
