@@ -5,7 +5,7 @@
 //                                       user message with the text
 //   assistant text / thinking / tool_use blocks -> content, reasoning_content, tool_calls
 //   tools [{name, description, input_schema}] -> OpenAI function tools
-//   thinking {"type": "enabled"} -> thinking mode; stop_sequences -> stop
+//   thinking {"type": "enabled" | "adaptive"} -> thinking mode; stop_sequences -> stop
 //   tool_choice {"type": "any"} -> "required", {"type": "tool", "name": X} -> named X
 //     (both enforced, structured_output.h), disable_parallel_tool_use -> one call
 // The answer is content blocks (thinking, text, tool_use) with Anthropic stop reasons;
@@ -132,7 +132,12 @@ Json to_openai(const Json& a) {
   if (a.contains("tool_choice") && a["tool_choice"].is_object() &&
       a["tool_choice"].value("disable_parallel_tool_use", false) == true)
     o["parallel_tool_calls"] = false;
-  if (a.contains("thinking") && a["thinking"].is_object()) o["thinking"] = a["thinking"].value("type", "") == "enabled";
+  // "adaptive" (the model decides whether and how much to think) is DeepSeek's thinking mode;
+  // "enabled" with a budget_tokens too (the budget is not enforced: max_tokens bounds it).
+  if (a.contains("thinking") && a["thinking"].is_object()) {
+    const std::string type = a["thinking"].value("type", "");
+    o["thinking"] = type == "enabled" || type == "adaptive";
+  }
   return o;
 }
 

@@ -1,4 +1,4 @@
-// GET /v1/models, POST /tokenize, POST /detokenize, and the /metrics text.
+// GET /v1/models, GET /v1/models/{id}, POST /tokenize, POST /detokenize, and the /metrics text.
 #include <sstream>
 
 #include "server/chat_prompt.h"
@@ -10,16 +10,29 @@
 
 namespace deepinfer::server {
 
-void handle_models(const Backend& b, httplib::Response& res) {
+namespace {
+
+json model_json(const Backend& b) {
   const EngineInfo& info = b.engine->info();
-  json m = {{"id", b.model_id},
-            {"object", "model"},
-            {"created", unix_time()},
-            {"owned_by", "deepinfer"},
-            {"root", info.model_dir},
-            {"max_model_len", info.max_model_len},
-            {"vocab_size", info.vocab_size}};  // extension: bench-serve draws random prompt ids from it
-  send_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+  return json{{"id", b.model_id},
+              {"object", "model"},
+              {"type", "model"},  // Anthropic's ModelInfo
+              {"created", unix_time()},
+              {"owned_by", "deepinfer"},
+              {"root", info.model_dir},
+              {"max_model_len", info.max_model_len},
+              {"vocab_size", info.vocab_size}};  // extension: bench-serve draws random prompt ids from it
+}
+
+}  // namespace
+
+void handle_models(const Backend& b, httplib::Response& res) {
+  send_json(res, json{{"object", "list"}, {"data", json::array({model_json(b)})}});
+}
+
+void handle_model(const Backend& b, const std::string& id, httplib::Response& res) {
+  if (id != b.model_id) throw ApiError(ErrorCode::kNotFound, "The model `" + id + "` does not exist.", "model");
+  send_json(res, model_json(b));
 }
 
 void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res) {

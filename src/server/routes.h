@@ -15,6 +15,8 @@ void handle_completions(BackendPtr b, const ServerOptions& o, const httplib::Req
 void handle_chat(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
 void handle_messages(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
 void handle_models(const Backend& b, httplib::Response& res);
+// GET /v1/models/{id} (the SDKs' models.retrieve): the model object, 404 for another id.
+void handle_model(const Backend& b, const std::string& id, httplib::Response& res);
 void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
 // Prometheus text exposition of the engine's counters, gauges and histograms.

@@ -76,6 +76,8 @@ void Server::Impl::install_routes() {
     res.status = 200;
   }));
   http.Get("/v1/models", wrap([this](const Request&, Response& res) { handle_models(*ready(), res); }));
+  http.Get(R"(/v1/models/(.+))",
+           wrap([this](const Request& req, Response& res) { handle_model(*ready(), req.matches[1], res); }));
   http.Get("/metrics", wrap([this](const Request&, Response& res) {
     BackendPtr b = ready();
     res.set_content(metrics_text(b->engine->stats(), b->model_id), "text/plain; version=0.0.4");

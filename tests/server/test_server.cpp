@@ -389,3 +389,41 @@ TEST_F(ServerTest, AnthropicMessages) {
   EXPECT_EQ(e["type"], "error");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
+
+// The SDKs' models.retrieve (OpenAI and Anthropic): GET /v1/models/{id}, percent-decoded.
+TEST_F(ServerTest, RetrieveModel) {
+  auto c = srv().client();
+  auto r = c.Get("/v1/models/tiny");
+  ASSERT_EQ(r->status, 200);
+  const json m = json::parse(r->body);
+  const json listed = json::parse(c.Get("/v1/models")->body)["data"][0];
+  EXPECT_EQ(m["id"], "tiny");
+  EXPECT_EQ(m["object"], "model");
+  EXPECT_EQ(m["max_model_len"], listed["max_model_len"]);
+  EXPECT_EQ(c.Get("/v1/models/ti%6Ey")->status, 200);
+  for (const char* other : {"/v1/models/tin", "/v1/models/tiny/x", "/v1/models/deepseek-ai%2Ftiny"}) {
+    r = c.Get(other);
+    ASSERT_EQ(r->status, 404) << other;
+    const json e = json::parse(r->body);
+    EXPECT_EQ(e["error"]["type"], "not_found_error") << other;
+    EXPECT_EQ(e["error"]["param"], "model") << other;
+  }
+}
+
+// Anthropic thinking {"type": "adaptive"} (ThinkingConfigAdaptive of the SDK: the model decides) is thinking
+// mode, as "enabled" is; "disabled" is not.
+TEST_F(ServerTest, AnthropicAdaptiveThinking) {
+  auto first_block = [&](const char* type) {
+    json req = {{"max_tokens", 6}, {"temperature", 0}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+    req["thinking"] = {{"type", type}};
+    if (std::string(type) == "enabled") req["thinking"]["budget_tokens"] = 1024;
+    int st = 0;
+    json r = post(srv(), "/v1/messages", req.dump(), &st);
+    EXPECT_EQ(st, 200) << r.dump();
+    return r["content"][0];
+  };
+  const json enabled = first_block("enabled"), adaptive = first_block("adaptive");
+  EXPECT_EQ(enabled["type"], "thinking");
+  EXPECT_EQ(adaptive, enabled);
+  EXPECT_EQ(first_block("disabled")["type"], "text");
+}
