@@ -27,7 +27,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -r tools/golden/requirements.txt
+.venv/bin/python -m pip install -q -r tools/golden/requirements.txt -r tests/sdk/requirements.txt
 
 echo "setup: building (Release) in build/"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
