@@ -1,12 +1,14 @@
-// Fixed-size memory pages addressed by a 32-bit id: where a sequence's growing attention
-// state (compressed KV entries, indexer keys) lives. Sizes and addresses only; who owns which
-// page is decided elsewhere (the engine's KV block pool, or the sequence itself).
+// Fixed-size memory pages addressed by a 32-bit id: where a sequence's attention state lives
+// (window rings and compressor state in its fixed pages, compressed KV entries and indexer
+// keys in its token pages). Sizes and addresses only; who owns which page is decided
+// elsewhere (the engine's KV block pool, or the sequence itself).
 //
 //   PageArena          one allocation of n_pages * page_bytes made up front (the serving KV
 //                      budget). Ids come from an outside allocator (kv::BlockPool), so the
 //                      arena never hands out pages itself: grow() is -1.
-//   GrowingPageSource  a private source for one standalone sequence (CLI, tests): each
-//                      grow() allocates one page of exactly page_bytes, freed with the source.
+//   GrowingPageSource  a private source for one standalone sequence (CLI, tests) or its fixed
+//                      part: each grow() allocates one page of exactly page_bytes, freed with
+//                      the source.
 //
 // Pages are 64-byte aligned and never move, so a cached page address stays valid for the
 // life of the source. Page memory is not cleared when it changes hands: readers only read

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <vector>
 #include <stdexcept>
 
 namespace deepinfer::kv {
@@ -15,6 +16,19 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t compressor_values(int64_t ratio, int64_t width) {
   const int64_t coff = ratio == 4 ? 2 : 1;
   return 2 * (coff * ratio) * (coff * width);
+}
+
+struct Rows {
+  int64_t n, bytes;  // n rows of `bytes` each
+};
+
+// The fixed buffers of one layer in their page order (kv_spec.h: fixed part).
+std::vector<Rows> fixed_rows(const KvLayout& l, int64_t ratio) {
+  const int64_t v = l.bytes_per_value, coff = ratio == 4 ? 2 : 1;
+  std::vector<Rows> out = {{l.window_tokens, l.head_dim * v}};
+  if (ratio != 0) out.insert(out.end(), 2, Rows{coff * ratio, coff * l.head_dim * v});    // kv, score
+  if (ratio == 4) out.insert(out.end(), 2, Rows{2 * 4, 2 * l.index_head_dim * v});      // indexer kv, score
+  return out;
 }
 }  // namespace
 
@@ -43,10 +57,25 @@ KvSpec KvSpec::make(const KvLayout& layout, int64_t block_tokens) {
   s.c128_row_bytes = layout.head_dim * bpv;
   const int64_t rows = block_tokens / 4 * s.n_c4_layers * s.c4_row_bytes +
                        ceil_div(block_tokens, 128) * s.n_c128_layers * s.c128_row_bytes;
-  // Pages are 64-byte aligned; a model without compressed layers still gets one cache line
-  // per block, which keeps the arithmetic defined (its fixed part then dominates, as it should).
-  s.block_bytes = std::max<int64_t>(kPageAlign, ceil_div(rows, kPageAlign) * kPageAlign);
-  s.fixed_blocks = ceil_div(s.fixed_bytes(), s.block_bytes);
+  for (int64_t r : layout.layer_ratios)
+    for (const Rows& f : fixed_rows(layout, r)) s.fixed_row_bytes = std::max(s.fixed_row_bytes, f.bytes);
+  // Pages are 64-byte aligned and hold at least one fixed row; a model without compressed
+  // layers still gets a page per block, which keeps the arithmetic defined (its fixed part
+  // then dominates, as it should).
+  s.block_bytes = std::max<int64_t>(kPageAlign, ceil_div(std::max(rows, s.fixed_row_bytes), kPageAlign) * kPageAlign);
+  // Fixed rows in order, a row never straddling two pages.
+  int64_t left = 0;  // bytes left in the last fixed page
+  for (int64_t r : layout.layer_ratios)
+    for (const Rows& f : fixed_rows(layout, r))
+      for (int64_t n = f.bytes > 0 ? f.n : 0; n > 0;) {
+        if (left < f.bytes) {
+          ++s.fixed_blocks;
+          left = s.block_bytes;
+        }
+        const int64_t k = std::min(n, left / f.bytes);
+        n -= k;
+        left -= k * f.bytes;
+      }
   return s;
 }
 
@@ -65,7 +94,8 @@ int64_t KvSpec::max_tokens_in(int64_t n_blocks) const {
 std::string KvSpec::describe() const {
   std::ostringstream o;
   o << "KV per sequence: window rings " << window_ring_bytes << " B (" << n_layers << " layers), compressor state "
-    << compressor_state_bytes << " B (fixed: " << fixed_blocks << " blocks); growing: " << n_c4_layers
+    << compressor_state_bytes << " B (fixed: " << fixed_blocks << " blocks = " << fixed_blocks * block_bytes
+    << " B); growing: " << n_c4_layers
     << " ratio-4 layers x " << c4_row_bytes << " B per 4 tokens, " << n_c128_layers << " ratio-128 layers x "
     << c128_row_bytes << " B per 128 tokens; block = " << block_tokens << " tokens = " << block_bytes << " B";
   return o.str();

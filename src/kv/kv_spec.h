@@ -9,14 +9,25 @@
 //   ratio-128 rows     one [head_dim] entry per 128 tokens                                     grows
 //
 // The pool is counted in blocks of `block_tokens` (T) tokens of context. A block is one page
-// of the KV arena with a concrete layout: for every compressed layer, the rows emitted while
-// its T tokens were processed - T/4 main entries + T/4 indexer keys per ratio-4 layer,
-// ceil(T/128) entries per ratio-128 layer (an entry lives in the block of its last token, so
-// a ratio-128 group spanning blocks still has one row) - rounded up to 64 bytes. The model's
-// PageLayout (model/deepseek_v4/state.h) places the rows; the engine checks both agree.
-// The fixed part of a sequence (window rings, compressor state) lives outside the arena in
-// exactly sized buffers and is charged as `fixed_blocks` whole blocks, so blocks_for(n) *
-// block_bytes always covers what a sequence really holds.
+// of the KV arena, and every byte of a sequence's state lives in the pages of its blocks:
+//
+//   growing part   one page per T tokens of context. For every compressed layer, the rows
+//                  emitted while its T tokens were processed - T/4 main entries + T/4 indexer
+//                  keys per ratio-4 layer, ceil(T/128) entries per ratio-128 layer (an entry
+//                  lives in the block of its last token, so a ratio-128 group spanning blocks
+//                  still has one row). Full pages are never written again: forks share them.
+//   fixed part     `fixed_blocks` pages per sequence holding, layer after layer (MTP layers
+//                  last): the window ring (window rows of head_dim), then, on compressed
+//                  layers, the main compressor's kv and score (coff*ratio rows of
+//                  coff*head_dim each), then, on ratio-4 layers, the indexer compressor's kv and
+//                  score (8 rows of 2*index_head_dim each). Rows are packed in that order and
+//                  never straddle two pages: a row that does not fit in what is left of a page
+//                  starts the next one. Rewritten as the sequence advances, so never shared.
+//
+// block_bytes = the growing rows of T tokens, but at least the largest fixed row, rounded up
+// to 64 bytes; so blocks_for(n) * block_bytes is exactly the memory a sequence of n tokens
+// holds (a shared page counted for each holder). The model's PageLayout (model/deepseek_v4/state.h) places the rows; the engine
+// checks both sides compute the same block_bytes and fixed_blocks.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,13 +51,15 @@ struct KvSpec {
   int64_t compressor_state_bytes = 0;   // all compressors together
   int64_t c4_row_bytes = 0;             // one ratio-4 group of one layer (entry + indexer key)
   int64_t c128_row_bytes = 0;           // one ratio-128 entry of one layer
-  int64_t block_bytes = 0;              // one page: the rows above for T tokens, 64-byte multiple
-  int64_t fixed_blocks = 0;
+  int64_t fixed_row_bytes = 0;          // the largest fixed row (ring, compressor kv or score)
+  int64_t block_bytes = 0;              // one page: growing rows for T tokens (>= fixed_row_bytes), 64-byte multiple
+  int64_t fixed_blocks = 0;             // pages of the fixed part, rows packed as above
 
   // Throws std::invalid_argument for a block size that is not a positive multiple of 4 or
   // a layout with an unknown ratio.
   static KvSpec make(const KvLayout& layout, int64_t block_tokens);
 
+  // Bytes of the fixed rows (fixed_blocks * block_bytes minus what page tails leave unused).
   int64_t fixed_bytes() const { return window_ring_bytes + compressor_state_bytes; }
   // Bytes of compressed entries a sequence holds after n_tokens tokens.
   int64_t entry_bytes(int64_t n_tokens) const;

@@ -212,6 +212,53 @@ TEST(KvSpec, BlockBytesEqualTheModelPageLayout) {
   }
 }
 
+// The fixed part (rings, compressor state) is laid out in whole rows on each side: same page
+// count for awkward windows and widths too, pages at least one row wide, and nothing lost but
+// page tails shorter than a row (and the last page's rest).
+TEST(KvSpec, FixedBlocksEqualTheModelFixedLayout) {
+  deepinfer::v4::Config c;
+  for (const auto& d : std::vector<std::vector<int64_t>>{{1, 8, 8}, {3, 24, 8}, {17, 40, 24}, {16, 128, 64}, {128, 512, 128}})
+    for (const auto& ratios : std::vector<std::vector<int64_t>>{{0, 4, 128, 4, 0, 128, 0}, {4}, {128, 128}, {0, 0}, {4, 0, 4, 128, 4}})
+      for (int64_t T : {4, 8, 12, 20, 64, 100, 128, 132, 256, 1000}) {
+        c.window = d[0];
+        c.head_dim = d[1];
+        c.index_head_dim = d[2];
+        c.compress_ratios = ratios;
+        c.n_layers = int64_t(ratios.size()) - (ratios.size() > 1 ? 1 : 0);
+        c.n_mtp_layers = int64_t(ratios.size()) - c.n_layers;
+        const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(c), T);
+        const auto layout = deepinfer::v4::PageLayout::make(c, T);
+        SCOPED_TRACE("window " + std::to_string(d[0]) + " head " + std::to_string(d[1]) + " layers " +
+                     std::to_string(ratios.size()) + " T " + std::to_string(T));
+        EXPECT_EQ(s.block_bytes, layout.page_bytes);
+        EXPECT_EQ(s.fixed_blocks, layout.fixed_pages);
+        EXPECT_GE(s.block_bytes, s.fixed_row_bytes);
+        EXPECT_GE(s.fixed_blocks * s.block_bytes, s.fixed_bytes());
+        EXPECT_LT(s.fixed_blocks * s.block_bytes - s.fixed_bytes(), (s.fixed_blocks - 1) * s.fixed_row_bytes + s.block_bytes);
+      }
+}
+
+// DeepSeek-V4-Flash (MODEL.md: 43 layers + 1 MTP, window 128, head_dim 512, index_head_dim
+// 128, ratios [0,0] + [4,128] x 20 + [4] + [0]): about 23.7 MB of fixed state per sequence,
+// 27 pages of 64 tokens, as few as whole pages allow.
+TEST(KvSpec, V4FlashFixedPart) {
+  KvLayout l;
+  l.window_tokens = 128;
+  l.head_dim = 512;
+  l.index_head_dim = 128;
+  l.layer_ratios = {0, 0};
+  for (int i = 0; i < 20; ++i) l.layer_ratios.insert(l.layer_ratios.end(), {4, 128});
+  l.layer_ratios.insert(l.layer_ratios.end(), {4, 0});
+  const KvSpec s = KvSpec::make(l, 64);
+  EXPECT_EQ(s.window_ring_bytes, 44 * 128 * 512 * 4);
+  EXPECT_EQ(s.compressor_state_bytes, 21 * (2 * 8 * 1024 + 2 * 8 * 256) * 4 + 20 * (2 * 128 * 512) * 4);
+  EXPECT_EQ(s.fixed_bytes(), 23740416);
+  EXPECT_EQ(s.block_bytes, 16 * 21 * (512 + 128) * 4 + 20 * 512 * 4);
+  EXPECT_EQ(s.fixed_row_bytes, 2 * 512 * 4);
+  EXPECT_EQ(s.fixed_blocks, (s.fixed_bytes() + s.block_bytes - 1) / s.block_bytes);
+  EXPECT_EQ(s.fixed_blocks, 27);
+}
+
 TEST(KvManager, ForkSharesFullPagesAndCountsReferences) {
   const KvSpec s = KvSpec::make(tiny_layout(), 16);
   const int64_t F = s.fixed_blocks;

@@ -151,6 +151,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // window columns, any later step W; positions ascend from max(0, p-W+1), invalid ones
   // (beyond p) at the tail. It fixes the 64-wide tiles of the online softmax.
   std::vector<std::vector<const float*>> key_lists(S);
+  std::vector<const float*> ring_rows;
   for (const Segment& sg : segments) {
     LayerState& st = *sg.state;
     const float* sa = a + sg.row0 * d;
@@ -177,8 +178,13 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       selected = indexer_select(cfg, num, L, rope, sa, qr.data() + sg.row0 * cfg.q_lora_rank, sg.n, sg.p0,
                                 st.index_compressor);
     const float* chunk_kv = kv.data() + sg.row0 * Dh;
+    // The ring's rows sit in the sequence's fixed pages: resolved once here (a chunk from
+    // position 0 reads none of them).
+    ring_rows.resize(size_t(Wn));
+    if (sg.p0 > 0)
+      for (int64_t s = 0; s < Wn; ++s) ring_rows[size_t(s)] = st.ring_row(s);
     auto window_key = [&](int64_t p) -> const float* {
-      return p >= sg.p0 ? chunk_kv + (p - sg.p0) * Dh : &st.ring[(p % Wn) * Dh];
+      return p >= sg.p0 ? chunk_kv + (p - sg.p0) * Dh : ring_rows[size_t(p % Wn)];
     };
     const int64_t n_window_cols = sg.p0 == 0 ? std::min(sg.n, Wn) : Wn;
     for (int64_t t = 0; t < sg.n; ++t) {
@@ -213,7 +219,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // The ring keeps the last W window keys of each sequence for later chunks.
   for (const Segment& sg : segments)
     for (int64_t t = std::max<int64_t>(0, sg.n - Wn); t < sg.n; ++t)
-      std::copy_n(&kv[(sg.row0 + t) * Dh], Dh, &sg.state->ring[((sg.p0 + t) % Wn) * Dh]);
+      std::copy_n(&kv[(sg.row0 + t) * Dh], Dh, sg.state->ring_row((sg.p0 + t) % Wn));
 
   // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
   // wo_a is FP8 on disk; the reference multiplies its exact bf16 values (no act-quant).

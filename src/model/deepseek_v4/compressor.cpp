@@ -1,5 +1,6 @@
 #include "model/deepseek_v4/compressor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -43,31 +44,33 @@ static void pool(const std::vector<const float*>& kv_rows, const std::vector<con
 bool compressor_push(CompressorState& st, const float* kvp, const float* sc, int64_t p, float* z) {
   const int64_t r = st.ratio, W = st.width, row_len = st.coff * W;
   const int64_t slot = (st.coff == 2 ? r : 0) + p % r;
-  std::copy(kvp, kvp + row_len, st.kv.begin() + slot * row_len);
-  std::copy(sc, sc + row_len, st.score.begin() + slot * row_len);
+  std::copy(kvp, kvp + row_len, st.kv_row(slot));
+  std::copy(sc, sc + row_len, st.score_row(slot));
   if ((p + 1) % r != 0) return false;
 
   std::vector<const float*> kv_rows, sc_rows;
   if (st.coff == 2) {
     // Slot order: A halves of the previous group's tokens, then B halves of this group's.
     for (int64_t i = 0; i < r; ++i) {
-      kv_rows.push_back(st.kv.data() + i * row_len);
-      sc_rows.push_back(st.score.data() + i * row_len);
+      kv_rows.push_back(st.kv_row(i));
+      sc_rows.push_back(st.score_row(i));
     }
     for (int64_t i = r; i < 2 * r; ++i) {
-      kv_rows.push_back(st.kv.data() + i * row_len + W);
-      sc_rows.push_back(st.score.data() + i * row_len + W);
+      kv_rows.push_back(st.kv_row(i) + W);
+      sc_rows.push_back(st.score_row(i) + W);
     }
   } else {
     for (int64_t i = 0; i < r; ++i) {
-      kv_rows.push_back(st.kv.data() + i * row_len);
-      sc_rows.push_back(st.score.data() + i * row_len);
+      kv_rows.push_back(st.kv_row(i));
+      sc_rows.push_back(st.score_row(i));
     }
   }
   pool(kv_rows, sc_rows, W, z);
-  if (st.coff == 2) {  // the current group becomes the previous one
-    std::copy(st.kv.begin() + r * row_len, st.kv.end(), st.kv.begin());
-    std::copy(st.score.begin() + r * row_len, st.score.end(), st.score.begin());
+  if (st.coff == 2) {  // the current group becomes the previous one (rows r..2r-1 -> 0..r-1)
+    for (int64_t i = 0; i < r; ++i) {
+      std::copy_n(st.kv_row(r + i), row_len, st.kv_row(i));
+      std::copy_n(st.score_row(r + i), row_len, st.score_row(i));
+    }
   }
   return true;
 }

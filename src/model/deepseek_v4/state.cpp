@@ -11,6 +11,40 @@ namespace deepinfer::v4 {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Places runs of rows one after another in pages of page_floats floats, never splitting a row.
+class RowPacker {
+ public:
+  explicit RowPacker(int64_t page_floats) : page_floats_(page_floats) {}
+
+  FixedRows place(int64_t rows, int64_t row_floats) {
+    FixedRows f;
+    f.rows = rows;
+    f.row_floats = row_floats;
+    if (rows <= 0 || row_floats <= 0) return f;
+    if (used_ + row_floats > page_floats_) {  // not even one row fits here: next page
+      ++page_;
+      used_ = 0;
+    }
+    f.page = page_;
+    f.offset = used_;
+    f.per_page = page_floats_ / row_floats;
+    f.first = std::min(rows, (page_floats_ - used_) / row_floats);
+    const int64_t rest = rows - f.first;
+    if (rest == 0) {
+      used_ += rows * row_floats;
+    } else {
+      const int64_t more = ceil_div(rest, f.per_page);  // pages after the first
+      page_ += more;
+      used_ = (rest - (more - 1) * f.per_page) * row_floats;
+    }
+    return f;
+  }
+  int64_t pages() const { return used_ > 0 ? page_ + 1 : page_; }
+
+ private:
+  int64_t page_floats_, page_ = 0, used_ = 0;
+};
 }  // namespace
 
 // ---- page layout
@@ -19,23 +53,44 @@ PageLayout PageLayout::make(const Config& cfg, int64_t block_tokens) {
   if (block_tokens < 1) throw std::invalid_argument("page block size must be at least one token");
   PageLayout p;
   p.block_tokens = block_tokens;
-  int64_t floats = 0;
-  for (int64_t l = 0; l < cfg.n_layers + cfg.n_mtp_layers; ++l) {
+  const int64_t n_states = cfg.n_layers + cfg.n_mtp_layers;
+  int64_t floats = 0, widest = 0;  // growing rows of a page; widest fixed row
+  for (int64_t l = 0; l < n_states; ++l) {
     const int64_t r = cfg.ratio(l);
     int64_t main = -1, index = -1;
+    widest = std::max(widest, cfg.head_dim);
     if (r != 0) {
       main = floats;
       floats += ceil_div(block_tokens, r) * cfg.head_dim;
+      widest = std::max(widest, (r == 4 ? 2 : 1) * cfg.head_dim);
     }
     if (r == 4) {
       index = floats;
       floats += ceil_div(block_tokens, r) * cfg.index_head_dim;
+      widest = std::max(widest, 2 * cfg.index_head_dim);
     }
     p.main_offset.push_back(main);
     p.index_offset.push_back(index);
   }
-  const int64_t a = PageSource::kAlign;
-  p.page_bytes = std::max<int64_t>(a, ceil_div(floats * int64_t(sizeof(float)), a) * a);
+  const int64_t a = PageSource::kAlign, f = int64_t(sizeof(float));
+  p.page_bytes = std::max<int64_t>(a, ceil_div(std::max(floats, widest) * f, a) * a);
+
+  RowPacker pack(p.page_bytes / f);
+  for (int64_t l = 0; l < n_states; ++l) {
+    const int64_t r = cfg.ratio(l), coff = r == 4 ? 2 : 1;
+    LayerRows rows;
+    rows.ring = pack.place(cfg.window, cfg.head_dim);
+    if (r != 0) {
+      rows.main_kv = pack.place(coff * r, coff * cfg.head_dim);
+      rows.main_score = pack.place(coff * r, coff * cfg.head_dim);
+    }
+    if (r == 4) {
+      rows.index_kv = pack.place(2 * 4, 2 * cfg.index_head_dim);
+      rows.index_score = pack.place(2 * 4, 2 * cfg.index_head_dim);
+    }
+    p.fixed.push_back(rows);
+  }
+  p.fixed_pages = pack.pages();
   return p;
 }
 
@@ -67,6 +122,8 @@ float* PageTable::page_for_write(int64_t b) {
 
 void PageTable::push(int32_t id) {
   float* data = reinterpret_cast<float*>(source_->page(id));  // throws for a bad id, before any change
+  if (fixed_source_ == source_ && std::find(fixed_ids_.begin(), fixed_ids_.end(), id) != fixed_ids_.end())
+    throw std::logic_error("KV page " + std::to_string(id) + " is one of the sequence's fixed pages");
   ids_.push_back(id);
   data_.push_back(data);
 }
@@ -78,19 +135,38 @@ void PageTable::adopt(std::span<const int32_t> ids) {
   for (size_t i = ids_.size(); i < ids.size(); ++i) push(ids[i]);
 }
 
+void PageTable::set_fixed(PageSource& source, std::unique_ptr<PageSource> owned, std::vector<int32_t> ids) {
+  if (fixed_source_) throw std::logic_error("a sequence's fixed KV pages are set once");
+  if (std::unordered_set<int32_t>(ids.begin(), ids.end()).size() != ids.size())
+    throw std::logic_error("fixed KV pages repeat a page id");
+  std::vector<float*> data;
+  for (int32_t id : ids) data.push_back(reinterpret_cast<float*>(source.page(id)));  // throws for a bad id
+  fixed_source_ = &source;
+  fixed_owned_ = std::move(owned);
+  fixed_ids_ = std::move(ids);
+  fixed_data_ = std::move(data);
+}
+
+int64_t PageTable::private_bytes() const {
+  return (owned_ ? owned_->bytes() : 0) + (fixed_owned_ ? fixed_owned_->bytes() : 0);
+}
+
 // ---- compressor state
 
-void CompressorState::init(int64_t r, int64_t w, int64_t page_offset) {
+void CompressorState::init(int64_t r, int64_t w, int64_t page_offset, const FixedRows& kv, const FixedRows& score) {
   ratio = r;
   coff = r == 4 ? 2 : 1;
   width = w;
   page_offset_ = page_offset;
-  reset();
+  kv_ = kv;
+  score_ = score;
 }
 
 void CompressorState::reset() {
-  kv.assign(coff * ratio * coff * width, 0.0f);
-  score.assign(coff * ratio * coff * width, -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < coff * ratio; ++i) {
+    std::fill_n(kv_row(i), coff * width, 0.0f);
+    std::fill_n(score_row(i), coff * width, -std::numeric_limits<float>::infinity());
+  }
   n_entries_ = 0;
 }
 
@@ -106,89 +182,162 @@ float* CompressorState::append_entry(int64_t w) {
 
 // ---- sequence state
 
-static LayerState make_layer_state(const Config& cfg, int64_t layer, const PageLayout& layout) {
-  const int64_t ratio = cfg.ratio(layer);
-  LayerState s;
-  s.ring.assign(cfg.window * cfg.head_dim, 0.0f);
-  if (ratio != 0) s.compressor.init(ratio, cfg.head_dim, layout.main_offset[size_t(layer)]);
-  if (ratio == 4) s.index_compressor.init(4, cfg.index_head_dim, layout.index_offset[size_t(layer)]);
-  return s;
-}
-
 void SequenceState::bind_pages() {
   for (auto* group : {&layers, &mtp_layers})
     for (auto& l : *group) {
+      l.pages_ = pages_.get();
       l.compressor.pages_ = pages_.get();
       l.index_compressor.pages_ = pages_.get();
     }
 }
 
-SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout, PageSource& pages,
-                                    std::unique_ptr<PageSource> owned) {
-  if (pages.page_bytes() < layout.page_bytes)
-    throw std::invalid_argument("pages of " + std::to_string(pages.page_bytes()) + " B are smaller than the " +
-                                std::to_string(layout.page_bytes) + " B this model's layout needs");
+SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout, std::unique_ptr<PageTable> table) {
+  for (PageSource* src : {&table->source(), &table->fixed_source()})
+    if (src->page_bytes() < layout.page_bytes)
+      throw std::invalid_argument("pages of " + std::to_string(src->page_bytes()) + " B are smaller than the " +
+                                  std::to_string(layout.page_bytes) + " B this model's layout needs");
+  auto layer_state = [&](int64_t layer) {
+    const int64_t ratio = cfg.ratio(layer);
+    const PageLayout::LayerRows& rows = layout.fixed[size_t(layer)];
+    LayerState s;
+    s.ring_ = rows.ring;
+    if (ratio != 0)
+      s.compressor.init(ratio, cfg.head_dim, layout.main_offset[size_t(layer)], rows.main_kv, rows.main_score);
+    if (ratio == 4)
+      s.index_compressor.init(4, cfg.index_head_dim, layout.index_offset[size_t(layer)], rows.index_kv, rows.index_score);
+    return s;
+  };
   SequenceState st;
-  for (int64_t l = 0; l < cfg.n_layers; ++l) st.layers.push_back(make_layer_state(cfg, l, layout));
-  for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) st.mtp_layers.push_back(make_layer_state(cfg, cfg.n_layers + k, layout));
-  st.pages_ = std::make_unique<PageTable>(pages, std::move(owned), layout.block_tokens);
+  for (int64_t l = 0; l < cfg.n_layers; ++l) st.layers.push_back(layer_state(l));
+  for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) st.mtp_layers.push_back(layer_state(cfg.n_layers + k));
+  st.pages_ = std::move(table);
+  st.fixed_page_bytes_ = layout.page_bytes;
   st.bind_pages();
+  st.reset();
   return st;
 }
 
+namespace {
+std::vector<int32_t> grow_pages(PageSource& src, int64_t n) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = src.grow();
+    if (id < 0) throw std::length_error("standalone sequence: out of page ids");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// A private source holding n fresh fixed pages, and their ids.
+std::pair<std::unique_ptr<PageSource>, std::vector<int32_t>> private_fixed_pages(int64_t page_bytes, int64_t n) {
+  auto src = std::make_unique<GrowingPageSource>(page_bytes);
+  std::vector<int32_t> ids = grow_pages(*src, n);
+  return {std::move(src), std::move(ids)};
+}
+}  // namespace
+
+SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout, PageSource& pages,
+                                    std::span<const int32_t> fixed_ids) {
+  if (int64_t(fixed_ids.size()) != layout.fixed_pages)
+    throw std::logic_error("a sequence needs " + std::to_string(layout.fixed_pages) + " fixed KV pages, got " +
+                           std::to_string(fixed_ids.size()));
+  auto table = std::make_unique<PageTable>(pages, nullptr, layout.block_tokens);
+  table->set_fixed(pages, nullptr, std::vector<int32_t>(fixed_ids.begin(), fixed_ids.end()));
+  return create(cfg, layout, std::move(table));
+}
+
 SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout, PageSource& pages) {
-  return create(cfg, layout, pages, nullptr);
+  auto table = std::make_unique<PageTable>(pages, nullptr, layout.block_tokens);
+  auto [src, ids] = private_fixed_pages(layout.page_bytes, layout.fixed_pages);
+  PageSource& fixed = *src;
+  table->set_fixed(fixed, std::move(src), std::move(ids));
+  return create(cfg, layout, std::move(table));
 }
 
 SequenceState SequenceState::create(const Config& cfg, int64_t block_tokens) {
   const PageLayout layout = PageLayout::make(cfg, block_tokens);
   auto source = std::make_unique<GrowingPageSource>(layout.page_bytes);
   PageSource& src = *source;
-  return create(cfg, layout, src, std::move(source));
+  std::vector<int32_t> fixed = grow_pages(src, layout.fixed_pages);  // ids 0 .. fixed_pages - 1
+  auto table = std::make_unique<PageTable>(src, std::move(source), block_tokens);
+  table->set_fixed(src, nullptr, std::move(fixed));
+  return create(cfg, layout, std::move(table));
+}
+
+void SequenceState::expect_fixed_pages(std::span<const int32_t> ids) const {
+  const std::vector<int32_t>& mine = pages_->fixed_ids();
+  if (!std::equal(mine.begin(), mine.end(), ids.begin(), ids.end()))
+    throw std::logic_error("fixed KV pages changed under a sequence");
+}
+
+SequenceState SequenceState::fork(std::span<const int32_t> ids, std::span<const int32_t> fixed_ids) const {
+  const PageTable& from = *pages_;
+  if (from.standalone()) throw std::logic_error("fork: a standalone sequence's pages are private");
+  if (fixed_ids.size() != from.fixed_ids().size())
+    throw std::logic_error("fork: " + std::to_string(fixed_ids.size()) + " fixed pages for a sequence that has " +
+                           std::to_string(from.fixed_ids().size()));
+  // The fixed pages are rewritten as the fork advances: none may be a page someone else reads.
+  std::unordered_set<int32_t> taken(from.ids().begin(), from.ids().end());
+  taken.insert(ids.begin(), ids.end());
+  if (&from.fixed_source() == &from.source()) taken.insert(from.fixed_ids().begin(), from.fixed_ids().end());
+  for (int32_t id : fixed_ids)
+    if (taken.count(id)) throw std::logic_error("fork: fixed page " + std::to_string(id) + " is not a fresh page");
+  auto table = std::make_unique<PageTable>(from.source(), nullptr, from.block_tokens());
+  table->set_fixed(from.source(), nullptr, std::vector<int32_t>(fixed_ids.begin(), fixed_ids.end()));
+  return fork_into(*this, ids, std::move(table));
 }
 
 SequenceState SequenceState::fork(std::span<const int32_t> ids) const {
   const PageTable& from = *pages_;
   if (from.standalone()) throw std::logic_error("fork: a standalone sequence's pages are private");
+  auto table = std::make_unique<PageTable>(from.source(), nullptr, from.block_tokens());
+  auto [src, fixed] = private_fixed_pages(fixed_page_bytes_, int64_t(from.fixed_ids().size()));
+  PageSource& s = *src;
+  table->set_fixed(s, std::move(src), std::move(fixed));
+  return fork_into(*this, ids, std::move(table));
+}
+
+SequenceState SequenceState::fork_into(const SequenceState& src, std::span<const int32_t> ids,
+                                       std::unique_ptr<PageTable> table) {
+  const PageTable& from = *src.pages_;
   const int64_t T = from.block_tokens();
-  const int64_t n_used = std::min(from.size(), ceil_div(n_past, T));  // pages holding entries
+  const int64_t n_used = std::min(from.size(), ceil_div(src.n_past, T));  // pages holding entries
   if (int64_t(ids.size()) < n_used) throw std::logic_error("fork: fewer pages than the sequence fills");
   const std::unordered_set<int32_t> old_ids(from.ids().begin(), from.ids().end());
   SequenceState out;
-  out.n_past = n_past;
-  out.layers = layers;
-  out.mtp_layers = mtp_layers;
-  out.pages_ = std::make_unique<PageTable>(from.source(), nullptr, T);
+  out.n_past = src.n_past;
+  out.layers = src.layers;
+  out.mtp_layers = src.mtp_layers;
+  out.fixed_page_bytes_ = src.fixed_page_bytes_;
+  out.pages_ = std::move(table);
   const size_t page_bytes = size_t(from.source().page_bytes());
   for (size_t i = 0; i < ids.size(); ++i) {
     const bool in_use = int64_t(i) < n_used;
     if (in_use && ids[i] == from.ids()[i]) {
-      if (int64_t(i + 1) * T > n_past) throw std::logic_error("fork: a partly filled page cannot be shared");
+      if (int64_t(i + 1) * T > src.n_past) throw std::logic_error("fork: a partly filled page cannot be shared");
     } else if (old_ids.count(ids[i])) {
       throw std::logic_error("fork: page " + std::to_string(ids[i]) + " would alias another page of the source");
     }
     out.pages_->push(ids[i]);
     if (in_use && ids[i] != from.ids()[i]) std::memcpy(out.pages_->page(int64_t(i)), from.page(int64_t(i)), page_bytes);
   }
+  // Fixed rows all lie in the first fixed_page_bytes_ of a page.
+  for (size_t i = 0; i < from.fixed_ids().size(); ++i)
+    std::memcpy(out.pages_->fixed_pages()[i], from.fixed_pages()[i], size_t(src.fixed_page_bytes_));
   out.bind_pages();
   return out;
 }
 
 int64_t SequenceState::bytes() const {
-  int64_t n = 0;
-  for (const auto* group : {&layers, &mtp_layers})
-    for (const auto& l : *group)
-      n += int64_t(l.ring.capacity() + l.compressor.kv.capacity() + l.compressor.score.capacity() +
-                   l.index_compressor.kv.capacity() + l.index_compressor.score.capacity()) *
-           int64_t(sizeof(float));
-  return n + pages_->size() * pages_->source().page_bytes();
+  return int64_t(pages_->fixed_ids().size()) * pages_->fixed_source().page_bytes() +
+         pages_->size() * pages_->source().page_bytes();
 }
 
 void SequenceState::reset() {
   n_past = 0;
   for (auto* group : {&layers, &mtp_layers})
     for (auto& l : *group) {
-      std::fill(l.ring.begin(), l.ring.end(), 0.0f);
+      for (int64_t s = 0; s < l.window(); ++s) std::fill_n(l.ring_row(s), l.ring_.row_floats, 0.0f);
       if (l.compressor.ratio) l.compressor.reset();
       if (l.index_compressor.ratio) l.index_compressor.reset();
     }

@@ -2,12 +2,16 @@
 // step needs: the window ring, the compressors' partial groups and their emitted entries.
 // Fresh state is kv = 0 and score = -inf (the reference never resets; a clean engine must).
 //
-// Memory: the ring and the compressors' kv/score buffers have a fixed size per sequence and
-// are plain vectors of exactly that size. The emitted entries grow with the context and
-// live in fixed-size pages (core/page_arena.h), one page per `block_tokens` tokens of
-// context, reached through the sequence's PageTable. A standalone sequence grows its own
-// pages; an engine sequence gets page ids from the engine's KV pool (adopt_pages) before
-// the tokens that need them, and may share full pages with other sequences (fork).
+// Memory: all of it lives in fixed-size pages (core/page_arena.h); the objects below hold
+// only page addresses, counters and where each row sits (O(1) per layer). Two parts:
+//   fixed    the window rings and the compressors' kv/score rows: PageLayout::fixed_pages
+//            pages for the life of the sequence, rewritten as it advances (never shared);
+//   growing  the emitted entries: one page per `block_tokens` tokens of context, reached
+//            through the sequence's PageTable; a full one is never written again.
+// An engine sequence gets every page id from the engine's KV pool: its fixed blocks at
+// create, its token pages through adopt_pages before the tokens that need them; it may share
+// full token pages with other sequences (fork). A standalone sequence (CLI, tests) grows all
+// its pages from a private source.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,26 +23,67 @@
 
 namespace deepinfer::v4 {
 
-// What one page holds. A page covers block_tokens tokens [b*T, (b+1)*T) of context: for
-// every compressed layer (backbone layers, then MTP layers), the entries emitted while those
+// Where the rows of one fixed buffer sit in a sequence's fixed pages: `rows` rows of
+// `row_floats` floats; row 0 at float `offset` of fixed page `page`, the `first` rows there
+// one after another, the rest filling the following pages from their start, `per_page` each.
+// No row straddles two pages.
+struct FixedRows {
+  int64_t rows = 0, row_floats = 0;
+  int64_t page = 0, offset = 0, first = 0, per_page = 0;
+
+  // Row i, given the addresses of the sequence's fixed pages.
+  float* row(float* const* pages, int64_t i) const {
+    if (i < first) return pages[page] + offset + i * row_floats;
+    const int64_t j = i - first;
+    return pages[page + 1 + j / per_page] + (j % per_page) * row_floats;
+  }
+};
+
+// The page layout of one sequence; kv::KvSpec (kv/kv_spec.h) computes the same page size and
+// fixed page count on its side of the dependency line, and the engine checks both agree.
+//
+// Growing part. A page covers block_tokens tokens [b*T, (b+1)*T) of context: for every
+// compressed layer (backbone layers, then MTP layers), the entries emitted while those
 // tokens were processed: ceil(T / ratio) rows of head_dim (main compressor) and, on ratio-4
 // layers, as many rows of index_head_dim (indexer keys). Entry w of a ratio-r compressor is
 // emitted by token r*(w+1)-1, so it lives in page (r*(w+1)-1) / T at row w - floor(b*T/r);
 // a ratio-128 entry thus sits in the page of its last token even when its group spans pages.
 // Consequence: a page whose tokens have all been processed is never written again, so it
 // can be shared read-only between sequences.
+//
+// Fixed part: fixed_pages pages holding, in this order, for every layer (backbone layers,
+// then MTP layers):
+//   ring          window rows of head_dim floats (position p in row p % window)
+//   main kv       coff*ratio rows of coff*head_dim floats     ratio != 0 (coff: 2 for ratio 4,
+//   main score    the same                                     else 1)
+//   index kv      8 rows of 2*index_head_dim floats            ratio 4
+//   index score   the same
+// packed row after row from float 0 of fixed page 0; a row that does not fit in what is left
+// of a page starts the next one (the tail stays unused), so no row straddles two pages.
+//
+// Page size: the growing rows of T tokens, but at least the largest fixed row (so every row
+// fits in a page; only a model without compressed layers or a tiny T gets the larger size),
+// rounded up to 64 bytes.
 struct PageLayout {
+  struct LayerRows {
+    FixedRows ring, main_kv, main_score, index_kv, index_score;  // rows == 0 where the layer has none
+  };
+
   int64_t block_tokens = 0;
-  int64_t page_bytes = 0;  // rows of all layers, rounded up to 64 bytes (at least 64)
-  // Per layer state (backbone layers, then MTP layers), in floats from the page start;
-  // -1 where the layer has no such compressor.
+  int64_t page_bytes = 0;
+  // Growing part, per layer state (backbone layers, then MTP layers), in floats from the page
+  // start; -1 where the layer has no such compressor.
   std::vector<int64_t> main_offset, index_offset;
+  // Fixed part, per layer state.
+  int64_t fixed_pages = 0;
+  std::vector<LayerRows> fixed;
 
   // Throws std::invalid_argument for block_tokens < 1.
   static PageLayout make(const Config& cfg, int64_t block_tokens);
 };
 
-// Logical block i of one sequence (tokens [i*T, (i+1)*T)) -> a page of a PageSource.
+// A sequence's pages: its fixed pages, and logical block i (tokens [i*T, (i+1)*T)) -> a page
+// of a PageSource.
 class PageTable {
  public:
   // `owned` set: a standalone table that grows its own pages from it (and frees them with it).
@@ -59,23 +104,42 @@ class PageTable {
   void adopt(std::span<const int32_t> ids);
   void push(int32_t id);
 
+  // Fixed part: pages `ids` of `source`, set once. With `owned`, source is that private
+  // source, which the table keeps. std::logic_error for a repeated id.
+  void set_fixed(PageSource& source, std::unique_ptr<PageSource> owned, std::vector<int32_t> ids);
+  const std::vector<int32_t>& fixed_ids() const { return fixed_ids_; }
+  PageSource& fixed_source() const { return *fixed_source_; }
+  float* const* fixed_pages() const { return fixed_data_.data(); }
+  // Bytes of the private sources (pages the table grew or was given for itself).
+  int64_t private_bytes() const;
+
  private:
   PageSource* source_;
   std::unique_ptr<PageSource> owned_;
   int64_t block_tokens_;
   std::vector<int32_t> ids_;
   std::vector<float*> data_;  // page addresses, cached (pages never move)
+  PageSource* fixed_source_ = nullptr;
+  std::unique_ptr<PageSource> fixed_owned_;
+  std::vector<int32_t> fixed_ids_;
+  std::vector<float*> fixed_data_;
 };
 
 struct CompressorState {
   int64_t ratio = 0, coff = 1, width = 0;
-  // Rows of projections waiting to be pooled, [coff*ratio, coff*width] each.
-  // ratio 4 (coff 2): rows 0..3 hold the previous complete group, rows 4..7 the current one.
-  // other ratios (coff 1): rows 0..ratio-1 hold the current group.
-  std::vector<float> kv, score;
 
-  // entries: page_offset (floats) is where this compressor's rows start in every page.
-  void init(int64_t ratio, int64_t width, int64_t page_offset);
+  // Rows of projections waiting to be pooled, coff*ratio rows of coff*width floats each, in
+  // the fixed pages. ratio 4 (coff 2): rows 0..3 hold the previous complete group, rows 4..7
+  // the current one. other ratios (coff 1): rows 0..ratio-1 hold the current group.
+  float* kv_row(int64_t i) { return kv_.row(pages_->fixed_pages(), i); }
+  float* score_row(int64_t i) { return score_.row(pages_->fixed_pages(), i); }
+  const float* kv_row(int64_t i) const { return kv_.row(pages_->fixed_pages(), i); }
+  const float* score_row(int64_t i) const { return score_.row(pages_->fixed_pages(), i); }
+
+  // page_offset (floats) is where this compressor's entries start in every token page; kv
+  // and score, where its pending rows sit in the fixed pages.
+  void init(int64_t ratio, int64_t width, int64_t page_offset, const FixedRows& kv, const FixedRows& score);
+  // kv = 0, score = -inf, no entries.
   void reset();
   // Emitted entries [n_entries, width], finished (normed, roped, QDQ'd), in pages.
   int64_t n_entries() const { return n_entries_; }
@@ -92,12 +156,23 @@ struct CompressorState {
   PageTable* pages_ = nullptr;  // the owning sequence's table (stable: held by unique_ptr)
   int64_t page_offset_ = 0;
   int64_t n_entries_ = 0;
+  FixedRows kv_, score_;
 };
 
 struct LayerState {
-  std::vector<float> ring;           // [window, head_dim]; position p lives in slot p % window
   CompressorState compressor;        // main KV compressor (ratio != 0)
   CompressorState index_compressor;  // lightning indexer keys (ratio 4)
+
+  // Window ring: row `slot` [head_dim] of the ring's rows (position p lives in slot p % window).
+  // A row lookup costs a division; the attention resolves the rows it reads once per step.
+  int64_t window() const { return ring_.rows; }
+  float* ring_row(int64_t slot) { return ring_.row(pages_->fixed_pages(), slot); }
+  const float* ring_row(int64_t slot) const { return ring_.row(pages_->fixed_pages(), slot); }
+
+ private:
+  friend struct SequenceState;
+  PageTable* pages_ = nullptr;
+  FixedRows ring_;
 };
 
 struct SequenceState {
@@ -107,27 +182,39 @@ struct SequenceState {
   std::vector<LayerState> layers;
   std::vector<LayerState> mtp_layers;
 
-  // A standalone sequence (CLI, tests): pages of block_tokens tokens from a private source
-  // that grows with the context.
+  // A standalone sequence (CLI, tests): fixed pages and pages of block_tokens tokens from a
+  // private source that grows with the context.
   static SequenceState create(const Config& cfg, int64_t block_tokens = kDefaultBlockTokens);
-  // A sequence whose pages (layout.page_bytes each) come from `pages`, with ids handed out
-  // by an outside allocator through adopt_pages. `pages` must outlive the sequence.
+  // An engine sequence: every page (layout.page_bytes or more each) comes from `pages`, with
+  // ids handed out by an outside allocator: fixed_ids (layout.fixed_pages ids, kept for life)
+  // now, token pages through adopt_pages. `pages` must outlive the sequence.
+  // std::logic_error for a wrong count or a repeated id, std::out_of_range for a bad one.
+  static SequenceState create(const Config& cfg, const PageLayout& layout, PageSource& pages,
+                              std::span<const int32_t> fixed_ids);
+  // The same with the fixed part in a private source of its own (tests of the token pages).
   static SequenceState create(const Config& cfg, const PageLayout& layout, PageSource& pages);
 
   // Extends the page table to ids (see PageTable::adopt). Block i must be adopted before a
   // token of [i*T, (i+1)*T) is processed, else the forward throws std::logic_error.
   void adopt_pages(std::span<const int32_t> ids) { pages_->adopt(ids); }
+  // std::logic_error unless the fixed pages are exactly ids (they never change).
+  void expect_fixed_pages(std::span<const int32_t> ids) const;
   // A new sequence continuing from this one, with page table ids: where ids[i] equals this
   // table's page, the page is shared (it must be full: every token of block i processed);
   // where it differs, this page is copied into it (copy on write of a partly filled page).
-  // Fixed parts are copied. Not for standalone sequences (their pages are private).
+  // The fixed pages are always copied: into pages fixed_ids of this sequence's source (fresh
+  // ones: none of this sequence's pages, nor of ids), or, without fixed_ids, into a private
+  // source. Not for standalone sequences (their pages are private).
+  SequenceState fork(std::span<const int32_t> ids, std::span<const int32_t> fixed_ids) const;
   SequenceState fork(std::span<const int32_t> ids) const;
 
   const PageTable& pages() const { return *pages_; }
-  // Bytes this sequence holds: fixed buffers plus one page per table entry (shared pages
-  // count for every sequence that holds them).
+  // Bytes of the pages this sequence holds: fixed pages plus one page per table entry (shared
+  // pages count for every sequence that holds them).
   int64_t bytes() const;
-  // Back to position 0; the page table is kept (and reused).
+  // Of those, bytes in private sources (not in a shared arena): 0 for an engine sequence.
+  int64_t private_bytes() const { return pages_->private_bytes(); }
+  // Back to position 0; the pages are kept (and reused).
   void reset();
 
   SequenceState() = default;
@@ -135,10 +222,12 @@ struct SequenceState {
   SequenceState& operator=(SequenceState&&) = default;
 
  private:
-  static SequenceState create(const Config& cfg, const PageLayout& layout, PageSource& pages,
-                              std::unique_ptr<PageSource> owned);
-  void bind_pages();  // points every compressor at pages_
+  static SequenceState create(const Config& cfg, const PageLayout& layout, std::unique_ptr<PageTable> table);
+  static SequenceState fork_into(const SequenceState& from, std::span<const int32_t> ids,
+                                 std::unique_ptr<PageTable> table);
+  void bind_pages();  // points every layer and compressor at pages_
   std::unique_ptr<PageTable> pages_;
+  int64_t fixed_page_bytes_ = 0;  // layout.page_bytes: every fixed row lies in a page's first bytes
 };
 
 }  // namespace deepinfer::v4
