@@ -227,11 +227,13 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
     max_len = max_pos > 0 ? std::min(max_pos, capacity) : capacity;
   }
   log_info("%s", spec.describe().c_str());
-  // The arena (n_blocks pages, allocated once by the runner) holds the compressed entries; each
-  // sequence's rings and compressor state are separate exact buffers charged as fixed blocks.
-  log_info("KV pool: %lld blocks (%.1f MiB arena), %.1f MiB fixed state per sequence, max model length %lld tokens",
+  // The arena (n_blocks pages, allocated once by the runner) is all the KV memory: every
+  // sequence's rings and compressor state (its fixed blocks) and its compressed entries.
+  log_info("KV pool: %lld blocks (%.1f MiB arena), %lld blocks (%.1f MiB) fixed state per sequence, max model length "
+           "%lld tokens",
            (long long)n_blocks, double(n_blocks) * double(spec.block_bytes) / (1024.0 * 1024.0),
-           double(spec.fixed_bytes()) / (1024.0 * 1024.0), (long long)max_len);
+           (long long)spec.fixed_blocks, double(spec.fixed_blocks * spec.block_bytes) / (1024.0 * 1024.0),
+           (long long)max_len);
 
   EngineInfo info;
   info.model_dir = o.model_dir;

@@ -189,7 +189,8 @@ int64_t EngineCore::step() {
       stats_.queue_seconds.observe(seconds(now - r.t_arrival));
     }
     chunks_.push_back({r.id, r.tokens.data() + r.num_computed, s.n_tokens, r.num_computed,
-                       r.num_computed + s.n_tokens == r.num_tokens(), scheduler_.kv().pages(r.id)});
+                       r.num_computed + s.n_tokens == r.num_tokens(), scheduler_.kv().pages(r.id),
+                       scheduler_.kv().fixed(r.id)});
     n_run += s.n_tokens;
   }
   try {

@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace deepinfer::engine {
@@ -16,10 +17,11 @@ ModelRunner::ModelRunner(std::unique_ptr<v4::Model> model, int threads, const st
 
 void ModelRunner::bind_kv(const kv::KvSpec& spec, int64_t n_blocks) {
   layout_ = v4::PageLayout::make(model_->config(), spec.block_tokens);
-  if (layout_.page_bytes != spec.block_bytes)
-    throw std::logic_error("KV spec and model disagree on the page size: " + std::to_string(spec.block_bytes) +
+  if (layout_.page_bytes != spec.block_bytes || layout_.fixed_pages != spec.fixed_blocks)
+    throw std::logic_error("KV spec and model disagree on the page layout: " + std::to_string(spec.block_bytes) +
                            " B vs " + std::to_string(layout_.page_bytes) + " B per " +
-                           std::to_string(spec.block_tokens) + " tokens");
+                           std::to_string(spec.block_tokens) + " tokens, " + std::to_string(spec.fixed_blocks) +
+                           " vs " + std::to_string(layout_.fixed_pages) + " fixed pages per sequence");
   seqs_.clear();
   snaps_.clear();
   arena_ = std::make_unique<PageArena>(layout_.page_bytes, n_blocks);
@@ -30,6 +32,27 @@ int64_t ModelRunner::state_bytes() const {
   for (const auto* m : {&seqs_, &snaps_})
     for (const auto& [id, st] : *m) n += st.bytes();
   return n;
+}
+
+int64_t ModelRunner::outside_arena_bytes() const {
+  int64_t n = 0;
+  for (const auto* m : {&seqs_, &snaps_})
+    for (const auto& [id, st] : *m) {
+      n += st.private_bytes();
+      if (&st.pages().source() != arena_.get() || &st.pages().fixed_source() != arena_.get())
+        throw std::logic_error("runner: a state's pages are not in the KV arena");
+    }
+  return n;
+}
+
+std::vector<int32_t> ModelRunner::arena_pages_in_use() const {
+  std::vector<int32_t> ids;
+  for (const auto* m : {&seqs_, &snaps_})
+    for (const auto& [id, st] : *m)
+      for (const auto* part : {&st.pages().fixed_ids(), &st.pages().ids()}) ids.insert(ids.end(), part->begin(), part->end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) {
@@ -44,8 +67,9 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
   for (const ScheduledChunk& c : chunks) {
     auto it = seqs_.find(c.seq_id);
     if (it == seqs_.end())
-      it = seqs_.emplace(c.seq_id, v4::SequenceState::create(model_->config(), layout_, *arena_)).first;
+      it = seqs_.emplace(c.seq_id, v4::SequenceState::create(model_->config(), layout_, *arena_, c.fixed)).first;
     v4::SequenceState& st = it->second;
+    st.expect_fixed_pages(c.fixed);
     if (st.n_past != c.pos0)
       throw std::logic_error("runner: sequence " + std::to_string(c.seq_id) + " holds " + std::to_string(st.n_past) +
                              " tokens but the chunk starts at " + std::to_string(c.pos0));
@@ -85,7 +109,7 @@ void ModelRunner::apply(const StateOp& op) {
     case StateOp::Kind::kForkSnapshot: {
       auto it = snaps_.find(op.snap);
       if (it == snaps_.end()) break;  // as for kRestoreSnapshot
-      seqs_.insert_or_assign(op.seq, it->second.fork(op.pages));
+      seqs_.insert_or_assign(op.seq, it->second.fork(op.pages, op.fixed));
       break;
     }
     case StateOp::Kind::kDropSnapshot:

@@ -1,13 +1,16 @@
 // The runner over the DeepSeek-V4 model: one Model::forward_batch call per step for all
 // scheduled chunks (rows share the weight products; each sequence keeps its own state, and
 // its logits equal what it would get alone). Owns the per-sequence SequenceState objects
-// and the prefix-cache snapshots, keyed by the scheduler's ids, and the KV arena their
-// compressed entries live in: one allocation of n_blocks pages of block_bytes made at
-// bind_kv (the KV budget), addressed by the scheduler's block ids. The arena never grows.
+// and the prefix-cache snapshots, keyed by the scheduler's ids, and the KV arena all their
+// state lives in (fixed part: rings and compressor state; growing part: compressed entries):
+// one allocation of n_blocks pages of block_bytes made at bind_kv (the KV budget),
+// addressed by the scheduler's block ids. The arena never grows; a state object itself holds
+// only page addresses and counters.
 #pragma once
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/page_arena.h"
 #include "core/thread_pool.h"
@@ -34,10 +37,15 @@ class ModelRunner final : public Runner {
   const v4::Model& model() const { return *model_; }
   size_t live_sequences() const { return seqs_.size(); }
   size_t live_snapshots() const { return snaps_.size(); }
-  // Bytes of the KV arena (fixed at bind_kv), and bytes the live states hold (fixed buffers
-  // plus their pages; a shared page counts once per holder).
+  // Bytes of the KV arena (fixed at bind_kv), and bytes of the arena pages the live states
+  // hold (fixed pages plus token pages; a shared page counts once per holder).
   int64_t arena_bytes() const { return arena_ ? arena_->bytes() : 0; }
   int64_t state_bytes() const;
+  // KV bytes the live states hold outside the arena: 0 (std::logic_error if a state's pages
+  // are not the arena's).
+  int64_t outside_arena_bytes() const;
+  // Distinct arena pages the live states hold, sorted.
+  std::vector<int32_t> arena_pages_in_use() const;
 
  private:
   std::unique_ptr<v4::Model> model_;

@@ -6,8 +6,9 @@
 // interchangeable behind it.
 //
 // KV memory: the scheduler owns the block ids (kv::KvManager); the runner owns the bytes
-// behind them (one arena of n_blocks pages, bind_kv). Each chunk carries its sequence's page
-// table, already reserved to cover pos0 + n_tokens tokens.
+// behind them (one arena of n_blocks pages, bind_kv). Each chunk carries its sequence's block
+// table: its fixed blocks (rings, compressor state) and its pages, already reserved to cover
+// pos0 + n_tokens tokens.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -24,6 +25,7 @@ struct ScheduledChunk {
   int64_t pos0 = 0;                 // == the tokens the sequence's state holds already
   bool want_logits = false;         // the chunk reaches the end of the known tokens: sample after it
   std::span<const int32_t> pages;   // the sequence's page table (block ids), pages_for(pos0 + n_tokens) or more
+  std::span<const int32_t> fixed;   // its fixed blocks (spec.fixed_blocks ids, the same for the life of its state)
 };
 
 // Changes to per-sequence state that the scheduler decides and the runner carries out,
@@ -34,13 +36,15 @@ struct StateOp {
     kSaveSnapshot,     // move seq's state to snapshot `snap` (prefix cache)
     kRestoreSnapshot,  // move snapshot `snap` to seq (prefix-cache hit, memory too short to fork)
     kForkSnapshot,     // seq starts as a copy of snapshot `snap` with page table `pages`: pages
-                       // equal to the snapshot's are shared, the others get its rows copied
+                       // equal to the snapshot's are shared, the others get its rows copied;
+                       // the fixed part is copied into seq's own blocks `fixed`
     kDropSnapshot,     // drop snapshot `snap` (evicted)
   };
   Kind kind = Kind::kFree;
   uint64_t seq = 0;
   uint64_t snap = 0;
   std::vector<int32_t> pages;  // kForkSnapshot only
+  std::vector<int32_t> fixed;  // kForkSnapshot only
 };
 
 class Runner {

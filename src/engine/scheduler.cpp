@@ -115,7 +115,7 @@ void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bo
   if (fork) {
     if (!kv_.fork(snap, r->id, hit.n_tokens)) throw std::logic_error("scheduler: fork check and KV pool disagree");
     cache_.touch(hit.snapshot_id);
-    ops_.push_back({StateOp::Kind::kForkSnapshot, r->id, hit.snapshot_id, kv_.pages(r->id)});
+    ops_.push_back({StateOp::Kind::kForkSnapshot, r->id, hit.snapshot_id, kv_.pages(r->id), kv_.fixed(r->id)});
   } else {
     cache_.erase(hit.snapshot_id);
     kv_.transfer(snap, r->id);

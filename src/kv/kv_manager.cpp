@@ -24,6 +24,12 @@ const std::vector<BlockId>& KvManager::pages(OwnerId owner) const {
   return it == tables_.end() ? none : it->second.pages;
 }
 
+const std::vector<BlockId>& KvManager::fixed(OwnerId owner) const {
+  static const std::vector<BlockId> none;
+  auto it = tables_.find(owner);
+  return it == tables_.end() ? none : it->second.fixed;
+}
+
 bool KvManager::reserve(OwnerId owner, int64_t n_tokens) {
   const int64_t extra = extra_needed(owner, n_tokens);
   if (extra == 0) return true;

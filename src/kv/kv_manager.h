@@ -1,15 +1,15 @@
 // Block tables: which owner (a running sequence or a prefix-cache snapshot) holds which
 // blocks. A table has two parts:
-//   fixed   spec.fixed_blocks blocks charged for the window rings and compressor state
-//           (which live outside the arena); always private to the owner;
+//   fixed   spec.fixed_blocks blocks holding the window rings and compressor state
+//           (kv_spec.h: fixed part); always private to the owner (rewritten as it advances);
 //   pages   page i holds the compressed entries of tokens [i*T, (i+1)*T) (kv_spec.h).
 // Owners grow in whole pages as their context grows; the scheduler asks reserve() before it
 // schedules a chunk, so a sequence never outgrows its budget and the model never allocates.
 //
 // Sharing: fork() gives a new owner the full pages of an existing one (reference counts in
 // the pool) and fresh blocks for the rest. A full page is never written again (its tokens are
-// all processed), so sharing it is safe; a partly filled last page is copied (copy on write
-// happens at fork time: the new owner gets a fresh block and the runner copies the rows).
+// all processed), so sharing it is safe; a partly filled last page and the fixed part are
+// copied (at fork time: the new owner gets fresh blocks and the runner copies the rows).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,9 +37,10 @@ class KvManager {
   // blocks it needs to cover n_tokens of context.
   int64_t held(OwnerId owner) const;
   int64_t extra_needed(OwnerId owner, int64_t n_tokens) const;
-  // The owner's pages in token order (empty for an unknown owner). Valid until the next
-  // change to this manager.
+  // The owner's pages in token order, and its fixed blocks (empty for an unknown owner).
+  // Valid until the next change to this manager.
   const std::vector<BlockId>& pages(OwnerId owner) const;
+  const std::vector<BlockId>& fixed(OwnerId owner) const;
   // Grows the owner's table to blocks_for(n_tokens) with fresh blocks; false (no change) if
   // the pool is short. Never shrinks (a sequence's context only grows).
   bool reserve(OwnerId owner, int64_t n_tokens);

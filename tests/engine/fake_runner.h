@@ -6,6 +6,10 @@
 // would silently get wrong: chunk positions, pages covering every token before it is
 // written, nobody writing a page another table holds (shared pages are read-only), forks
 // copying partly filled pages, and page contents surviving other sequences' traffic.
+// Fixed blocks stand for the rings and compressor state: every step rewrites them with a
+// digest of the sequence's tokens and first checks they still hold the previous one, so a
+// fixed block that changes under a sequence, is held by another table, or is not copied by a
+// fork is caught too.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -32,6 +36,7 @@ class FakeRunner final : public Runner {
 
   void bind_kv(const kv::KvSpec& spec, int64_t n_blocks) override {
     block_tokens = spec.block_tokens;
+    fixed_blocks = spec.fixed_blocks;
     n_pages = n_blocks;
     pages.clear();
   }
@@ -39,6 +44,7 @@ class FakeRunner final : public Runner {
   struct Seq {
     std::vector<int32_t> tokens;  // what the pages must hold, in order
     std::vector<int32_t> table;   // page ids
+    std::vector<int32_t> fixed;   // fixed block ids: each holds digest(tokens) in its first slot
   };
 
   void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& rows) override {
@@ -53,12 +59,24 @@ class FakeRunner final : public Runner {
       if (!seen.insert(c.seq_id).second) throw std::logic_error("sequence scheduled twice in one step");
       Seq& st = seqs[c.seq_id];
       if (int64_t(st.tokens.size()) != c.pos0) throw std::logic_error("chunk position does not match the state");
+      if (st.fixed.empty()) {
+        st.fixed.assign(c.fixed.begin(), c.fixed.end());
+        if (int64_t(st.fixed.size()) != fixed_blocks) throw std::logic_error("wrong number of fixed blocks");
+        for (int32_t id : st.fixed)
+          if (held_by_other(id, &st)) throw std::logic_error("fixed block " + std::to_string(id) + " held by another table");
+        stamp(st);
+      }
+      if (!std::equal(st.fixed.begin(), st.fixed.end(), c.fixed.begin(), c.fixed.end()))
+        throw std::logic_error("fixed blocks changed under a sequence");
+      for (int32_t id : st.fixed)
+        if (page(id)[0] != digest(st.tokens)) throw std::logic_error("fixed block contents lost");
       if (c.pages.size() < st.table.size() || !std::equal(st.table.begin(), st.table.end(), c.pages.begin()))
         throw std::logic_error("pages changed under a sequence");
       st.table.assign(c.pages.begin(), c.pages.end());
       if (int64_t(st.table.size()) * block_tokens < c.pos0 + c.n_tokens) throw std::logic_error("chunk past its pages");
       for (int64_t t = 0; t < c.n_tokens; ++t) write(c.seq_id, st, c.pos0 + t, c.tokens[t]);
       st.tokens.insert(st.tokens.end(), c.tokens, c.tokens + c.n_tokens);
+      stamp(st);
       last_step.push_back({c.seq_id, c.n_tokens});
       tokens_run += c.n_tokens;
       if (c.want_logits) fill_row(read(st), rows.data() + row++ * vocab_);
@@ -84,7 +102,7 @@ class FakeRunner final : public Runner {
 
   int64_t vocab_;
   int64_t steps = 0, tokens_run = 0, forks = 0;
-  int64_t block_tokens = 0, n_pages = 0;
+  int64_t block_tokens = 0, fixed_blocks = 0, n_pages = 0;
   std::map<uint64_t, Seq> seqs, snaps;
   std::map<int32_t, std::vector<int32_t>> pages;  // the arena: page id -> its block_tokens slots
   std::vector<std::pair<uint64_t, int64_t>> last_step;
@@ -100,8 +118,20 @@ class FakeRunner final : public Runner {
   bool held_by_other(int32_t id, const Seq* self) const {
     for (const auto* m : {&seqs, &snaps})
       for (const auto& [k, s] : *m)
-        if (&s != self && std::find(s.table.begin(), s.table.end(), id) != s.table.end()) return true;
+        if (&s != self && (std::find(s.table.begin(), s.table.end(), id) != s.table.end() ||
+                           std::find(s.fixed.begin(), s.fixed.end(), id) != s.fixed.end()))
+          return true;
     return false;
+  }
+
+  static int32_t digest(const std::vector<int32_t>& tokens) {
+    uint64_t h = 7;
+    for (int32_t t : tokens) h = mix(h, uint64_t(t));
+    return int32_t(h >> 33);
+  }
+  // Rewrites the fixed blocks, as a step rewrites rings and compressor state.
+  void stamp(const Seq& st) {
+    for (int32_t id : st.fixed) page(id)[0] = digest(st.tokens);
   }
 
   void write(uint64_t seq, const Seq& st, int64_t p, int32_t token) {
@@ -123,7 +153,13 @@ class FakeRunner final : public Runner {
 
   void fork(const StateOp& op) {
     const Seq& src = snaps.at(op.snap);
-    Seq s{src.tokens, op.pages};
+    Seq s{src.tokens, op.pages, op.fixed};
+    if (int64_t(s.fixed.size()) != fixed_blocks) throw std::logic_error("fork: wrong number of fixed blocks");
+    for (size_t i = 0; i < s.fixed.size(); ++i) {
+      if (held_by_other(s.fixed[i], nullptr) || std::count(s.table.begin(), s.table.end(), s.fixed[i]))
+        throw std::logic_error("fork: fixed block " + std::to_string(s.fixed[i]) + " is not fresh");
+      page(s.fixed[i]) = page(src.fixed[i]);
+    }
     const size_t used = (src.tokens.size() + size_t(block_tokens) - 1) / size_t(block_tokens);
     if (s.table.size() < used) throw std::logic_error("fork: too few pages");
     for (size_t i = 0; i < used; ++i) {

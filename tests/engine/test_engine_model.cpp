@@ -3,6 +3,7 @@
 // prefix-cache snapshot change nothing; the threaded public Engine streams and cancels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -266,6 +267,71 @@ TEST(EngineModel, TightPoolWithForksQueuesAndPreempts) {
   }
   tight.core->drop_prefix_cache();
   EXPECT_EQ(tight.core->scheduler().kv().used_blocks(), 0);
+}
+
+// All KV memory is the arena. With many sequences and snapshots live (forks among them,
+// eviction under a tight budget), after every step: the runner holds no KV byte outside the
+// arena, the arena is the budget, the arena pages the states use are exactly the blocks the
+// scheduler has handed out (fixed blocks included), and each state holds exactly its blocks.
+TEST(EngineModel, KvMemoryIsTheArenaWhileManySequencesAndSnapshotsLive) {
+  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(v4::Model::load(model_dir())->config()), 64);
+  const int64_t budget = 6'000'000;
+  const int64_t n_blocks = budget / spec.block_bytes;
+  ModelCore m(256, 6, n_blocks, 8);
+  const int64_t arena = m.runner->arena_bytes();
+  EXPECT_EQ(arena, n_blocks * spec.block_bytes);
+  EXPECT_LE(arena, budget);
+  EXPECT_GT(arena + spec.block_bytes, budget);
+  const auto& kv = m.core->scheduler().kv();
+  size_t most_live = 0, most_snapshots = 0;
+  auto drive = [&] {
+    while (m.core->has_work()) {
+      m.core->step();
+      std::string why;
+      ASSERT_TRUE(m.core->scheduler().check_integrity(&why)) << why;
+      ASSERT_EQ(m.runner->arena_bytes() + m.runner->outside_arena_bytes(), arena);
+      std::vector<int32_t> handed_out;
+      int64_t held = 0;
+      for (kv::OwnerId o : kv.owners()) {
+        for (const auto* part : {&kv.fixed(o), &kv.pages(o)}) handed_out.insert(handed_out.end(), part->begin(), part->end());
+        held += kv.held(o);
+      }
+      std::sort(handed_out.begin(), handed_out.end());
+      handed_out.erase(std::unique(handed_out.begin(), handed_out.end()), handed_out.end());
+      ASSERT_EQ(m.runner->arena_pages_in_use(), handed_out);
+      ASSERT_EQ(int64_t(handed_out.size()), kv.used_blocks());
+      ASSERT_EQ(m.runner->state_bytes(), held * spec.block_bytes);
+      most_live = std::max(most_live, m.runner->live_sequences() + m.runner->live_snapshots());
+      most_snapshots = std::max(most_snapshots, m.runner->live_snapshots());
+    }
+  };
+  std::vector<std::vector<int32_t>> firsts;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    firsts.push_back(prompt(40 + 17 * i, 40 + i));
+    ids.push_back(m.submit(firsts.back(), greedy(6)));
+  }
+  drive();
+  // Follow-up turns: two per conversation (forks of its snapshot), and fresh prompts.
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> turn = firsts[size_t(i)];
+    for (int32_t t : m.sinks[ids[size_t(i)]]->tokens()) turn.push_back(t);
+    turn.pop_back();
+    for (int k = 0; k < 2; ++k) {
+      std::vector<int32_t> t2 = turn;
+      for (int j = 0; j < 3 + 5 * k; ++j) t2.push_back(int32_t(300 + 11 * i + 7 * k + j));
+      m.submit(t2, greedy(5));
+    }
+    m.submit(prompt(30 + 9 * i, 60 + i), greedy(4));
+  }
+  drive();
+  EXPECT_GE(most_live, 9u);
+  EXPECT_GE(most_snapshots, 5u);
+  EXPECT_GT(m.core->stats().prefix_cache_hits, 0u);
+  m.core->drop_prefix_cache();
+  EXPECT_EQ(kv.used_blocks(), 0);
+  EXPECT_TRUE(m.runner->arena_pages_in_use().empty());
+  EXPECT_EQ(m.runner->arena_bytes(), arena);
 }
 
 TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
