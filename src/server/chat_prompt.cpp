@@ -109,6 +109,20 @@ void bad_request(const std::string& msg, const std::string& param) {
   throw ApiError(ErrorCode::kInvalidRequest, msg, param);
 }
 
+// OpenAI clients send reasoning_effort as minimal / low / medium / high / xhigh; DeepSeek's
+// encoders take a narrower set (V4: high, max; V4-0731 and V4.1: low, high, max; V4.1 also
+// 1..100). Map the OpenAI names onto the nearest level the family has; anything else goes to
+// the encoder as given, which rejects what the reference would.
+Json family_effort(chat::ChatFamily family, const Json& effort) {
+  if (!effort.is_string()) return effort;
+  const std::string e = effort.get<std::string>();
+  const bool two_levels = family == chat::ChatFamily::V4;
+  if (e == "minimal" || e == "low") return two_levels ? "high" : "low";
+  if (e == "medium") return "high";
+  if (e == "xhigh") return "max";
+  return effort;
+}
+
 ChatPrompt build_chat_prompt(const Backend& b, const Json& body) {
   if (b.chat_family.empty() || !b.tokenizer)
     throw ApiError(ErrorCode::kInvalidRequest, "this model has no chat template or tokenizer; use /v1/completions");
@@ -120,7 +134,7 @@ ChatPrompt build_chat_prompt(const Backend& b, const Json& body) {
   thinking_options(body, &p.thinking, &effort);
   chat::EncodeOptions opt;
   opt.thinking_mode = p.thinking ? "thinking" : "chat";
-  opt.reasoning_effort = effort;
+  opt.reasoning_effort = family_effort(p.family, effort);
   if (const Json* k = find(body, "chat_template_kwargs"))
     if (const Json* d = find(*k, "drop_thinking")) opt.drop_thinking = *d;
   std::string text;

@@ -121,6 +121,31 @@ TEST_F(ServerTest, ChatPlainAndThinking) {
   EXPECT_EQ(bad["error"]["param"], "messages");
 }
 
+// OpenAI's reasoning_effort names map onto the levels the V4 encoder has (high, max): each
+// turns thinking on and renders like its DeepSeek level; "none" turns it off; a name no
+// client sends is a 400 from the encoder.
+TEST_F(ServerTest, ReasoningEffortNamesMapToTheFamilyLevels) {
+  auto prompt_tokens = [&](const json& effort, int* st) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}, {"temperature", 0}};
+    if (!effort.is_null()) body["reasoning_effort"] = effort;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), st);
+    return *st == 200 ? r["usage"]["prompt_tokens"].get<int>() : -1;
+  };
+  int st = 0;
+  const int off = prompt_tokens(nullptr, &st);
+  const int high = prompt_tokens("high", &st);
+  const int max = prompt_tokens("max", &st);
+  ASSERT_EQ(st, 200);
+  for (const char* e : {"minimal", "low", "medium"}) {
+    EXPECT_EQ(prompt_tokens(e, &st), high) << e;
+    EXPECT_EQ(st, 200) << e;
+  }
+  EXPECT_EQ(prompt_tokens("xhigh", &st), max);
+  EXPECT_EQ(prompt_tokens("none", &st), off);
+  EXPECT_EQ(prompt_tokens("extreme", &st), -1);
+  EXPECT_EQ(st, 400);
+}
+
 TEST_F(ServerTest, StreamingMatchesNonStreaming) {
   json body = {{"prompt", ids(25, 4)}, {"max_tokens", 10}, {"temperature", 0}, {"return_token_ids", true}};
   int st = 0;
