@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <vector>
+#include <span>
 
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/compressor.h"
@@ -61,7 +61,9 @@ template <typename Finish>
 void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorState& st, const float* a, int64_t S, int64_t p0,
                     Finish finish) {
   const int64_t n = w.coff * w.width;
-  std::vector<float> kvp(S * n), sc(S * n), z(w.width);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> kvp = scratch.take<float>(S * n), sc = scratch.take<float>(S * n), z = scratch.take<float>(w.width);
   compressor_project(w, num, a, S, p0, kvp.data(), sc.data());
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
@@ -72,21 +74,24 @@ void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorS
 }
 
 // Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
-// top scores, in descending score order (ties: lower index first).
-std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numerics& num, const LayerWeights& L,
-                                                 const RopeTable& rope, const float* a, const float* qr,
-                                                 int64_t S, int64_t p0, const CompressorState& keys) {
+// top scores, in descending score order (ties: lower index first): query t's n_chosen[t]
+// entries into chosen[t * index_topk ...].
+void indexer_select(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
+                    const float* a, const float* qr, int64_t S, int64_t p0, const CompressorState& keys,
+                    int64_t* chosen, int64_t* n_chosen) {
   const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim, n_keys = keys.n_entries();
-  std::vector<float> q(S * HI * DI), wts(S * HI);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> q = scratch.take<float>(S * HI * DI), wts = scratch.take<float>(S * HI);
   linear_quantized(cfg, num, qr, S, L.attn.indexer_wq_b, q.data());
   linear_plain(num, a, S, L.attn.indexer_weights_proj, wts.data());
   const float wscale = float(1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
   for (auto& v : wts) v = num.bf16(v * wscale);
 
-  std::vector<std::vector<int64_t>> chosen(S);
-  std::vector<float> score;
-  std::vector<const float*> key_rows;
-  std::vector<int64_t> order;
+  // Sized for the most keys a query sees; query t uses the first n_vis of each.
+  std::span<float> score_all = scratch.take<float>(n_keys);
+  std::span<const float*> key_rows_all = scratch.take<const float*>(n_keys);
+  std::span<int64_t> order_all = scratch.take<int64_t>(n_keys);
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
     for (int64_t h = 0; h < HI; ++h) {
@@ -95,35 +100,37 @@ std::vector<std::vector<int64_t>> indexer_select(const Config& cfg, const Numeri
       indexer_rotate_quant(qh, DI, num);
     }
     const int64_t n_vis = std::min((p + 1) / 4, n_keys);
-    score.resize(n_vis);
-    key_rows.resize(n_vis);
+    std::span<float> score = score_all.first(size_t(n_vis));
+    std::span<const float*> key_rows = key_rows_all.first(size_t(n_vis));
+    std::span<int64_t> order = order_all.first(size_t(n_vis));
     for (int64_t s = 0; s < n_vis; ++s) key_rows[s] = keys.entry(s);
     num.backend->index_scores(q.data() + t * HI * DI, wts.data() + t * HI, HI, DI, key_rows.data(), n_vis,
                               num.reference(), score.data());
     const int64_t k = std::min(cfg.index_topk, n_vis);
-    order.resize(n_vis);
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t x, int64_t y) {
       return score[x] != score[y] ? score[x] > score[y] : x < y;
     });
-    chosen[t].assign(order.begin(), order.begin() + k);
+    std::copy_n(order.begin(), k, chosen + t * cfg.index_topk);
+    n_chosen[t] = k;
   }
-  return chosen;
 }
 
 }  // namespace
 
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
-                       const float* a, int64_t S, const std::vector<Segment>& segments, float* out) {
+                       const float* a, int64_t S, std::span<const Segment> segments, float* out) {
   const AttentionWeights& w = L.attn;
   const int64_t H = cfg.n_heads, Dh = cfg.head_dim, Wn = cfg.window, d = cfg.dim;
   const float eps = float(cfg.norm_eps);
-  std::vector<int64_t> pos(S);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<int64_t> pos = scratch.take<int64_t>(S);
   for (const Segment& sg : segments)
     for (int64_t t = 0; t < sg.n; ++t) pos[sg.row0 + t] = sg.p0 + t;
 
   // ---- queries: wq_a -> q_norm (qr, reused by the indexer) -> wq_b -> head norm -> RoPE
-  std::vector<float> qr(S * cfg.q_lora_rank), q(S * H * Dh);
+  std::span<float> qr = scratch.take<float>(S * cfg.q_lora_rank), q = scratch.take<float>(S * H * Dh);
   linear_quantized(cfg, num, a, S, w.wq_a, qr.data());
   for (int64_t t = 0; t < S; ++t)
     rms_norm(&qr[t * cfg.q_lora_rank], w.q_norm.data(), cfg.q_lora_rank, eps, num, &qr[t * cfg.q_lora_rank]);
@@ -136,7 +143,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     }
 
   // ---- window keys (K = V): wkv -> kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
-  std::vector<float> kv(S * Dh);
+  std::span<float> kv = scratch.take<float>(S * Dh);
   linear_quantized(cfg, num, a, S, w.wkv, kv.data());
   for (int64_t t = 0; t < S; ++t) {
     float* k = &kv[t * Dh];
@@ -150,8 +157,19 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // Column layout as the reference (AUDIT D1/O1): a prefill from position 0 has min(S, W)
   // window columns, any later step W; positions ascend from max(0, p-W+1), invalid ones
   // (beyond p) at the tail. It fixes the 64-wide tiles of the online softmax.
-  std::vector<std::vector<const float*>> key_lists(S);
-  std::vector<const float*> ring_rows;
+  // Row t's keys: key_rows[key_begin[t] .. + n_keys[t]); its room holds the window columns
+  // and at most index_topk (ratio 4) or (p + 1) / ratio (other compressed layers) entries.
+  std::span<int64_t> key_begin = scratch.take<int64_t>(S), n_keys = scratch.take_zeroed<int64_t>(S);
+  int64_t key_room = 0;
+  for (const Segment& sg : segments)
+    for (int64_t t = 0; t < sg.n; ++t) {
+      const int64_t p = sg.p0 + t;
+      key_begin[sg.row0 + t] = key_room;
+      key_room += (sg.p0 == 0 ? std::min(sg.n, Wn) : Wn) +
+                  (L.ratio == 4 ? cfg.index_topk : L.ratio != 0 ? (p + 1) / L.ratio : 0);
+    }
+  std::span<const float*> key_rows = scratch.take<const float*>(key_room);
+  std::span<const float*> ring_rows = scratch.take<const float*>(Wn);
   for (const Segment& sg : segments) {
     LayerState& st = *sg.state;
     const float* sa = a + sg.row0 * d;
@@ -173,14 +191,18 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
         kv_qdq(cfg, num, z);
       });
     }
-    std::vector<std::vector<int64_t>> selected;
-    if (w.has_indexer)
-      selected = indexer_select(cfg, num, L, rope, sa, qr.data() + sg.row0 * cfg.q_lora_rank, sg.n, sg.p0,
-                                st.index_compressor);
+    // Indexer choices of the segment's queries (scope: this segment).
+    ScratchArena::Scope segment_scope(scratch);
+    std::span<int64_t> selected, n_selected;
+    if (w.has_indexer) {
+      selected = scratch.take<int64_t>(sg.n * cfg.index_topk);
+      n_selected = scratch.take<int64_t>(sg.n);
+      indexer_select(cfg, num, L, rope, sa, qr.data() + sg.row0 * cfg.q_lora_rank, sg.n, sg.p0,
+                     st.index_compressor, selected.data(), n_selected.data());
+    }
     const float* chunk_kv = kv.data() + sg.row0 * Dh;
     // The ring's rows sit in the sequence's fixed pages: resolved once here (a chunk from
     // position 0 reads none of them).
-    ring_rows.resize(size_t(Wn));
     if (sg.p0 > 0)
       for (int64_t s = 0; s < Wn; ++s) ring_rows[size_t(s)] = st.ring_row(s);
     auto window_key = [&](int64_t p) -> const float* {
@@ -189,32 +211,34 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     const int64_t n_window_cols = sg.p0 == 0 ? std::min(sg.n, Wn) : Wn;
     for (int64_t t = 0; t < sg.n; ++t) {
       const int64_t p = sg.p0 + t;
-      std::vector<const float*>& keys = key_lists[sg.row0 + t];
+      const float** keys = &key_rows[key_begin[sg.row0 + t]];
+      int64_t& n = n_keys[sg.row0 + t];
       const int64_t start = std::max<int64_t>(0, p - Wn + 1);
-      for (int64_t j = 0; j < n_window_cols; ++j) keys.push_back(start + j <= p ? window_key(start + j) : nullptr);
+      for (int64_t j = 0; j < n_window_cols; ++j) keys[n++] = start + j <= p ? window_key(start + j) : nullptr;
       if (L.ratio == 4) {
-        for (int64_t e : selected[t]) keys.push_back(st.compressor.entry(e));
+        for (int64_t i = 0; i < n_selected[t]; ++i) keys[n++] = st.compressor.entry(selected[t * cfg.index_topk + i]);
       } else if (L.ratio != 0) {
         const int64_t n_vis = std::min((p + 1) / L.ratio, st.compressor.n_entries());
-        for (int64_t e = 0; e < n_vis; ++e) keys.push_back(st.compressor.entry(e));
+        for (int64_t e = 0; e < n_vis; ++e) keys[n++] = st.compressor.entry(e);
       }
     }
   }
 
   // ---- sink attention per query and head
   const float scale = float(1.0 / std::sqrt(double(Dh)));
-  std::vector<float> o(S * H * Dh);
-  parallel_for(num.backend->pool(), S * H, 1, [&](int64_t i0, int64_t i1, int) {
+  std::span<float> o = scratch.take<float>(S * H * Dh);
+  auto attend = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / H, h = i % H;
-      const std::vector<const float*>& keys = key_lists[t];
       float* oh = &o[i * Dh];
-      num.backend->sink_attention(&q[i * Dh], keys.data(), int64_t(keys.size()), Dh, scale, w.sink[h],
+      num.backend->sink_attention(&q[i * Dh], &key_rows[key_begin[t]], n_keys[t], Dh, scale, w.sink[h],
                                   num.reference(), oh);
       num.bf16(oh, Dh);
       rope.apply(oh, Dh, pos[t], true, num);  // V = K carries the key rotation: undo the query's
     }
-  });
+  };
+  // Captured by one reference, so the std::function of parallel_for stays off the heap.
+  parallel_for(num.backend->pool(), S * H, 1, [&attend](int64_t i0, int64_t i1, int th) { attend(i0, i1, th); });
 
   // The ring keeps the last W window keys of each sequence for later chunks.
   for (const Segment& sg : segments)
@@ -224,14 +248,15 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
   // wo_a is FP8 on disk; the reference multiplies its exact bf16 values (no act-quant).
   const int64_t G = cfg.o_groups, R = cfg.o_lora_rank, gw = H * Dh / G;
-  std::vector<float> u(S * G * R), og(S * gw), ug(S * R);
+  std::span<float> u = scratch.take<float>(S * G * R), og = scratch.take<float>(S * gw), ug = scratch.take<float>(S * R);
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t t = 0; t < S; ++t) std::copy_n(&o[t * H * Dh + g * gw], gw, &og[t * gw]);
     WeightMatrix wa = weight_row_slice(w.wo_a, g * R, R);
     if (wa.valid()) {
       num.backend->linear_f32(og.data(), S, wa, ug.data());
     } else {  // group edge inside an FP8 scale block: decode row by row
-      std::vector<float> row(gw);
+      ScratchArena::Scope row_scope(scratch);
+      std::span<float> row = scratch.take<float>(gw);
       for (int64_t r = 0; r < R; ++r) {
         weight_decode_row(w.wo_a, g * R + r, row.data());
         for (int64_t t = 0; t < S; ++t) {

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
+#include <span>
 
 #include "kernels/kernels.h"
+#include "model/deepseek_v4/layer_ops.h"
 
 namespace deepinfer::v4 {
 
@@ -20,10 +21,11 @@ void compressor_project(const CompressorWeights& w, const Numerics& num, const f
 }
 
 // z[c] = sum_slots softmax_slot(score)[c] * kv[c]; slots with score -inf weigh nothing.
-static void pool(const std::vector<const float*>& kv_rows, const std::vector<const float*>& sc_rows,
-                 int64_t width, float* z) {
+static void pool(std::span<const float* const> kv_rows, std::span<const float* const> sc_rows, int64_t width,
+                 float* z) {
   const size_t n = kv_rows.size();
-  std::vector<double> e(n);
+  ScratchArena::Scope scope(step_scratch());
+  std::span<double> e = step_scratch().take<double>(int64_t(n));
   for (int64_t c = 0; c < width; ++c) {
     float m = -std::numeric_limits<float>::infinity();
     for (size_t s = 0; s < n; ++s) m = std::max(m, sc_rows[s][c]);
@@ -48,21 +50,24 @@ bool compressor_push(CompressorState& st, const float* kvp, const float* sc, int
   std::copy(sc, sc + row_len, st.score_row(slot));
   if ((p + 1) % r != 0) return false;
 
-  std::vector<const float*> kv_rows, sc_rows;
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  const int64_t n_slots = st.coff * r;
+  std::span<const float*> kv_rows = scratch.take<const float*>(n_slots), sc_rows = scratch.take<const float*>(n_slots);
   if (st.coff == 2) {
     // Slot order: A halves of the previous group's tokens, then B halves of this group's.
     for (int64_t i = 0; i < r; ++i) {
-      kv_rows.push_back(st.kv_row(i));
-      sc_rows.push_back(st.score_row(i));
+      kv_rows[i] = st.kv_row(i);
+      sc_rows[i] = st.score_row(i);
     }
     for (int64_t i = r; i < 2 * r; ++i) {
-      kv_rows.push_back(st.kv_row(i) + W);
-      sc_rows.push_back(st.score_row(i) + W);
+      kv_rows[i] = st.kv_row(i) + W;
+      sc_rows[i] = st.score_row(i) + W;
     }
   } else {
     for (int64_t i = 0; i < r; ++i) {
-      kv_rows.push_back(st.kv_row(i));
-      sc_rows.push_back(st.score_row(i));
+      kv_rows[i] = st.kv_row(i);
+      sc_rows[i] = st.score_row(i);
     }
   }
   pool(kv_rows, sc_rows, W, z);

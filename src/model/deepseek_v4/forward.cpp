@@ -1,5 +1,6 @@
 // DeepSeek-V4 forward pass, top to bottom (MODEL.md 5):
 //   embed -> hc streams -> [attention site, ffn site] per layer -> hc_head -> norm -> head.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -49,13 +50,21 @@ void Model::check_numerics(const Numerics& num) const {
   need(!csa || c.index_head_dim % 32 == 0, "index_head_dim is not a multiple of the FP4 block 32");
 }
 
+ScratchArena& step_scratch() {
+  thread_local ScratchArena arena;
+  return arena;
+}
+
 void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
-                          int64_t S, const std::vector<Segment>& segments, const Numerics& num, float* X) const {
+                          int64_t S, std::span<const Segment> segments, const Numerics& num, float* X) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim, width = hc * d;
   const float eps = float(c.norm_eps);
-  std::vector<HcMix> mix(S);
-  std::vector<float> x(S * d), y(S * d), R(X_in, X_in + S * width);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<HcMix> mix = scratch.take<HcMix>(S);
+  std::span<float> x = scratch.take<float>(S * d), y = scratch.take<float>(S * d);
+  std::span<float> R = scratch.take_copy(X_in, S * width);
 
   // ---- attention site
   hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
@@ -67,7 +76,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
 
   // ---- ffn site
-  R.assign(X, X + S * width);
+  std::copy_n(X, S * width, R.data());
   hc_site_mix(R.data(), S, L.hc_ffn, hc, d, c, num, mix.data());
   for (int64_t t = 0; t < S; ++t) {
     hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
@@ -81,8 +90,9 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
                          const Numerics& num, float* logits) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim;
-  std::vector<float> h(S * d);
-  std::vector<float> pre(S * hc);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> h = scratch.take<float>(S * d), pre = scratch.take<float>(S * hc);
   hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());
   for (int64_t t = 0; t < S; ++t) {
     hc_collapse(X + t * hc * d, &pre[t * hc], hc, d, num, &h[t * d]);
@@ -93,7 +103,9 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
 
 static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,
                        float* X) {
-  std::vector<float> row(d);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> row = scratch.take<float>(d);
   for (int64_t t = 0; t < S; ++t) {
     if (tokens[t] < 0 || tokens[t] >= embed.rows)
       throw std::out_of_range("token id " + std::to_string(tokens[t]) + " outside the vocabulary [0, " +
@@ -105,52 +117,71 @@ static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t
 
 void Model::forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
                     std::vector<float>* final_streams) const {
-  forward_batch({SequenceChunk{tokens, S, &st, logits, true}}, num, final_streams);
+  const SequenceChunk chunk{tokens, S, &st, logits, true};
+  forward_chunks({&chunk, 1}, num, final_streams);
 }
 
 void Model::forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
                           std::vector<float>* final_streams) const {
+  forward_chunks(chunks, num, final_streams);
+}
+
+void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
+                           std::vector<float>* final_streams) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim, V = c.vocab_size;
-  std::vector<Segment> segments;
-  std::vector<int32_t> tokens;
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  int64_t n_segments = 0, S = 0;
+  for (const SequenceChunk& ch : chunks)
+    if (ch.n_tokens > 0) {
+      ++n_segments;
+      S += ch.n_tokens;
+    }
+  std::span<Segment> segments = scratch.take<Segment>(n_segments);
+  std::span<int32_t> tokens = scratch.take<int32_t>(S);
+  int64_t row = 0, k = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.n_tokens <= 0) continue;
-    segments.push_back({int64_t(tokens.size()), ch.n_tokens, ch.state->n_past, nullptr});
-    tokens.insert(tokens.end(), ch.tokens, ch.tokens + ch.n_tokens);
+    segments[k++] = {row, ch.n_tokens, ch.state->n_past, nullptr};
+    std::copy_n(ch.tokens, ch.n_tokens, &tokens[row]);
+    row += ch.n_tokens;
   }
-  const int64_t S = int64_t(tokens.size());
-  std::vector<float> X(S * hc * d), Xn(S * hc * d);
-  embed_rows(w_.embed, tokens.data(), S, hc, d, X.data());
+  float* X = scratch.take<float>(S * hc * d).data();
+  float* Xn = scratch.take<float>(S * hc * d).data();
+  embed_rows(w_.embed, tokens.data(), S, hc, d, X);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    size_t k = 0;
+    k = 0;
     for (const SequenceChunk& ch : chunks)
       if (ch.n_tokens > 0) segments[k++].state = &ch.state->layers[l];
-    block_forward(w_.layers[l], ropes_[l], X.data(), tokens.data(), S, segments, num, Xn.data());
-    X.swap(Xn);
+    block_forward(w_.layers[l], ropes_[l], X, tokens.data(), S, segments, num, Xn);
+    std::swap(X, Xn);
   }
   for (const SequenceChunk& ch : chunks) ch.state->n_past += ch.n_tokens;
-  if (final_streams) *final_streams = X;
+  if (final_streams) final_streams->assign(X, X + S * hc * d);
 
   // The head runs only on the rows whose logits are wanted (the last one while serving).
-  std::vector<int64_t> rows;
-  size_t k = 0;
+  int64_t n_rows = 0;
+  for (const SequenceChunk& ch : chunks)
+    if (ch.n_tokens > 0 && ch.logits) n_rows += ch.all_rows ? ch.n_tokens : 1;
+  if (n_rows == 0) return;
+  std::span<float> Xr = scratch.take<float>(n_rows * hc * d), out = scratch.take<float>(n_rows * V);
+  int64_t r = 0;
+  k = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.n_tokens <= 0) continue;
     const Segment& sg = segments[k++];
     if (!ch.logits) continue;
-    for (int64_t t = ch.all_rows ? 0 : sg.n - 1; t < sg.n; ++t) rows.push_back(sg.row0 + t);
+    for (int64_t t = ch.all_rows ? 0 : sg.n - 1; t < sg.n; ++t, ++r)
+      std::copy_n(&X[(sg.row0 + t) * hc * d], hc * d, &Xr[r * hc * d]);
   }
-  if (rows.empty()) return;
-  std::vector<float> Xr(rows.size() * hc * d), out(rows.size() * V);
-  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(&X[rows[i] * hc * d], hc * d, &Xr[i * hc * d]);
-  head_forward(Xr.data(), int64_t(rows.size()), w_.hc_head, w_.norm, num, out.data());
-  size_t r = 0;
+  head_forward(Xr.data(), n_rows, w_.hc_head, w_.norm, num, out.data());
+  r = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.n_tokens <= 0 || !ch.logits) continue;
     const int64_t n = ch.all_rows ? ch.n_tokens : 1;
     std::copy_n(&out[r * V], n * V, ch.logits);
-    r += size_t(n);
+    r += n;
   }
 }
 
@@ -173,7 +204,7 @@ void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tok
   for (int64_t t = 0; t < S; ++t)
     for (int64_t i = 0; i < hc; ++i)
       for (int64_t j = 0; j < d; ++j) Z[(t * hc + i) * d + j] = num.bf16(ep[t * d + j] + hp[(t * hc + i) * d + j]);
-  std::vector<Segment> seg = {{0, S, pos0, &st.mtp_layers[k]}};
+  const Segment seg[] = {{0, S, pos0, &st.mtp_layers[k]}};
   block_forward(m.block, ropes_[c.n_layers + k], Z.data(), next_tokens, S, seg, num, Zn.data());
   if (logits) head_forward(Zn.data(), S, m.hc_head, m.norm, num, logits);
 }

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <span>
 
 #include "kernels/kernels.h"
+#include "model/deepseek_v4/layer_ops.h"
 
 namespace deepinfer::v4 {
 
@@ -56,7 +57,8 @@ void hc_sinkhorn(float* c, int64_t n, int64_t iters, float eps) {
 void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
                  const Numerics& num, HcMix* out) {
   const int64_t n_mix = (2 + hc) * hc;
-  std::vector<float> mixes(rows * n_mix);
+  ScratchArena::Scope scope(step_scratch());
+  std::span<float> mixes = step_scratch().take<float>(rows * n_mix);
   hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
   const float eps = float(cfg.hc_eps);
   const float s0 = w.scale[0], s1 = w.scale[1], s2 = w.scale[2];
@@ -74,7 +76,8 @@ void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
 
 void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
                  const Numerics& num, float* pre) {
-  std::vector<float> mixes(rows * hc);
+  ScratchArena::Scope scope(step_scratch());
+  std::span<float> mixes = step_scratch().take<float>(rows * hc);
   hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t i = 0; i < hc; ++i)

@@ -2,6 +2,9 @@
 // (a whole prompt, a prefill chunk, or one decode token) with the sequence's layer state.
 #pragma once
 #include <cstdint>
+#include <span>
+
+#include "core/scratch_arena.h"
 
 #include "model/deepseek_v4/numerics.h"
 #include "model/deepseek_v4/rope.h"
@@ -9,6 +12,11 @@
 #include "model/deepseek_v4/weights.h"
 
 namespace deepinfer::v4 {
+
+// The calling thread's arena for the temporaries of a forward step: every sublayer takes its
+// buffers from it inside a ScratchArena::Scope. It grows to the largest step it has seen, so a
+// warm decode step allocates nothing; one per thread, so concurrent forwards never share one.
+ScratchArena& step_scratch();
 
 // y[M, W.rows] for a weight the reference runs through act-quant + block GEMM (FP8/FP4);
 // plain weights and float numerics take the exact product. Output at a bf16 point.
@@ -36,7 +44,7 @@ struct Segment {
 // selection, key lists and ring updates run per segment. A row's result never depends on
 // the other rows of the batch (batch invariance).
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
-                       const float* a, int64_t rows, const std::vector<Segment>& segments, float* out);
+                       const float* a, int64_t rows, std::span<const Segment> segments, float* out);
 
 // MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,9 @@ class Model {
  private:
   Model() = default;
   void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
-                     int64_t rows, const std::vector<Segment>& segments, const Numerics& num, float* X) const;
+                     int64_t rows, std::span<const Segment> segments, const Numerics& num, float* X) const;
+  void forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
+                      std::vector<float>* final_streams) const;
   void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
                     const Numerics& num, float* logits) const;
 

@@ -1,10 +1,9 @@
 // Mixture of experts of DeepSeek-V4 (MODEL.md 8): sqrt-softplus router with selection bias
 // or a token-id hash table, clamped SwiGLU experts, a shared expert.
 #include <algorithm>
-#include <map>
 #include <cmath>
 #include <numeric>
-#include <vector>
+#include <span>
 
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/layer_ops.h"
@@ -13,68 +12,69 @@ namespace deepinfer::v4 {
 
 namespace {
 
-struct Route {
-  std::vector<int32_t> experts;
-  std::vector<float> weights;
-};
-
-Route route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const float* logits, int32_t token) {
+// A token's K experts and their routing weights, into experts[K] and weights[K].
+void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const float* logits, int32_t token,
+                 int32_t* experts, float* weights) {
   const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts;
-  std::vector<float> score(E);
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> score = scratch.take<float>(E);
   for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus_f(logits[e]));
-  Route r;
   if (hash_routed) {
-    r.experts.assign(m.tid2eid.begin() + int64_t(token) * K, m.tid2eid.begin() + (int64_t(token) + 1) * K);
+    std::copy_n(m.tid2eid.begin() + int64_t(token) * K, K, experts);
   } else {
-    std::vector<float> biased(E);
+    std::span<float> biased = scratch.take<float>(E);
     for (int64_t e = 0; e < E; ++e) biased[e] = score[e] + m.bias[e];
-    std::vector<int32_t> order(E);
+    std::span<int32_t> order = scratch.take<int32_t>(E);
     std::iota(order.begin(), order.end(), 0);
     // Ties: the larger value first, then the lower expert id.
     std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
       return biased[a] != biased[b] ? biased[a] > biased[b] : a < b;
     });
-    r.experts.assign(order.begin(), order.begin() + K);
+    std::copy_n(order.begin(), K, experts);
   }
   double sum = 0.0;
-  for (int32_t e : r.experts) {
-    r.weights.push_back(score[e]);
-    sum += score[e];
+  for (int64_t k = 0; k < K; ++k) {
+    weights[k] = score[experts[k]];
+    sum += score[experts[k]];
   }
   const float route_scale = float(cfg.route_scale);
-  for (float& w : r.weights) {
+  for (int64_t k = 0; k < K; ++k) {
+    float& w = weights[k];
     if (cfg.norm_topk_prob) w = w / float(sum);
     w = w * route_scale;
   }
-  return r;
 }
 
 // One expert's share of a MoE step: rows x [M, dim] (gathered tokens), routing weights
-// (null for the shared expert), and its intermediate and output buffers.
+// (null for the shared expert), and its intermediate and output buffers (set by experts_forward).
 struct ExpertWork {
   const ExpertWeights* w = nullptr;
   const float* x = nullptr;
   int64_t M = 0;
   const float* row_weight = nullptr;
-  std::vector<float> g, u, y;
+  float *g = nullptr, *u = nullptr, *y = nullptr;
 };
 
 // Every expert of the step together: out = w2(bf16(weight * silu(min(g, L)) * clamp(u, -L, L)))
 // with g = w1 x, u = w3 x. The products of all experts go to the backend as two batches
 // (w1 and w3 of every expert, then every w2), so small decode matrices share one parallel
-// region each; each product is the same as if run alone.
-void experts_forward(const Config& cfg, const Numerics& num, std::vector<ExpertWork>& work) {
-  std::vector<QuantizedProduct> products;
+// region each; each product is the same as if run alone. The buffers come from the step
+// scratch in the caller's scope (the caller reads y).
+void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWork> work) {
+  ScratchArena& scratch = step_scratch();
+  std::span<QuantizedProduct> products = scratch.take<QuantizedProduct>(2 * int64_t(work.size()));
+  size_t n = 0;
   for (ExpertWork& e : work) {
     const int64_t I = e.w->w1.rows;
-    e.g.resize(e.M * I);
-    e.u.resize(e.M * I);
-    products.push_back({e.x, e.M, &e.w->w1, e.g.data()});
-    products.push_back({e.x, e.M, &e.w->w3, e.u.data()});
+    e.g = scratch.take<float>(e.M * I).data();
+    e.u = scratch.take<float>(e.M * I).data();
+    products[n++] = {e.x, e.M, &e.w->w1, e.g};
+    products[n++] = {e.x, e.M, &e.w->w3, e.u};
   }
-  linear_quantized_many(cfg, num, products.data(), products.size());
+  linear_quantized_many(cfg, num, products.data(), n);
   const float lim = float(cfg.swiglu_limit);
-  products.clear();
+  n = 0;
   for (ExpertWork& e : work) {
     const int64_t I = e.w->w1.rows;
     for (int64_t m = 0; m < e.M; ++m)
@@ -88,16 +88,17 @@ void experts_forward(const Config& cfg, const Numerics& num, std::vector<ExpertW
         if (e.row_weight) h = e.row_weight[m] * h;  // routing weight before w2, in fp32
         e.g[m * I + i] = num.bf16(h);
       }
-    e.y.resize(e.M * e.w->w2.rows);
-    products.push_back({e.g.data(), e.M, &e.w->w2, e.y.data()});
+    e.y = scratch.take<float>(e.M * e.w->w2.rows).data();
+    products[n++] = {e.g, e.M, &e.w->w2, e.y};
   }
-  linear_quantized_many(cfg, num, products.data(), products.size());
+  linear_quantized_many(cfg, num, products.data(), n);
 }
 
 }  // namespace
 
 void linear_quantized_many(const Config& cfg, const Numerics& num, const QuantizedProduct* products, size_t n) {
-  std::vector<kernels::LinearJob> jobs(n);
+  ScratchArena::Scope scope(step_scratch());
+  std::span<kernels::LinearJob> jobs = step_scratch().take<kernels::LinearJob>(int64_t(n));
   for (size_t i = 0; i < n; ++i) {
     const QuantizedProduct& p = products[i];
     const bool act_quant = num.reference() && p.W->is_quantized();
@@ -110,38 +111,50 @@ void linear_quantized_many(const Config& cfg, const Numerics& num, const Quantiz
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,
                  const int32_t* tokens, int64_t S, float* out) {
   const MoeWeights& m = L.ffn;
-  const int64_t E = cfg.n_routed_experts, d = cfg.dim;
-  std::vector<float> logits(S * E);
+  const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts, d = cfg.dim;
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> logits = scratch.take<float>(S * E);
   num.backend->linear_f32(x, S, m.gate, logits.data());
 
-  // Group the chunk's tokens by expert; experts run in increasing id, and each token's
-  // fp32 accumulator receives its contributions in that order (the reference's order).
-  std::map<int32_t, std::vector<std::pair<int64_t, float>>> by_expert;
-  for (int64_t t = 0; t < S; ++t) {
-    Route r = route_token(cfg, m, L.hash_routed, &logits[t * E], tokens[t]);
-    for (size_t k = 0; k < r.experts.size(); ++k) by_expert[r.experts[k]].push_back({t, r.weights[k]});
+  // Each token's choices: choice t * K + k is its k-th expert and routing weight.
+  std::span<int32_t> chosen_expert = scratch.take<int32_t>(S * K);
+  std::span<float> chosen_weight = scratch.take<float>(S * K);
+  for (int64_t t = 0; t < S; ++t)
+    route_token(cfg, m, L.hash_routed, &logits[t * E], tokens[t], &chosen_expert[t * K], &chosen_weight[t * K]);
+
+  // Group the choices by expert (a stable counting sort): expert e's rows are the slots
+  // [first_slot[e], first_slot[e + 1]), its tokens in chunk order. Experts run in increasing
+  // id, and each token's fp32 accumulator receives its contributions in that order (the
+  // reference's order).
+  std::span<int64_t> first_slot = scratch.take_zeroed<int64_t>(E + 1);
+  for (int32_t e : chosen_expert) ++first_slot[e + 1];
+  for (int64_t e = 0; e < E; ++e) first_slot[e + 1] += first_slot[e];
+  std::span<int64_t> slot_token = scratch.take<int64_t>(S * K), next_slot = scratch.take_copy(first_slot.data(), E);
+  std::span<float> slot_weight = scratch.take<float>(S * K);
+  for (int64_t i = 0; i < S * K; ++i) {
+    const int64_t slot = next_slot[chosen_expert[i]]++;
+    slot_token[slot] = i / K;
+    slot_weight[slot] = chosen_weight[i];
   }
-  // Gathered rows and routing weights per expert (expert id order), then the shared expert.
-  std::vector<std::vector<float>> xs, ws;
-  std::vector<ExpertWork> work;
-  xs.reserve(by_expert.size());
-  ws.reserve(by_expert.size());
-  for (auto& [e, rows] : by_expert) {
-    const int64_t M = int64_t(rows.size());
-    std::vector<float>& xe = xs.emplace_back(M * d);
-    std::vector<float>& we = ws.emplace_back(M);
-    for (int64_t i = 0; i < M; ++i) {
-      std::copy(x + rows[i].first * d, x + (rows[i].first + 1) * d, xe.begin() + i * d);
-      we[i] = rows[i].second;
-    }
-    ExpertWork& w = work.emplace_back();
-    w.w = &m.experts[e];
-    w.x = xe.data();
-    w.M = M;
-    w.row_weight = we.data();
+
+  // Gathered rows per slot; one work item per expert with rows (id order), then the shared expert.
+  std::span<float> gathered = scratch.take<float>(S * K * d);
+  for (int64_t i = 0; i < S * K; ++i) std::copy_n(x + slot_token[i] * d, d, &gathered[i * d]);
+  int64_t n_active = 0;
+  for (int64_t e = 0; e < E; ++e) n_active += first_slot[e + 1] > first_slot[e];
+  std::span<ExpertWork> work = scratch.take<ExpertWork>(n_active + (m.has_shared ? 1 : 0));
+  size_t k = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (first_slot[e + 1] == first_slot[e]) continue;
+    ExpertWork& w = work[k++];
+    w.w = &m.experts[size_t(e)];
+    w.x = &gathered[first_slot[e] * d];
+    w.M = first_slot[e + 1] - first_slot[e];
+    w.row_weight = &slot_weight[first_slot[e]];
   }
   if (m.has_shared) {
-    ExpertWork& w = work.emplace_back();
+    ExpertWork& w = work[k];
     w.w = &m.shared;
     w.x = x;
     w.M = S;
@@ -149,12 +162,13 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
   experts_forward(cfg, num, work);
   // Each token's fp32 accumulator takes its contributions in increasing expert id, then
   // the shared expert (the reference's order).
-  std::vector<float> acc(S * d, 0.0f);
-  size_t k = 0;
-  for (auto& [e, rows] : by_expert) {
-    const std::vector<float>& ys = work[k++].y;
-    for (size_t i = 0; i < rows.size(); ++i)
-      for (int64_t c = 0; c < d; ++c) acc[rows[i].first * d + c] += ys[i * d + c];
+  std::span<float> acc = scratch.take_zeroed<float>(S * d);
+  k = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (first_slot[e + 1] == first_slot[e]) continue;
+    const float* ys = work[k++].y;
+    for (int64_t i = first_slot[e]; i < first_slot[e + 1]; ++i)
+      for (int64_t c = 0; c < d; ++c) acc[slot_token[i] * d + c] += ys[(i - first_slot[e]) * d + c];
   }
   if (m.has_shared)
     for (int64_t i = 0; i < S * d; ++i) acc[i] += work[k].y[i];
