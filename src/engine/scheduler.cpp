@@ -6,6 +6,17 @@
 
 namespace deepinfer::engine {
 
+namespace {
+// An op with empty page lists (a fork fills them in).
+StateOp state_op(StateOp::Kind kind, uint64_t seq, uint64_t snap) {
+  StateOp op;
+  op.kind = kind;
+  op.seq = seq;
+  op.snap = snap;
+  return op;
+}
+}  // namespace
+
 Scheduler::Scheduler(const SchedulerOptions& options, const kv::KvSpec& spec, int64_t n_blocks)
     : opt_(options), kv_(spec, n_blocks), cache_(options.prefix_cache_entries) {
   if (opt_.max_running < 1) throw std::invalid_argument("max_running must be >= 1");
@@ -58,7 +69,7 @@ void Scheduler::preempt(Request* victim) {
   // Victims are always the newest running request: the back of running_.
   running_.pop_back();
   kv_.free(victim->id);
-  ops_.push_back({StateOp::Kind::kFree, victim->id, 0});
+  ops_.push_back(state_op(StateOp::Kind::kFree, victim->id, 0));
   victim->num_computed = 0;
   victim->num_cached = 0;
   victim->prefix_checked = false;
@@ -71,7 +82,7 @@ void Scheduler::preempt(Request* victim) {
 void Scheduler::drop_snapshot(uint64_t snap) {
   cache_.erase(snap);
   kv_.free(snap | kSnapshotBit);
-  ops_.push_back({StateOp::Kind::kDropSnapshot, 0, snap});
+  ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, snap));
 }
 
 bool Scheduler::evict_one_snapshot(std::optional<uint64_t> keep) {
@@ -115,11 +126,14 @@ void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bo
   if (fork) {
     if (!kv_.fork(snap, r->id, hit.n_tokens)) throw std::logic_error("scheduler: fork check and KV pool disagree");
     cache_.touch(hit.snapshot_id);
-    ops_.push_back({StateOp::Kind::kForkSnapshot, r->id, hit.snapshot_id, kv_.pages(r->id), kv_.fixed(r->id)});
+    StateOp op = state_op(StateOp::Kind::kForkSnapshot, r->id, hit.snapshot_id);
+    op.pages = kv_.pages(r->id);
+    op.fixed = kv_.fixed(r->id);
+    ops_.push_back(std::move(op));
   } else {
     cache_.erase(hit.snapshot_id);
     kv_.transfer(snap, r->id);
-    ops_.push_back({StateOp::Kind::kRestoreSnapshot, r->id, hit.snapshot_id});
+    ops_.push_back(state_op(StateOp::Kind::kRestoreSnapshot, r->id, hit.snapshot_id));
   }
   r->num_computed = hit.n_tokens;
   r->num_cached = std::min(hit.n_tokens, r->n_prompt);
@@ -197,15 +211,15 @@ void Scheduler::finish(Request* r, bool keep_snapshot) {
     if (keep_snapshot && cache_.max_entries() > 0 && r->num_computed > 0) {
       const uint64_t snap = next_snapshot_++;
       kv_.transfer(r->id, snap | kSnapshotBit);
-      ops_.push_back({StateOp::Kind::kSaveSnapshot, r->id, snap});
+      ops_.push_back(state_op(StateOp::Kind::kSaveSnapshot, r->id, snap));
       std::vector<int32_t> toks(r->tokens.begin(), r->tokens.begin() + r->num_computed);
       for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {  // already out of the index
         kv_.free(evicted | kSnapshotBit);
-        ops_.push_back({StateOp::Kind::kDropSnapshot, 0, evicted});
+        ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));
       }
     } else {
       kv_.free(r->id);
-      ops_.push_back({StateOp::Kind::kFree, r->id, 0});
+      ops_.push_back(state_op(StateOp::Kind::kFree, r->id, 0));
     }
   }
   r->phase = Phase::kFinished;

@@ -171,7 +171,9 @@ TEST(PageArena, AlignedDistinctBoundedPages) {
   EXPECT_EQ(a.grow(), -1);  // ids come from the block pool, never from the arena
   for (int32_t id = 0; id < 5; ++id) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a.page(id)) % 64, 0u);
-    if (id) EXPECT_EQ(a.page(id) - a.page(id - 1), 192);
+    if (id) {
+      EXPECT_EQ(a.page(id) - a.page(id - 1), 192);
+    }
   }
   EXPECT_THROW(a.page(5), std::out_of_range);
   EXPECT_THROW(a.page(-1), std::out_of_range);
@@ -347,7 +349,9 @@ TEST(KvManager, RandomForksKeepReferencesExact) {
       std::string why;
       ASSERT_TRUE(kv.check_integrity(&why)) << why;
       for (const auto& [k, n] : len)
-        if (kv.held(k)) ASSERT_GE(kv.held(k), s.blocks_for(n));
+        if (kv.held(k)) {
+          ASSERT_GE(kv.held(k), s.blocks_for(n));
+        }
     }
     std::vector<OwnerId> all = kv.owners();
     EXPECT_EQ(kv.freeable(all), kv.used_blocks());

@@ -180,7 +180,9 @@ TEST(PagedState, MissingOrChangedPagesAreLogicErrors) {
   EXPECT_THROW(st.adopt_pages(outside), std::out_of_range);
   EXPECT_THROW(PageLayout::make(c, 0), std::invalid_argument);
   PageArena small(64, 1);
-  if (layout.page_bytes > 64) EXPECT_THROW(SequenceState::create(c, layout, small), std::invalid_argument);
+  if (layout.page_bytes > 64) {
+    EXPECT_THROW(SequenceState::create(c, layout, small), std::invalid_argument);
+  }
 }
 
 // ---- the fixed part (window rings, compressor kv/score) in pages
