@@ -38,9 +38,17 @@ void Backend::linear_many(const LinearJob* jobs, size_t n) const {
 
 void Backend::index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                            int64_t n_keys, bool round_bf16, float* scores) const {
-  // Each score is one key's own computation, so splitting the keys changes nothing.
-  parallel_for(pool(), n_keys, 64, [&](int64_t s0, int64_t s1, int) {
-    index_scores_ref(q, w, n_heads, dim, keys + s0, s1 - s0, round_bf16, scores + s0);
+  // Each score is one key's own computation, so splitting the keys changes nothing. The
+  // lambda captures one reference: std::function then stores it without allocating.
+  struct Job {
+    const float *q, *w;
+    int64_t n_heads, dim;
+    const float* const* keys;
+    bool round;
+    float* scores;
+  } job{q, w, n_heads, dim, keys, round_bf16, scores};
+  parallel_for(pool(), n_keys, 64, [&job](int64_t s0, int64_t s1, int) {
+    index_scores_ref(job.q, job.w, job.n_heads, job.dim, job.keys + s0, s1 - s0, job.round, job.scores + s0);
   });
 }
 

@@ -151,6 +151,43 @@ Spread spread_of(const float* x, int64_t n) {
   return {true, hi < lo ? 0 : hi - lo};
 }
 
+// One index_scores call, captured by one reference (keeps std::function off the heap).
+struct IndexJob {
+  const cpu::IsaKernels* k;
+  const double* qd;  // the query heads in double
+  const Spread* qs;  // their significant-bit shapes
+  const float* w;
+  int64_t n_heads, dim;
+  const float* const* keys;
+  bool round;
+  int budget;  // spread_q + spread_k at most this: every summation order is exact
+  float* scores;
+
+  float R(float x) const { return round ? round_bf16(x) : x; }
+  void operator()(int64_t s0, int64_t s1) const {
+    thread_local std::vector<double> kd, dots;  // grow-only per thread
+    kd.resize(size_t(dim));
+    dots.resize(size_t(n_heads));
+    for (int64_t s = s0; s < s1; ++s) {
+      const float* key = keys[s];
+      for (int64_t c = 0; c < dim; ++c) kd[c] = key[c];
+      k->dots_f64(qd, kd.data(), dim, n_heads, dots.data());
+      const Spread ks = round ? spread_of(key, dim) : Spread{};
+      double total = 0.0;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        double d = dots[h];
+        if (round && !(qs[h].ok && ks.ok && qs[h].spread + ks.spread <= budget)) {
+          d = 0.0;  // the referee's order
+          for (int64_t c = 0; c < dim; ++c) d += qd[h * dim + c] * kd[c];
+        }
+        const float dot = std::max(R(float(d)), 0.0f);
+        total += double(R(dot * w[h]));
+      }
+      scores[s] = R(float(total));
+    }
+  }
+};
+
 // What a parallel region needs, captured by one reference (keeps std::function off the heap).
 struct PrepJob {
   const cpu::IsaKernels* k;
@@ -215,33 +252,9 @@ class SimdBackend final : public Backend {
     }
     int log2_dim = 0;
     while ((int64_t(1) << log2_dim) < dim) ++log2_dim;
-    const int budget = 53 - 4 - log2_dim;
-    auto R = [round](float x) { return round ? round_bf16(x) : x; };
-    // Plain pointers: inside the lambda a thread_local name would mean the worker's own copy.
-    const double* qdp = qd.data();
-    const Spread* qsp = qs.data();
-    parallel_for(pool_, n_keys, 16, [&](int64_t s0, int64_t s1, int) {
-      thread_local std::vector<double> kd, dots;
-      kd.resize(size_t(dim));
-      dots.resize(size_t(n_heads));
-      for (int64_t s = s0; s < s1; ++s) {
-        const float* k = keys[s];
-        for (int64_t c = 0; c < dim; ++c) kd[c] = k[c];
-        k_.dots_f64(qdp, kd.data(), dim, n_heads, dots.data());
-        const Spread ks = round ? spread_of(k, dim) : Spread{};
-        double total = 0.0;
-        for (int64_t h = 0; h < n_heads; ++h) {
-          double d = dots[h];
-          if (round && !(qsp[h].ok && ks.ok && qsp[h].spread + ks.spread <= budget)) {
-            d = 0.0;
-            for (int64_t c = 0; c < dim; ++c) d += qdp[h * dim + c] * kd[c];
-          }
-          const float dot = std::max(R(float(d)), 0.0f);
-          total += double(R(dot * w[h]));
-        }
-        scores[s] = R(float(total));
-      }
-    });
+    // Plain pointers: inside the region a thread_local name would mean the worker's own copy.
+    const IndexJob job{&k_, qd.data(), qs.data(), w, n_heads, dim, keys, round, 53 - 4 - log2_dim, scores};
+    parallel_for(pool_, n_keys, 16, [&job](int64_t s0, int64_t s1, int) { job(s0, s1); });
   }
 
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
