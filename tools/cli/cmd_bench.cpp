@@ -1,7 +1,8 @@
 // deepinfer bench --model DIR [--prefill 512] [--decode 128] [--depths 0,2048,8192]
 //                 [--numerics reference|float] [--threads N] [--kernels cpu|ref] [--json | --csv]
 // Loads the model once; for every context depth d (llama-bench style):
-//   pp: a fresh sequence is filled to depth d, then `prefill` tokens are timed in one call;
+//   pp: a fresh sequence is filled to depth d, then `prefill` tokens are timed in one call
+//       that returns the last row's logits (as a server prefill and llama-bench do);
 //   tg: a fresh sequence is filled to depth d, then `decode` greedy tokens are timed one by one.
 // Also measures this machine's memory bandwidth with a STREAM-like triad in the same run and
 // reports decode speed against the roofline bandwidth / (weight + KV bytes read per token).
@@ -104,6 +105,12 @@ int run(const std::vector<std::string>& argv) {
   const double bw = triad_bandwidth_gb_s(compute.pool.get());
   const int64_t wbytes = v4::active_weight_bytes_per_token(c, model->weights());
   const int64_t macs = v4::active_weight_macs_per_token(c, model->weights());
+  // A prompt is prefilled the way a server (and llama-bench's pp) runs it: logits of the last
+  // row only, so the output head runs once per prompt, not once per token.
+  const v4::Weights& w = model->weights();
+  const int64_t head_macs = w.head.rows * w.head.cols + w.hc_head.fn.rows * w.hc_head.fn.cols;
+  const double prefill_flop = 2.0 * (double(n_prefill) * double(macs - head_macs) + double(head_macs));
+  auto prefill_gflop_s = [&](const Run& r) { return prefill_flop * r.prefill_tok_s / double(n_prefill) / 1e9; };
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(3, int32_t(c.vocab_size - 1));
@@ -118,9 +125,10 @@ int run(const std::vector<std::string>& argv) {
     auto st = model->new_sequence();
     if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
     auto prompt = random_tokens(n_prefill);
-    std::vector<float> logits(n_prefill * c.vocab_size);
+    std::vector<float> last_logits(c.vocab_size);
+    const std::vector<v4::SequenceChunk> chunk{{prompt.data(), n_prefill, &st, last_logits.data(), false}};
     auto t0 = Clock::now();
-    model->forward(prompt.data(), n_prefill, st, compute.num, logits.data());
+    model->forward_batch(chunk, compute.num);
     r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
 
     st = model->new_sequence();
@@ -152,7 +160,7 @@ int run(const std::vector<std::string>& argv) {
     j["peak_rss_bytes"] = rss;
     j["weight_bytes_per_token"] = wbytes;
     j["kv_bytes_per_token"] = f.kv_bytes;
-    j["prefill_gflop_s"] = 2.0 * double(macs) * f.prefill_tok_s / 1e9;
+    j["prefill_gflop_s"] = prefill_gflop_s(f);
     j["threads"] = compute.pool->size();
     j["kernels"] = compute.backend->name();
     j["numerics"] = v4::numerics_name(compute.num.mode);
@@ -172,7 +180,7 @@ int run(const std::vector<std::string>& argv) {
               (long long)n_prefill, (long long)n_decode);
   for (const Run& r : runs)
     std::printf(csv ? "%lld,%.3f,%.2f,%.3f,%.2f,%.2f,%.2f,%.3f\n" : "| %lld | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n",
-                (long long)r.depth, r.prefill_tok_s, 2.0 * double(macs) * r.prefill_tok_s / 1e9, r.decode_tok_s,
+                (long long)r.depth, r.prefill_tok_s, prefill_gflop_s(r), r.decode_tok_s,
                 wbytes / 1e6, r.kv_bytes / 1e6, roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / roofline(r));
   std::printf(csv ? "" : "\nmemory bandwidth (triad, %d threads): %.1f GB/s; peak RSS %.1f MB\n", compute.pool->size(),
               bw, rss / 1e6);
