@@ -17,6 +17,7 @@
 
 #include "args.h"
 #include "command.h"
+#include "core/profile.h"
 #include "core/log.h"
 #include "model_cli.h"
 
@@ -91,7 +92,8 @@ struct Run {
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels"},
-            {"--json", "--csv"});
+            {"--json", "--csv", "--profile"});
+  if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
   const auto depths = parse_depths(args.get_or("--depths", "0"));
@@ -135,6 +137,8 @@ int run(const std::vector<std::string>& argv) {
     if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
     int32_t next = tok(rng);
     std::vector<float> row(c.vocab_size);
+    profile::reset();
+    const int64_t profile_t0 = profile::now_ns();
     t0 = Clock::now();
     for (int64_t i = 0; i < n_decode; ++i) {
       r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
@@ -142,6 +146,11 @@ int run(const std::vector<std::string>& argv) {
       next = argmax_lowest(row.data(), c.vocab_size);
     }
     r.decode_tok_s = double(n_decode) / seconds_since(t0);
+    if (profile::enabled()) {
+      std::fprintf(stderr, "decode profile at depth %lld (%lld tokens; %% of the decode time):\n", (long long)depth,
+                   (long long)n_decode);
+      profile::report(stderr, profile::now_ns() - profile_t0);
+    }
     r.kv_bytes /= double(n_decode);
     runs.push_back(r);
     log_info("depth %lld: prefill %.2f tok/s, decode %.2f tok/s", (long long)depth, r.prefill_tok_s, r.decode_tok_s);
@@ -194,7 +203,9 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --decode N                   decoded tokens per measurement (default 128)\n"
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"
                         "  --json                       JSON output\n"
-                        "  --csv                        CSV output\n" DI_USAGE_COMPUTE);
+                        "  --csv                        CSV output\n"
+                        "  --profile                    time of each forward section while decoding, on stderr\n"
+                        "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE);
 
 }  // namespace
 }  // namespace deepinfer::cli

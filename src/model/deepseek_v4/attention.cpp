@@ -6,6 +6,7 @@
 #include <numeric>
 #include <span>
 
+#include "core/profile.h"
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/compressor.h"
 #include "model/deepseek_v4/layer_ops.h"
@@ -131,6 +132,8 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
 
   // ---- queries: wq_a -> q_norm (qr, reused by the indexer) -> wq_b -> head norm -> RoPE
   std::span<float> qr = scratch.take<float>(S * cfg.q_lora_rank), q = scratch.take<float>(S * H * Dh);
+  profile::Phase section;
+  section.start(DI_PROFILE_SECTION("attn.query"));
   linear_quantized(cfg, num, a, S, w.wq_a, qr.data());
   for (int64_t t = 0; t < S; ++t)
     rms_norm(&qr[t * cfg.q_lora_rank], w.q_norm.data(), cfg.q_lora_rank, eps, num, &qr[t * cfg.q_lora_rank]);
@@ -144,6 +147,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
 
   // ---- window keys (K = V): wkv -> kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
   std::span<float> kv = scratch.take<float>(S * Dh);
+  section.start(DI_PROFILE_SECTION("attn.window_kv"));
   linear_quantized(cfg, num, a, S, w.wkv, kv.data());
   for (int64_t t = 0; t < S; ++t) {
     float* k = &kv[t * Dh];
@@ -159,6 +163,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // (beyond p) at the tail. It fixes the 64-wide tiles of the online softmax.
   // Row t's keys: key_rows[key_begin[t] .. + n_keys[t]); its room holds the window columns
   // and at most index_topk (ratio 4) or (p + 1) / ratio (other compressed layers) entries.
+  section.stop();
   std::span<int64_t> key_begin = scratch.take<int64_t>(S), n_keys = scratch.take_zeroed<int64_t>(S);
   int64_t key_room = 0;
   for (const Segment& sg : segments)
@@ -173,6 +178,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   for (const Segment& sg : segments) {
     LayerState& st = *sg.state;
     const float* sa = a + sg.row0 * d;
+    section.start(DI_PROFILE_SECTION("attn.compressors"));
     if (w.has_indexer) {
       const CompressorWeights& cw = w.indexer_compressor;
       run_compressor(cw, num, st.index_compressor, sa, sg.n, sg.p0, [&](float* z, int64_t entry) {
@@ -191,10 +197,12 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
         kv_qdq(cfg, num, z);
       });
     }
+    section.stop();
     // Indexer choices of the segment's queries (scope: this segment).
     ScratchArena::Scope segment_scope(scratch);
     std::span<int64_t> selected, n_selected;
     if (w.has_indexer) {
+      DI_PROFILE("attn.indexer");
       selected = scratch.take<int64_t>(sg.n * cfg.index_topk);
       n_selected = scratch.take<int64_t>(sg.n);
       indexer_select(cfg, num, L, rope, sa, qr.data() + sg.row0 * cfg.q_lora_rank, sg.n, sg.p0,
@@ -225,6 +233,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   }
 
   // ---- sink attention per query and head
+  section.start(DI_PROFILE_SECTION("attn.sink_attention"));
   const float scale = float(1.0 / std::sqrt(double(Dh)));
   std::span<float> o = scratch.take<float>(S * H * Dh);
   auto attend = [&](int64_t i0, int64_t i1, int) {
@@ -245,6 +254,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     for (int64_t t = std::max<int64_t>(0, sg.n - Wn); t < sg.n; ++t)
       std::copy_n(&kv[(sg.row0 + t) * Dh], Dh, sg.state->ring_row((sg.p0 + t) % Wn));
 
+  section.start(DI_PROFILE_SECTION("attn.output"));
   // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
   // wo_a is FP8 on disk; the reference multiplies its exact bf16 values (no act-quant).
   const int64_t G = cfg.o_groups, R = cfg.o_lora_rank, gw = H * Dh / G;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/profile.h"
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/hyper_connections.h"
 #include "model/deepseek_v4/layer_ops.h"
@@ -67,22 +68,38 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   std::span<float> R = scratch.take_copy(X_in, S * width);
 
   // ---- attention site
-  hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
-  for (int64_t t = 0; t < S; ++t) {
-    hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
-    rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
+  {
+    DI_PROFILE("hc.pre");
+    hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
+    for (int64_t t = 0; t < S; ++t) {
+      hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
+      rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
+    }
   }
-  attention_forward(c, num, L, rope, x.data(), S, segments, y.data());
-  for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
+  {
+    DI_PROFILE("attention");
+    attention_forward(c, num, L, rope, x.data(), S, segments, y.data());
+  }
+  {
+    DI_PROFILE("hc.post");
+    for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
+  }
 
   // ---- ffn site
-  std::copy_n(X, S * width, R.data());
-  hc_site_mix(R.data(), S, L.hc_ffn, hc, d, c, num, mix.data());
-  for (int64_t t = 0; t < S; ++t) {
-    hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
-    rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, num, &x[t * d]);
+  {
+    DI_PROFILE("hc.pre");
+    std::copy_n(X, S * width, R.data());
+    hc_site_mix(R.data(), S, L.hc_ffn, hc, d, c, num, mix.data());
+    for (int64_t t = 0; t < S; ++t) {
+      hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
+      rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, num, &x[t * d]);
+    }
   }
-  moe_forward(c, num, L, x.data(), tokens, S, y.data());
+  {
+    DI_PROFILE("moe");
+    moe_forward(c, num, L, x.data(), tokens, S, y.data());
+  }
+  DI_PROFILE("hc.post");
   for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
 }
 
@@ -93,11 +110,15 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
   std::span<float> h = scratch.take<float>(S * d), pre = scratch.take<float>(S * hc);
-  hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());
-  for (int64_t t = 0; t < S; ++t) {
-    hc_collapse(X + t * hc * d, &pre[t * hc], hc, d, num, &h[t * d]);
-    rms_norm(&h[t * d], norm.data(), d, float(c.norm_eps), num, &h[t * d]);
+  {
+    DI_PROFILE("head.hc");
+    hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());
+    for (int64_t t = 0; t < S; ++t) {
+      hc_collapse(X + t * hc * d, &pre[t * hc], hc, d, num, &h[t * d]);
+      rms_norm(&h[t * d], norm.data(), d, float(c.norm_eps), num, &h[t * d]);
+    }
   }
+  DI_PROFILE("head.linear");
   num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
 }
 
@@ -149,7 +170,10 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   }
   float* X = scratch.take<float>(S * hc * d).data();
   float* Xn = scratch.take<float>(S * hc * d).data();
-  embed_rows(w_.embed, tokens.data(), S, hc, d, X);
+  {
+    DI_PROFILE("embed");
+    embed_rows(w_.embed, tokens.data(), S, hc, d, X);
+  }
   for (int64_t l = 0; l < c.n_layers; ++l) {
     k = 0;
     for (const SequenceChunk& ch : chunks)

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <span>
 
+#include "core/profile.h"
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/layer_ops.h"
 
@@ -114,6 +115,8 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
   const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts, d = cfg.dim;
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
+  profile::Phase section;
+  section.start(DI_PROFILE_SECTION("moe.router"));
   std::span<float> logits = scratch.take<float>(S * E);
   num.backend->linear_f32(x, S, m.gate, logits.data());
 
@@ -159,7 +162,9 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
     w.x = x;
     w.M = S;
   }
+  section.start(DI_PROFILE_SECTION("moe.experts"));
   experts_forward(cfg, num, work);
+  section.start(DI_PROFILE_SECTION("moe.combine"));
   // Each token's fp32 accumulator takes its contributions in increasing expert id, then
   // the shared expert (the reference's order).
   std::span<float> acc = scratch.take_zeroed<float>(S * d);
