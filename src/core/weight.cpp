@@ -7,6 +7,7 @@ namespace deepinfer {
 WeightMatrix weight_row_slice(const WeightMatrix& w, int64_t r0, int64_t n) {
   WeightMatrix s = w;
   s.rows = n;
+  if (s.row_check) s.row_check += r0;
   switch (w.format) {
     case WeightFormat::F32: s.data = w.data + r0 * w.cols * 4; break;
     case WeightFormat::BF16: s.data = w.data + r0 * w.cols * 2; break;

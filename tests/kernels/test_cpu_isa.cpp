@@ -349,6 +349,44 @@ TEST(CpuIsa, NanPropagation) {
   }
 }
 
+// A BF16 matrix with a row_check memo: the first call fills it (1 in range, 2 not: a
+// subnormal, a huge value, a NaN), and calls with the memo give the same bits as without
+// one, for every M and thread count; rows marked 2 keep taking the fp32 arithmetic.
+TEST(CpuIsa, Bf16RowCheckMemoChangesNothing) {
+  std::mt19937 rng(33);
+  for (Isa isa : supported_isas())
+    for (int64_t K : {96, 2048}) {
+      const int64_t N = 67;
+      Weight o = make_weight(WeightFormat::BF16, N, K, rng);
+      auto set = [&](int64_t r, int64_t c, uint16_t bits) { std::memcpy(&o.data[2 * (r * K + c)], &bits, 2); };
+      for (int64_t c = 0; c < K; ++c) set(3, c, 0);
+      set(3, 5, 0x0001);  // a lone subnormal: bf16 dot products would flush it, fp32 keeps it
+      set(17, K - 1, 0x7f00);  // 2^127: outside the exact range
+      set(40, 0, 0x7fc1);      // NaN
+      std::vector<uint8_t> memo(N, 0);
+      for (int64_t M : {1, 2, 5}) {
+        const std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
+        for (int threads : {1, 3}) {
+          ThreadPool pool(threads);
+          auto be = make_cpu_backend_isa(&pool, isa);
+          std::vector<float> plain(M * N), with_memo(M * N);
+          WeightMatrix w = o.w;
+          be->linear_f32(x.data(), M, w, plain.data());
+          w.row_check = memo.data();
+          for (int pass = 0; pass < 2; ++pass) {
+            be->linear_f32(x.data(), M, w, with_memo.data());
+            ASSERT_EQ(0, std::memcmp(plain.data(), with_memo.data(), plain.size() * sizeof(float)))
+                << isa_name(isa) << " K " << K << " M " << M << " threads " << threads << " pass " << pass;
+          }
+        }
+      }
+      if (isa == Isa::Avx512) {  // the AVX-512 decode path fills the memo
+        for (int64_t r = 0; r < N; ++r)
+          EXPECT_EQ(memo[r], (r == 3 || r == 17 || r == 40) ? 2 : 1) << "K " << K << " row " << r;
+      }
+    }
+}
+
 // Output rows are split over threads; each output's arithmetic must not depend on the split.
 TEST(CpuIsa, ThreadCountDoesNotChangeResults) {
   std::mt19937 rng(27);

@@ -8,7 +8,8 @@ namespace {
 
 class Binder {
  public:
-  Binder(const Config& cfg, const TensorStore& store) : cfg_(cfg), store_(store) {}
+  Binder(const Config& cfg, const TensorStore& store, std::vector<std::unique_ptr<uint8_t[]>>* row_checks)
+      : cfg_(cfg), store_(store), row_checks_(row_checks) {}
 
   const TensorView& tensor(const std::string& name) const {
     const TensorView* t = store_.find(name);
@@ -45,6 +46,10 @@ class Binder {
       case DType::BF16:
         expect_shape(t, {rows, cols}, "F32/BF16/F8_E4M3");
         w.format = t.dtype == DType::F32 ? WeightFormat::F32 : WeightFormat::BF16;
+        if (w.format == WeightFormat::BF16) {  // zeroed: no row checked yet
+          row_checks_->push_back(std::make_unique<uint8_t[]>(size_t(rows)));
+          w.row_check = row_checks_->back().get();
+        }
         return w;
       case DType::F8_E4M3: {
         expect_shape(t, {rows, cols}, "F8_E4M3");
@@ -217,13 +222,14 @@ class Binder {
  private:
   const Config& cfg_;
   const TensorStore& store_;
+  std::vector<std::unique_ptr<uint8_t[]>>* row_checks_;
 };
 
 }  // namespace
 
 Weights bind_weights(const Config& c, const TensorStore& store) {
-  Binder b(c, store);
   Weights w;
+  Binder b(c, store, &w.row_checks);
   w.embed = b.plain_matrix("embed.weight", c.vocab_size, c.dim);
   w.head = b.plain_matrix("head.weight", c.vocab_size, c.dim);
   w.norm = b.vec("norm.weight", c.dim);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "core/weight.h"
@@ -74,6 +75,8 @@ struct Weights {
   HcWeights hc_head;
   std::vector<LayerWeights> layers;
   std::vector<MtpWeights> mtp;
+  // Storage of the BF16 matrices' row_check memos (see WeightMatrix), one byte per row.
+  std::vector<std::unique_ptr<uint8_t[]>> row_checks;
 };
 
 // Checks and binds every tensor; throws LoadError with one line naming the file, the tensor,
