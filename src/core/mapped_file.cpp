@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -32,6 +33,22 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     data_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
+bool MappedFile::populate(size_t offset, size_t n) const {
+  if (!data_ || offset >= size_) return false;
+  n = std::min(n, size_ - offset);
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  uint8_t* p = const_cast<uint8_t*>(data_) + begin;
+  if (::madvise(p, n + (offset - begin), MADV_POPULATE_READ) == 0) return true;
+  volatile uint8_t sink = 0;  // older kernels: touch every page
+  for (size_t i = 0; i < n + (offset - begin); i += page) sink = sink + p[i];
+  return true;
 }
 
 MappedFile::~MappedFile() { release(); }

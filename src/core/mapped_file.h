@@ -20,6 +20,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Reads bytes [offset, offset + n) in and maps them into this process's page table now,
+  // so the first forward passes take no page faults on weights (MADV_POPULATE_READ, or a
+  // read per page where the kernel lacks it). Returns false if nothing could be done.
+  bool populate(size_t offset, size_t n) const;
 
  private:
   void release();

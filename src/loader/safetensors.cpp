@@ -186,6 +186,18 @@ const TensorView* TensorStore::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+void TensorStore::populate(const std::function<void(size_t, size_t)>& progress) const {
+  size_t all = 0, done = 0;
+  for (const auto& f : files_) all += f->mapped().size();
+  constexpr size_t kStep = size_t(256) << 20;
+  for (const auto& f : files_)
+    for (size_t off = 0; off < f->mapped().size(); off += kStep) {
+      f->mapped().populate(off, kStep);
+      done += std::min(kStep, f->mapped().size() - off);
+      if (progress) progress(done, all);
+    }
+}
+
 size_t TensorStore::total_bytes() const {
   size_t n = 0;
   for (const auto& [_, t] : tensors_) n += t.nbytes;

@@ -6,6 +6,7 @@
 // the file and the tensor.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -48,6 +49,7 @@ class SafetensorsFile {
   explicit SafetensorsFile(const std::string& path);  // throws LoadError
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::string& path() const { return file_.path(); }
+  const MappedFile& mapped() const { return file_; }
 
  private:
   MappedFile file_;
@@ -61,6 +63,9 @@ class TensorStore {
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, TensorView>& all() const { return tensors_; }
   size_t total_bytes() const;
+  // Brings every shard into memory and into the page table (MappedFile::populate), in
+  // steps; progress(bytes done, bytes in all) after each.
+  void populate(const std::function<void(size_t, size_t)>& progress) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

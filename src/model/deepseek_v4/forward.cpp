@@ -1,7 +1,10 @@
 // DeepSeek-V4 forward pass, top to bottom (MODEL.md 5):
 //   embed -> hc streams -> [attention site, ffn site] per layer -> hc_head -> norm -> head.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -16,12 +19,40 @@
 
 namespace deepinfer::v4 {
 
+// Weights that fit well in memory are read in and mapped at load: otherwise the first
+// tokens take a page fault per 64 KiB of weights they touch (a MoE model keeps finding new
+// experts for many tokens), which cost ~10% of a short decode. A checkpoint larger than
+// 70% of RAM stays lazily mapped; DEEPINFER_NO_POPULATE=1 skips this.
+static void populate_weights(const TensorStore& store) {
+  const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  const double bytes = double(store.total_bytes());
+  const char* off = std::getenv("DEEPINFER_NO_POPULATE");
+  if (off && *off && std::strcmp(off, "0") != 0) {
+    log_info("weights stay lazily mapped (DEEPINFER_NO_POPULATE)");
+    return;
+  }
+  if (bytes > 0.7 * ram) {
+    log_info("weights stay lazily mapped: %.1f GB is more than 70%% of the %.1f GB of RAM", bytes / 1e9, ram / 1e9);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  store.populate([&](size_t done, size_t all) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done < all && now - last < std::chrono::seconds(2)) return;
+    last = now;
+    log_info("reading weights into memory: %.0f%% (%.1f of %.1f GB), %.1f s", 100.0 * double(done) / double(all),
+             double(done) / 1e9, double(all) / 1e9, std::chrono::duration<double>(now - t0).count());
+  });
+}
+
 std::unique_ptr<Model> Model::load(const std::string& dir) {
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> m(new Model());
   m->cfg_ = load_config(dir + "/config.json");
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
+  populate_weights(*m->store_);
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
