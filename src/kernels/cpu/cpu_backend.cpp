@@ -291,12 +291,19 @@ class SimdBackend final : public Backend {
     return W.format == WeightFormat::FP8_BLOCK ? W.block % ab == 0 : ab % 32 == 0;
   }
 
+  // Row grain of a GEMV-sized call: the kernels' row group, or 1 where they stream one
+  // row at a time (so a short, wide matrix such as the 24-row mHC mixer splits evenly).
+  static int64_t gemv_grain(const cpu::IsaKernels& k, const cpu::LinearCall& c) {
+    const bool plain = c.W->format == WeightFormat::F32 || c.W->format == WeightFormat::BF16;
+    return k.plain_m1_rowwise && c.M == 1 && plain ? 1 : k.gemv_grain;
+  }
+
   // act_block > 0: act-quant path.
   void run(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const {
     cpu::LinearCall c;
     if (!prepare(x, M, W, act_block, y, tl_act, c)) return;
     const RowsJob job{&k_, &c, k_.scratch_bytes(c)};
-    parallel_for(pool_, c.N, c.M <= k_.gemv_max_m ? k_.gemv_grain : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
+    parallel_for(pool_, c.N, c.M <= k_.gemv_max_m ? gemv_grain(k_, c) : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
       void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
       job.k->rows(*job.c, n0, n1, scratch);
     });
@@ -427,16 +434,16 @@ class SimdBackend final : public Backend {
     const ManyScratch* ms;
     size_t scratch;
     // The weight rows whose first byte lies in [a, b) of the concatenated calls. Edges are
-    // rounded to 8 rows inside a call (the GEMV kernels' row group); neighbouring shares
-    // use the same rounding, so every row is done exactly once.
+    // rounded to the call's GEMV row grain; neighbouring shares use the same rounding, so
+    // every row is done exactly once.
     void share(int64_t a, int64_t b, void* scratch_mem) const {
       for (size_t i = 0; i < ms->calls.size(); ++i) {
         const cpu::LinearCall& c = ms->calls[i];
-        const int64_t p = ms->start[i], cost = ms->row_cost[i];
+        const int64_t p = ms->start[i], cost = ms->row_cost[i], g = gemv_grain(*k, c);
         auto edge = [&](int64_t x) {
           if (x <= p) return int64_t(0);
           const int64_t r = (x - p + cost - 1) / cost;
-          return std::min(c.N, (r + 7) / 8 * 8);
+          return std::min(c.N, (r + g - 1) / g * g);
         };
         const int64_t n0 = edge(a), n1 = edge(b);
         if (n1 > n0) k->rows(c, n0, n1, scratch_mem);

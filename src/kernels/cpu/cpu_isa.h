@@ -49,6 +49,7 @@ struct IsaKernels {
   int64_t act_align;    // act_block must be a multiple of this for prep_act_quant
   int fp8_max_scale;    // FP8 weights with a larger scale byte go to Scalar (AVX2: 246)
   int64_t gemv_grain;   // row grain for splitting N over threads
+  bool plain_m1_rowwise;  // F32 / BF16 GEMV at M = 1 walks one weight row at a time (grain 1)
   int64_t gemm_grain;
   // Float path: rows [m0, m1) of x[., K] into xf (and xb, as bf16 bits) with zero padding to
   // xs; bf16_ok[m] = 1 when every value of row m qualifies for use_bf16, else 0.

@@ -445,6 +445,7 @@ constexpr IsaKernels kKernels = {
     .act_align = 8,
     .fp8_max_scale = 246,
     .gemv_grain = 8,
+    .plain_m1_rowwise = false,
     .gemm_grain = kNR,
     .prep_float = prep_float,
     .prep_act_quant = prep_act_quant,

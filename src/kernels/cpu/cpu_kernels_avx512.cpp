@@ -219,6 +219,7 @@ enum class XScale { kNone, kShared, kPerRow };
 
 struct F32Dec {
   static constexpr int CH = 32, NF = 2, NB = 0;
+  static constexpr int GEMV_ROWS_M1 = 1;  // long rows: one sequential stream (as Bf16DecT)
   static constexpr bool B16 = false, CHECK = false;
   struct Row {
     const float* p;
@@ -946,6 +947,7 @@ constexpr IsaKernels kKernels = {
     .act_align = 16,
     .fp8_max_scale = 255,
     .gemv_grain = 8,
+    .plain_m1_rowwise = true,
     .gemm_grain = kNR,
     .prep_float = prep_float,
     .prep_act_quant = prep_act_quant,
