@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <stdexcept>
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
@@ -24,11 +25,34 @@ void linear_quantized(const Config& cfg, const Numerics& num, const float* x, in
 
 namespace {
 
-// Plain product at a bf16 point (the reference's bf16 GEMMs).
-void linear_plain(const Numerics& num, const float* x, int64_t M, const WeightMatrix& W, float* y) {
-  num.backend->linear_f32(x, M, W, y);
-  num.bf16(y, M * W.rows);
-}
+// The weight products of one attention step that share an input run as one backend batch
+// (one parallel region over all their weight bytes), each with the arithmetic of its own call:
+//   kQuantized  linear_quantized (act-quant block GEMM in reference numerics), bf16 output
+//   kBf16       the reference's bf16 GEMMs: exact product, bf16 output
+//   kFp32       the reference's fp32 GEMMs (compressor projections): exact product, fp32 output
+class ProductBatch {
+ public:
+  enum Kind { kQuantized, kBf16, kFp32 };
+  void add(const float* x, int64_t M, const WeightMatrix& W, float* y, Kind kind) {
+    if (n_ == kMax) throw std::logic_error("ProductBatch: more than kMax products");
+    jobs_[n_] = {x, M, &W, 0, y};
+    kinds_[n_++] = kind;
+  }
+  void run(const Config& cfg, const Numerics& num) {
+    for (size_t i = 0; i < n_; ++i)
+      if (kinds_[i] == kQuantized && num.reference() && jobs_[i].W->is_quantized()) jobs_[i].act_block = cfg.act_block();
+    num.backend->linear_many(jobs_, n_);
+    for (size_t i = 0; i < n_; ++i)
+      if (kinds_[i] != kFp32) num.bf16(jobs_[i].y, jobs_[i].M * jobs_[i].W->rows);
+    n_ = 0;
+  }
+
+ private:
+  static constexpr size_t kMax = 16;  // V4-Pro: 16 output groups
+  kernels::LinearJob jobs_[kMax];
+  Kind kinds_[kMax] = {};
+  size_t n_ = 0;
+};
 
 // Unweighted per-head RMS of the queries. The reference writes it as bf16 tensor ops,
 // each rounded to bf16 (MODEL.md 7.2).
@@ -57,18 +81,19 @@ void indexer_rotate_quant(float* x, int64_t n, const Numerics& num) {
   if (num.reference()) kernels::fp4_qdq_pow2_ref(x, n, 32);
 }
 
-// Runs a compressor over the chunk and finishes every emitted entry into its page slot.
+// Runs a compressor over a segment's projections kvp, sc [S, coff*width] (sc gets its ape
+// here) and finishes every emitted entry into its page slot.
 template <typename Finish>
-void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorState& st, const float* a, int64_t S, int64_t p0,
+void run_compressor(const CompressorWeights& w, CompressorState& st, const float* kvp, float* sc, int64_t S, int64_t p0,
                     Finish finish) {
   const int64_t n = w.coff * w.width;
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
-  std::span<float> kvp = scratch.take<float>(S * n), sc = scratch.take<float>(S * n), z = scratch.take<float>(w.width);
-  compressor_project(w, num, a, S, p0, kvp.data(), sc.data());
+  std::span<float> z = scratch.take<float>(w.width);
+  compressor_add_ape(w, S, p0, sc);
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
-    if (!compressor_push(st, kvp.data() + t * n, sc.data() + t * n, p, z.data())) continue;
+    if (!compressor_push(st, kvp + t * n, sc + t * n, p, z.data())) continue;
     finish(z.data(), p / w.ratio);
     std::copy(z.begin(), z.end(), st.append_entry(p / w.ratio));
   }
@@ -77,15 +102,14 @@ void run_compressor(const CompressorWeights& w, const Numerics& num, CompressorS
 // Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
 // top scores, in descending score order (ties: lower index first): query t's n_chosen[t]
 // entries into chosen[t * index_topk ...].
-void indexer_select(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
-                    const float* a, const float* qr, int64_t S, int64_t p0, const CompressorState& keys,
-                    int64_t* chosen, int64_t* n_chosen) {
+// q [S, HI * DI] (indexer_wq_b of the queries' qr) and wts [S, HI] (weights_proj of a) are
+// the segment's projections; both are modified here.
+void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rope, std::span<float> q,
+                    std::span<float> wts, int64_t S, int64_t p0, const CompressorState& keys, int64_t* chosen,
+                    int64_t* n_chosen) {
   const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim, n_keys = keys.n_entries();
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
-  std::span<float> q = scratch.take<float>(S * HI * DI), wts = scratch.take<float>(S * HI);
-  linear_quantized(cfg, num, qr, S, L.attn.indexer_wq_b, q.data());
-  linear_plain(num, a, S, L.attn.indexer_weights_proj, wts.data());
   const float wscale = float(1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
   for (auto& v : wts) v = num.bf16(v * wscale);
 
@@ -122,7 +146,7 @@ void indexer_select(const Config& cfg, const Numerics& num, const LayerWeights& 
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
                        const float* a, int64_t S, std::span<const Segment> segments, float* out) {
   const AttentionWeights& w = L.attn;
-  const int64_t H = cfg.n_heads, Dh = cfg.head_dim, Wn = cfg.window, d = cfg.dim;
+  const int64_t H = cfg.n_heads, Dh = cfg.head_dim, Wn = cfg.window;
   const float eps = float(cfg.norm_eps);
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
@@ -130,14 +154,39 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   for (const Segment& sg : segments)
     for (int64_t t = 0; t < sg.n; ++t) pos[sg.row0 + t] = sg.p0 + t;
 
-  // ---- queries: wq_a -> q_norm (qr, reused by the indexer) -> wq_b -> head norm -> RoPE
+  // ---- every product of a in one batch: wq_a (qr), wkv (window keys), the compressors'
+  // projections, the indexer's head weights; then every product of qr: wq_b, indexer wq_b.
+  const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim;
+  const CompressorWeights &cw = w.compressor, &icw = w.indexer_compressor;
+  const int64_t cn = w.has_compressor ? cw.coff * cw.width : 0, icn = w.has_indexer ? icw.coff * icw.width : 0;
   std::span<float> qr = scratch.take<float>(S * cfg.q_lora_rank), q = scratch.take<float>(S * H * Dh);
+  std::span<float> kv = scratch.take<float>(S * Dh);
+  std::span<float> ckv = scratch.take<float>(S * cn), csc = scratch.take<float>(S * cn);
+  std::span<float> ikv = scratch.take<float>(S * icn), isc = scratch.take<float>(S * icn);
+  std::span<float> iq = scratch.take<float>(w.has_indexer ? S * HI * DI : 0), iw = scratch.take<float>(w.has_indexer ? S * HI : 0);
   profile::Phase section;
-  section.start(DI_PROFILE_SECTION("attn.query"));
-  linear_quantized(cfg, num, a, S, w.wq_a, qr.data());
+  section.start(DI_PROFILE_SECTION("attn.projections"));
+  ProductBatch batch;
+  batch.add(a, S, w.wq_a, qr.data(), ProductBatch::kQuantized);
+  batch.add(a, S, w.wkv, kv.data(), ProductBatch::kQuantized);
+  if (w.has_compressor) {
+    batch.add(a, S, cw.wkv, ckv.data(), ProductBatch::kFp32);
+    batch.add(a, S, cw.wgate, csc.data(), ProductBatch::kFp32);
+  }
+  if (w.has_indexer) {
+    batch.add(a, S, icw.wkv, ikv.data(), ProductBatch::kFp32);
+    batch.add(a, S, icw.wgate, isc.data(), ProductBatch::kFp32);
+    batch.add(a, S, w.indexer_weights_proj, iw.data(), ProductBatch::kBf16);
+  }
+  batch.run(cfg, num);
   for (int64_t t = 0; t < S; ++t)
     rms_norm(&qr[t * cfg.q_lora_rank], w.q_norm.data(), cfg.q_lora_rank, eps, num, &qr[t * cfg.q_lora_rank]);
-  linear_quantized(cfg, num, qr.data(), S, w.wq_b, q.data());
+  batch.add(qr.data(), S, w.wq_b, q.data(), ProductBatch::kQuantized);
+  if (w.has_indexer) batch.add(qr.data(), S, w.indexer_wq_b, iq.data(), ProductBatch::kQuantized);
+  batch.run(cfg, num);
+
+  // ---- queries: head norm -> RoPE
+  section.start(DI_PROFILE_SECTION("attn.query_rope"));
   for (int64_t t = 0; t < S; ++t)
     for (int64_t h = 0; h < H; ++h) {
       float* qh = &q[(t * H + h) * Dh];
@@ -145,10 +194,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       rope.apply(qh, Dh, pos[t], false, num);
     }
 
-  // ---- window keys (K = V): wkv -> kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
-  std::span<float> kv = scratch.take<float>(S * Dh);
-  section.start(DI_PROFILE_SECTION("attn.window_kv"));
-  linear_quantized(cfg, num, a, S, w.wkv, kv.data());
+  // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
   for (int64_t t = 0; t < S; ++t) {
     float* k = &kv[t * Dh];
     rms_norm(k, w.kv_norm.data(), Dh, eps, num, k);
@@ -177,20 +223,18 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   std::span<const float*> ring_rows = scratch.take<const float*>(Wn);
   for (const Segment& sg : segments) {
     LayerState& st = *sg.state;
-    const float* sa = a + sg.row0 * d;
     section.start(DI_PROFILE_SECTION("attn.compressors"));
     if (w.has_indexer) {
-      const CompressorWeights& cw = w.indexer_compressor;
-      run_compressor(cw, num, st.index_compressor, sa, sg.n, sg.p0, [&](float* z, int64_t entry) {
-        for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
-        rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
-        rope.apply(z, cw.width, entry * cw.ratio, false, num);
-        indexer_rotate_quant(z, cw.width, num);
-      });
+      run_compressor(icw, st.index_compressor, &ikv[sg.row0 * icn], &isc[sg.row0 * icn], sg.n, sg.p0,
+                     [&](float* z, int64_t entry) {
+                       for (int64_t c = 0; c < icw.width; ++c) z[c] = num.bf16(z[c]);
+                       rms_norm(z, icw.norm.data(), icw.width, eps, num, z);
+                       rope.apply(z, icw.width, entry * icw.ratio, false, num);
+                       indexer_rotate_quant(z, icw.width, num);
+                     });
     }
     if (w.has_compressor) {
-      const CompressorWeights& cw = w.compressor;
-      run_compressor(cw, num, st.compressor, sa, sg.n, sg.p0, [&](float* z, int64_t entry) {
+      run_compressor(cw, st.compressor, &ckv[sg.row0 * cn], &csc[sg.row0 * cn], sg.n, sg.p0, [&](float* z, int64_t entry) {
         for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
         rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
         rope.apply(z, cw.width, entry * cw.ratio, false, num);
@@ -205,8 +249,9 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       DI_PROFILE("attn.indexer");
       selected = scratch.take<int64_t>(sg.n * cfg.index_topk);
       n_selected = scratch.take<int64_t>(sg.n);
-      indexer_select(cfg, num, L, rope, sa, qr.data() + sg.row0 * cfg.q_lora_rank, sg.n, sg.p0,
-                     st.index_compressor, selected.data(), n_selected.data());
+      indexer_select(cfg, num, rope, iq.subspan(size_t(sg.row0 * HI * DI), size_t(sg.n * HI * DI)),
+                     iw.subspan(size_t(sg.row0 * HI), size_t(sg.n * HI)), sg.n, sg.p0, st.index_compressor,
+                     selected.data(), n_selected.data());
     }
     const float* chunk_kv = kv.data() + sg.row0 * Dh;
     // The ring's rows sit in the sequence's fixed pages: resolved once here (a chunk from
@@ -258,12 +303,14 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // ---- grouped output projection: wo_a per head group as a bf16 product, then wo_b
   // wo_a is FP8 on disk; the reference multiplies its exact bf16 values (no act-quant).
   const int64_t G = cfg.o_groups, R = cfg.o_lora_rank, gw = H * Dh / G;
-  std::span<float> u = scratch.take<float>(S * G * R), og = scratch.take<float>(S * gw), ug = scratch.take<float>(S * R);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < S; ++t) std::copy_n(&o[t * H * Dh + g * gw], gw, &og[t * gw]);
-    WeightMatrix wa = weight_row_slice(w.wo_a, g * R, R);
-    if (wa.valid()) {
-      num.backend->linear_f32(og.data(), S, wa, ug.data());
+  std::span<float> u = scratch.take<float>(S * G * R), og = scratch.take<float>(G * S * gw), ug = scratch.take<float>(G * S * R);
+  std::span<WeightMatrix> wa = scratch.take<WeightMatrix>(G);
+  for (int64_t g = 0; g < G; ++g) {  // group g's input og_g [S, gw] and output ug_g [S, R]
+    float *og_g = &og[g * S * gw], *ug_g = &ug[g * S * R];
+    for (int64_t t = 0; t < S; ++t) std::copy_n(&o[t * H * Dh + g * gw], gw, &og_g[t * gw]);
+    wa[g] = weight_row_slice(w.wo_a, g * R, R);
+    if (wa[g].valid()) {
+      batch.add(og_g, S, wa[g], ug_g, ProductBatch::kFp32);
     } else {  // group edge inside an FP8 scale block: decode row by row
       ScratchArena::Scope row_scope(scratch);
       std::span<float> row = scratch.take<float>(gw);
@@ -271,14 +318,16 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
         weight_decode_row(w.wo_a, g * R + r, row.data());
         for (int64_t t = 0; t < S; ++t) {
           double acc = 0.0;
-          for (int64_t c = 0; c < gw; ++c) acc += double(og[t * gw + c]) * double(row[c]);
-          ug[t * R + r] = float(acc);
+          for (int64_t c = 0; c < gw; ++c) acc += double(og_g[t * gw + c]) * double(row[c]);
+          ug_g[t * R + r] = float(acc);
         }
       }
     }
-    for (int64_t t = 0; t < S; ++t)
-      for (int64_t r = 0; r < R; ++r) u[t * G * R + g * R + r] = num.bf16(ug[t * R + r]);
   }
+  batch.run(cfg, num);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t r = 0; r < R; ++r) u[t * G * R + g * R + r] = num.bf16(ug[g * S * R + t * R + r]);
   linear_quantized(cfg, num, u.data(), S, w.wo_b, out);
 }
 

@@ -10,10 +10,8 @@
 
 namespace deepinfer::v4 {
 
-void compressor_project(const CompressorWeights& w, const Numerics& num, const float* a, int64_t S, int64_t p0, float* kvp, float* sc) {
+void compressor_add_ape(const CompressorWeights& w, int64_t S, int64_t p0, float* sc) {
   const int64_t n = w.coff * w.width;
-  num.backend->linear_f32(a, S, w.wkv, kvp);
-  num.backend->linear_f32(a, S, w.wgate, sc);
   for (int64_t t = 0; t < S; ++t) {
     const float* ape = w.ape.data() + ((p0 + t) % w.ratio) * n;
     for (int64_t c = 0; c < n; ++c) sc[t * n + c] += ape[c];

@@ -10,9 +10,11 @@
 
 namespace deepinfer::v4 {
 
-// Projections of a chunk's inputs a [S, dim] (fp32 GEMMs): kvp, sc [S, coff*width];
-// sc includes ape[p % ratio] (scores only, never kv).
-void compressor_project(const CompressorWeights& w, const Numerics& num, const float* a, int64_t S, int64_t p0, float* kvp, float* sc);
+// Projections of a chunk's inputs a [S, dim] are fp32 GEMMs, kvp = a . wkv^T and
+// sc = a . wgate^T [S, coff*width] (the attention batches them with its other products);
+// then the scores of the tokens at positions p0 .. p0 + S - 1 take ape[p % ratio] (scores
+// only, never kv).
+void compressor_add_ape(const CompressorWeights& w, int64_t S, int64_t p0, float* sc);
 
 // Feeds token p's projection rows. When p closes a group (p + 1 multiple of ratio) writes the
 // pooled, not yet normalised entry z [width] and returns true (entry index p / ratio).
