@@ -536,6 +536,49 @@ TEST(CpuIsa, LinearManyEqualsSingleCalls) {
 // bf16 rounding points): bit for bit, also where a key's exponent spread forces the in-order
 // fallback and for dims that are not a multiple of the vector width. Float numerics (plain
 // fp32 values): the same within double reassociation. 1 and 3 threads, 1 to 300 keys.
+// Jobs of one batch that read the same activations (a MoE expert's w1 and w3, attention
+// projections of one input) share their preparation: still each job's own-call bits, also
+// when neighbours differ in act-quant mode, width or F32-ness (which changes the kernels).
+TEST(CpuIsa, LinearManySharedInputs) {
+  std::mt19937 rng(37);
+  for (Isa isa : supported_isas()) {
+    const int64_t K = 256;
+    const std::vector<float> x1 = make_x(1, K, XKind::Bf16, rng), x3 = make_x(3, K, XKind::Bf16, rng);
+    std::vector<Weight> ws;
+    for (auto f : {WeightFormat::FP4_BLOCK, WeightFormat::FP4_BLOCK, WeightFormat::FP8_BLOCK, WeightFormat::F32,
+                   WeightFormat::BF16, WeightFormat::FP8_BLOCK})
+      ws.push_back(make_weight(f, 41, K, rng));
+    struct J {
+      const std::vector<float>* x;
+      int64_t M;
+      size_t w;
+      bool act_quant;
+    };
+    const std::vector<J> js = {{&x1, 1, 0, true},  {&x1, 1, 1, true},  {&x1, 1, 2, true},  {&x1, 1, 3, false},
+                               {&x1, 1, 4, false}, {&x1, 1, 2, false}, {&x1, 1, 5, false}, {&x3, 3, 0, true},
+                               {&x3, 3, 1, true},  {&x3, 3, 4, false}, {&x3, 3, 3, false}, {&x3, 3, 4, false}};
+    ThreadPool pool(2);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    std::vector<std::vector<float>> many(js.size()), single(js.size());
+    std::vector<LinearJob> jobs;
+    for (size_t i = 0; i < js.size(); ++i) {
+      const J& j = js[i];
+      const WeightMatrix& w = ws[j.w].w;
+      many[i].assign(j.M * w.rows, -1.0f);
+      single[i].assign(j.M * w.rows, -2.0f);
+      jobs.push_back({j.x->data(), j.M, &w, j.act_quant ? 128 : 0, many[i].data()});
+      if (j.act_quant)
+        be->linear_act_quant(j.x->data(), j.M, w, 128, single[i].data());
+      else
+        be->linear_f32(j.x->data(), j.M, w, single[i].data());
+    }
+    be->linear_many(jobs.data(), jobs.size());
+    for (size_t i = 0; i < js.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(many[i].data(), single[i].data(), many[i].size() * sizeof(float)))
+          << isa_name(isa) << " job " << i;
+  }
+}
+
 TEST(CpuIsa, IndexScoresMatchReferee) {
   std::mt19937 rng(37);
   std::normal_distribution<float> nd(0.0f, 1.0f);

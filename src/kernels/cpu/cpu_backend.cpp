@@ -374,6 +374,7 @@ class SimdBackend final : public Backend {
   // bytes so each thread streams the same amount; anything else runs as its own call.
   void linear_many(const LinearJob* jobs, size_t n) const override {
     ManyScratch& ms = tl_many;
+    PrepKey last_key;
     ms.calls.clear();
     if (ms.act.size() < n) ms.act.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -388,8 +389,24 @@ class SimdBackend final : public Backend {
           linear_f32(j.x, j.M, W, j.y);
         continue;
       }
+      // Products of one input (a MoE expert's w1 and w3, attention projections) share the
+      // prepared activations when their preparation would be the same.
+      const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32};
+      if (!ms.calls.empty() && key == last_key) {
+        cpu::LinearCall c = ms.calls.back();
+        c.W = &W;
+        c.N = W.rows;
+        c.y = j.y;
+        ms.calls.push_back(c);
+        continue;
+      }
       cpu::LinearCall c;
-      if (prepare(j.x, j.M, W, act_quant ? j.act_block : 0, j.y, ms.act[i], c)) ms.calls.push_back(c);
+      if (prepare(j.x, j.M, W, act_quant ? j.act_block : 0, j.y, ms.act[i], c)) {
+        ms.calls.push_back(c);
+        last_key = key;
+      } else {
+        last_key = PrepKey{};
+      }
     }
     if (ms.calls.empty()) return;
     // Cost of a weight row ~ its bytes; call i spans [start[i], start[i] + N * row_cost).
@@ -412,6 +429,16 @@ class SimdBackend final : public Backend {
   }
 
  private:
+  // What prepare() reads: two calls with the same key get the same prepared rows and row
+  // class (the weight enters only through its width and whether it is F32, which never
+  // takes the bf16 kernels).
+  struct PrepKey {
+    const float* x = nullptr;
+    int64_t M = 0, K = 0, act_block = 0;
+    bool plain_f32 = false;
+    bool operator==(const PrepKey&) const = default;
+  };
+
   static int64_t row_bytes(const WeightMatrix& W) {
     switch (W.format) {
       case WeightFormat::F32: return W.cols * 4;

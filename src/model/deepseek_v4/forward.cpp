@@ -87,6 +87,20 @@ ScratchArena& step_scratch() {
   return arena;
 }
 
+// hc_expand of S rows, split over the pool in column ranges of every row.
+static void hc_expand_rows(const float* y, const float* R, const HcMix* mix, int64_t S, int64_t hc, int64_t d,
+                           const Numerics& num, float* X) {
+  constexpr int64_t kCols = 256;
+  const int64_t per_row = (d + kCols - 1) / kCols;
+  auto run = [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / per_row, j0 = (i % per_row) * kCols;
+      hc_expand(&y[t * d], &R[t * hc * d], mix[t], hc, d, num, &X[t * hc * d], j0, std::min(d, j0 + kCols));
+    }
+  };
+  parallel_for(num.backend->pool(), S * per_row, 1, [&run](int64_t i0, int64_t i1, int th) { run(i0, i1, th); });
+}
+
 void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
                           int64_t S, std::span<const Segment> segments, const Numerics& num, float* X) const {
   const Config& c = cfg_;
@@ -113,7 +127,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   }
   {
     DI_PROFILE("hc.post");
-    for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
+    hc_expand_rows(y.data(), R.data(), mix.data(), S, hc, d, num, X);
   }
 
   // ---- ffn site
@@ -131,7 +145,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
     moe_forward(c, num, L, x.data(), tokens, S, y.data());
   }
   DI_PROFILE("hc.post");
-  for (int64_t t = 0; t < S; ++t) hc_expand(&y[t * d], &R[t * width], mix[t], hc, d, num, &X[t * width]);
+  hc_expand_rows(y.data(), R.data(), mix.data(), S, hc, d, num, X);
 }
 
 void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,

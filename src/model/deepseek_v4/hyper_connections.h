@@ -31,8 +31,9 @@ void hc_sinkhorn(float* comb, int64_t hc, int64_t iters, float eps);
 
 // out[dim] = bf16(sum_i pre[i] * X[i])
 void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, const Numerics& num, float* out);
-// Y[k] = bf16(post[k] * o + sum_i comb[i][k] * R[i])   (Y may not alias R)
+// Y[k] = bf16(post[k] * o + sum_i comb[i][k] * R[i])   (Y may not alias R); only columns
+// [j0, j1) of every stream when given (j1 < 0: to dim).
 void hc_expand(const float* o, const float* R, const HcMix& mix, int64_t hc, int64_t dim,
-               const Numerics& num, float* Y);
+               const Numerics& num, float* Y, int64_t j0 = 0, int64_t j1 = -1);
 
 }  // namespace deepinfer::v4
