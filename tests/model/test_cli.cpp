@@ -8,6 +8,10 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "golden.h"
 
@@ -183,4 +187,37 @@ TEST(Cli, HelpEveryCommandListsEveryOption) {
 TEST(Cli, HelpUnknownArgumentsStillFail) {
   EXPECT_EQ(run("generate --bogus").code, 2);
   EXPECT_EQ(run("help nosuchcommand").code, 2);
+}
+
+// `deepinfer bench --json` prints one JSON object with the fields scripts read; --profile
+// adds the decode profile on stderr. The triad runs twice (before and after), so this is
+// one of the slower CLI tests (a few seconds).
+TEST(Cli, BenchJsonAndProfile) {
+  const std::string prof_path =
+      (std::filesystem::temp_directory_path() / ("di_bench_profile_" + std::to_string(getpid()) + ".txt")).string();
+  const std::string cmd = std::string(DI_CLI_PATH) + " bench --model " + shared_model("tiny-v4-c") +
+                          " --prefill 8 --decode 4 --threads 2 --json --profile 2>" + prof_path;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  for (const char* k : {"prefill_tok_s", "decode_tok_s", "decode_roofline_fraction", "mem_bandwidth_gb_s", "prefill_gflop_s"})
+    EXPECT_GT(j.at(k).get<double>(), 0.0) << k;
+  EXPECT_GT(j.at("peak_rss_bytes").get<int64_t>(), 1 << 20);
+  EXPECT_LT(j.at("peak_rss_bytes").get<int64_t>(), int64_t(256) << 20);  // the triad's 384 MB are not counted
+  ASSERT_EQ(j.at("mem_bandwidth_samples_gb_s").size(), 2u);
+  const double a = j["mem_bandwidth_samples_gb_s"][0], b = j["mem_bandwidth_samples_gb_s"][1];
+  EXPECT_DOUBLE_EQ(j.at("mem_bandwidth_gb_s").get<double>(), 0.5 * (a + b));
+  EXPECT_EQ(j.at("n_prefill").get<int64_t>(), 8);
+  EXPECT_EQ(j.at("n_decode").get<int64_t>(), 4);
+  std::ifstream prof(prof_path);
+  const std::string text((std::istreambuf_iterator<char>(prof)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(prof_path);
+  EXPECT_NE(text.find("decode profile at depth 0"), std::string::npos) << text;
+  for (const char* section : {"head.linear", "moe.experts", "attention", "hc.pre"})
+    EXPECT_NE(text.find(section), std::string::npos) << section << "\n" << text;
 }
