@@ -36,6 +36,12 @@ void Backend::linear_many(const LinearJob* jobs, size_t n) const {
   }
 }
 
+void Backend::sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
+                                   int64_t dim, float scale, const float* sinks, bool round_probs, float* out) const {
+  for (int64_t h = 0; h < n_heads; ++h)
+    sink_attention(q + h * dim, keys, n_keys, dim, scale, sinks[h], round_probs, out + h * dim);
+}
+
 void Backend::index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                            int64_t n_keys, bool round_bf16, float* scores) const {
   // Each score is one key's own computation, so splitting the keys changes nothing. The

@@ -48,6 +48,11 @@ class Backend {
   // One head of sink attention over a key list (see sink_attention_ref).
   virtual void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                               float sink, bool round_probs, float* out) const = 0;
+  // n_heads heads over one shared key list (V4 attention has one KV head): q and out are
+  // [n_heads, dim], sinks [n_heads]; each head's result is that of sink_attention. The fast
+  // backend reads each tile of keys once for all the heads instead of once per head.
+  virtual void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
+                                    int64_t dim, float scale, const float* sinks, bool round_probs, float* out) const;
 };
 
 const Backend& ref_backend();

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -42,4 +43,35 @@ TEST(CpuAttention, MatchesReferenceOverAwkwardShapes) {
           EXPECT_NEAR(portable[c], want[c], tol * (1.0 + std::abs(want[c]))) << n << " " << dim << " " << c;
         }
       }
+}
+
+// Several heads over one key list (the model's attention has one KV head) give each head
+// exactly what its own call gives, on every backend: null keys, tiles that end early, more
+// heads than the fast kernel carries at once (16), dims it does not take (40: fallback).
+TEST(CpuAttention, HeadsTogetherEqualHeadsAlone) {
+  std::mt19937 rng(10);
+  ThreadPool pool(1);
+  auto cpu_be = make_cpu_backend(&pool);
+  for (const Backend* be : std::vector<const Backend*>{cpu_be.get(), &ref_backend()})
+    for (int64_t n : {1, 63, 64, 65, 200})
+      for (int64_t dim : {16, 512, 40})
+        for (int64_t H : {1, 3, 17})
+          for (bool round_probs : {false, true}) {
+            std::normal_distribution<float> nd(0.0f, 1.0f);
+            std::vector<float> q(H * dim), kv(n * dim), sinks(H);
+            for (auto& v : q) v = round_bf16(nd(rng));
+            for (auto& v : kv) v = round_bf16(nd(rng));
+            for (auto& v : sinks) v = nd(rng);
+            std::vector<const float*> keys(n);
+            std::uniform_int_distribution<int> coin(0, 3);
+            for (int64_t j = 0; j < n; ++j) keys[j] = (j > 0 && coin(rng) == 0) ? nullptr : &kv[j * dim];
+            const float scale = 1.0f / std::sqrt(float(dim));
+            std::vector<float> alone(H * dim), together(H * dim + 1, 5.0f);
+            for (int64_t h = 0; h < H; ++h)
+              be->sink_attention(&q[h * dim], keys.data(), n, dim, scale, sinks[h], round_probs, &alone[h * dim]);
+            be->sink_attention_heads(q.data(), H, keys.data(), n, dim, scale, sinks.data(), round_probs, together.data());
+            EXPECT_EQ(together[H * dim], 5.0f);
+            ASSERT_EQ(0, std::memcmp(alone.data(), together.data(), alone.size() * sizeof(float)))
+                << be->name() << " n " << n << " dim " << dim << " heads " << H << " round " << round_probs;
+          }
 }

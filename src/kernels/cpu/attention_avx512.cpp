@@ -22,56 +22,94 @@ float round_bf16_local(float f) {
   return r;
 }
 
+#define DI_ATTN_INLINE inline __attribute__((always_inline))
+
+constexpr int64_t kTile = 64;
+
+// One head's running state over the tiles (the online softmax of sink_attention_ref).
+struct HeadState {
+  float m, den;
+};
+
+DI_ATTN_INLINE void head_begin(HeadState& st, int64_t dim, float* out) {
+  st.m = -__builtin_inff();
+  st.den = 0.0f;
+  for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
+}
+
+// Tile [t0, t1) of the keys for one head; tile_sum is dim floats of 64-byte aligned scratch.
+DI_ATTN_INLINE void head_tile(HeadState& st, const float* q, const float* const* keys, int64_t t0, int64_t t1,
+                              int64_t dim, float scale, bool round_probs, float* tile_sum, float* out) {
+  const float neg_inf = -__builtin_inff();
+  float score[kTile];
+  float tile_max = neg_inf;
+  for (int64_t j = t0; j < t1; ++j) {
+    if (!keys[j]) continue;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= dim; c += 32) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(keys[j] + c), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(keys[j] + c + 16), a1);
+    }
+    for (; c < dim; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(keys[j] + c), a0);
+    const float d = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    score[j - t0] = d * scale;
+    if (score[j - t0] > tile_max) tile_max = score[j - t0];
+  }
+  if (tile_max == neg_inf) return;
+  const float m_new = st.m > tile_max ? st.m : tile_max;
+  const float alpha = st.m == neg_inf ? 0.0f : expf(st.m - m_new);
+  float psum = 0.0f;
+  for (int64_t c = 0; c < dim; c += 16) _mm512_store_ps(tile_sum + c, _mm512_setzero_ps());
+  for (int64_t j = t0; j < t1; ++j) {
+    if (!keys[j]) continue;
+    const float p = expf(score[j - t0] - m_new);
+    psum += p;
+    const __m512 pv = _mm512_set1_ps(round_probs ? round_bf16_local(p) : p);
+    for (int64_t c = 0; c < dim; c += 16)
+      _mm512_store_ps(tile_sum + c, _mm512_fmadd_ps(pv, _mm512_loadu_ps(keys[j] + c), _mm512_load_ps(tile_sum + c)));
+  }
+  st.den = st.den * alpha + psum;
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (int64_t c = 0; c < dim; c += 16)
+    _mm512_storeu_ps(out + c, _mm512_fmadd_ps(_mm512_loadu_ps(out + c), va, _mm512_load_ps(tile_sum + c)));
+  st.m = m_new;
+}
+
+DI_ATTN_INLINE void head_end(const HeadState& st, int64_t dim, float sink, float* out) {
+  if (st.m == -__builtin_inff()) return;
+  const float den = st.den + expf(sink - st.m);
+  const __m512 vd = _mm512_set1_ps(den);
+  for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_div_ps(_mm512_loadu_ps(out + c), vd));
+}
+
 }  // namespace
 
 void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                            float sink, bool round_probs, float* out) {
-  constexpr int64_t kTile = 64;
-  const float neg_inf = -__builtin_inff();
-  float score[kTile];
-  alignas(64) float tile_buf[1024];
-  float* tile_sum = tile_buf;  // dim <= 1024 (head_dim 512 in every release)
-  for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
-  float m = neg_inf, den = 0.0f;
-  for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
-    const int64_t t1 = n_keys < t0 + kTile ? n_keys : t0 + kTile;
-    float tile_max = neg_inf;
-    for (int64_t j = t0; j < t1; ++j) {
-      if (!keys[j]) continue;
-      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-      int64_t c = 0;
-      for (; c + 32 <= dim; c += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(keys[j] + c), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(keys[j] + c + 16), a1);
-      }
-      for (; c < dim; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(keys[j] + c), a0);
-      const float d = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-      score[j - t0] = d * scale;
-      if (score[j - t0] > tile_max) tile_max = score[j - t0];
+  alignas(64) float tile_sum[1024];  // dim <= 1024 (head_dim 512 in every release)
+  HeadState st;
+  head_begin(st, dim, out);
+  for (int64_t t0 = 0; t0 < n_keys; t0 += kTile)
+    head_tile(st, q, keys, t0, n_keys < t0 + kTile ? n_keys : t0 + kTile, dim, scale, round_probs, tile_sum, out);
+  head_end(st, dim, sink, out);
+}
+
+void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
+                                 int64_t dim, float scale, const float* sinks, bool round_probs, float* out) {
+  alignas(64) float tile_sum[1024];
+  constexpr int64_t kGroup = 16;  // heads whose state is carried across the tiles together
+  for (int64_t h0 = 0; h0 < n_heads; h0 += kGroup) {
+    const int64_t h1 = n_heads < h0 + kGroup ? n_heads : h0 + kGroup;
+    HeadState st[kGroup];
+    for (int64_t h = h0; h < h1; ++h) head_begin(st[h - h0], dim, out + h * dim);
+    for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
+      const int64_t t1 = n_keys < t0 + kTile ? n_keys : t0 + kTile;
+      for (int64_t h = h0; h < h1; ++h)
+        head_tile(st[h - h0], q + h * dim, keys, t0, t1, dim, scale, round_probs, tile_sum, out + h * dim);
     }
-    if (tile_max == neg_inf) continue;
-    const float m_new = m > tile_max ? m : tile_max;
-    const float alpha = m == neg_inf ? 0.0f : expf(m - m_new);
-    float psum = 0.0f;
-    for (int64_t c = 0; c < dim; c += 16) _mm512_store_ps(tile_sum + c, _mm512_setzero_ps());
-    for (int64_t j = t0; j < t1; ++j) {
-      if (!keys[j]) continue;
-      const float p = expf(score[j - t0] - m_new);
-      psum += p;
-      const __m512 pv = _mm512_set1_ps(round_probs ? round_bf16_local(p) : p);
-      for (int64_t c = 0; c < dim; c += 16)
-        _mm512_store_ps(tile_sum + c, _mm512_fmadd_ps(pv, _mm512_loadu_ps(keys[j] + c), _mm512_load_ps(tile_sum + c)));
-    }
-    den = den * alpha + psum;
-    const __m512 va = _mm512_set1_ps(alpha);
-    for (int64_t c = 0; c < dim; c += 16)
-      _mm512_storeu_ps(out + c, _mm512_fmadd_ps(_mm512_loadu_ps(out + c), va, _mm512_load_ps(tile_sum + c)));
-    m = m_new;
+    for (int64_t h = h0; h < h1; ++h) head_end(st[h - h0], dim, sinks[h], out + h * dim);
   }
-  if (m == neg_inf) return;
-  den = den + expf(sink - m);
-  const __m512 vd = _mm512_set1_ps(den);
-  for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_div_ps(_mm512_loadu_ps(out + c), vd));
 }
 
 }  // namespace deepinfer::kernels::cpu

@@ -13,5 +13,10 @@ void sink_attention_fast(const float* q, const float* const* keys, int64_t n_key
 // AVX-512 version; dim must be a multiple of 16. Call only when the CPU has AVX-512F.
 void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                            float sink, bool round_probs, float* out);
+// n_heads heads of sink_attention_avx512 over one key list, bit for bit the same per head:
+// tile by tile, every head's pass over the tile before the next tile, so a tile of keys is
+// read from memory once for all heads. dim as above and at most 1024.
+void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
+                                 int64_t dim, float scale, const float* sinks, bool round_probs, float* out);
 
 }  // namespace deepinfer::kernels::cpu

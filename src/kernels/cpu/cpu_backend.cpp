@@ -265,6 +265,14 @@ class SimdBackend final : public Backend {
       cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
   }
 
+  void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys, int64_t dim,
+                            float scale, const float* sinks, bool round_probs, float* out) const override {
+    if (avx512_attention_ && dim % 16 == 0 && dim <= 1024)
+      cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+    else
+      Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+  }
+
  private:
   bool supported(const WeightMatrix& W) const {
     switch (W.format) {

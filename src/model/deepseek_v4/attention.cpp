@@ -281,14 +281,19 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   section.start(DI_PROFILE_SECTION("attn.sink_attention"));
   const float scale = float(1.0 / std::sqrt(double(Dh)));
   std::span<float> o = scratch.take<float>(S * H * Dh);
+  // Items i = t * H + h; a thread's consecutive heads of one query share its key list, so
+  // they go to the backend together (it reads each tile of keys once for all of them).
   auto attend = [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / H, h = i % H;
-      float* oh = &o[i * Dh];
-      num.backend->sink_attention(&q[i * Dh], &key_rows[key_begin[t]], n_keys[t], Dh, scale, w.sink[h],
-                                  num.reference(), oh);
-      num.bf16(oh, Dh);
-      rope.apply(oh, Dh, pos[t], true, num);  // V = K carries the key rotation: undo the query's
+    for (int64_t i = i0; i < i1;) {
+      const int64_t t = i / H, h0 = i % H, nh = std::min(i1 - i, H - h0);
+      num.backend->sink_attention_heads(&q[i * Dh], nh, &key_rows[key_begin[t]], n_keys[t], Dh, scale, &w.sink[h0],
+                                        num.reference(), &o[i * Dh]);
+      for (int64_t h = h0; h < h0 + nh; ++h) {
+        float* oh = &o[(t * H + h) * Dh];
+        num.bf16(oh, Dh);
+        rope.apply(oh, Dh, pos[t], true, num);  // V = K carries the key rotation: undo the query's
+      }
+      i += nh;
     }
   };
   // Captured by one reference, so the std::function of parallel_for stays off the heap.
