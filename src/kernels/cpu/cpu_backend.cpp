@@ -130,60 +130,32 @@ thread_local Scratch tl_work;  // weight tiles of the thread running a row range
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-// Significant-bit shape of a vector for the exact-sum check of index_scores: ok when every
-// nonzero value is a normal float with at most 2 significant bits; spread = the largest
-// minus the smallest binary exponent over the nonzero values.
-struct Spread {
-  bool ok = false;
-  int spread = 0;
-};
-Spread spread_of(const float* x, int64_t n) {
-  int lo = 255, hi = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, &x[i], 4);
-    const int e = int(b >> 23) & 0xff;
-    if ((b & 0x7fffffffu) == 0) continue;
-    if (e == 0 || e == 255 || (b & 0x3fffffu) != 0) return {};
-    lo = std::min(lo, e);
-    hi = std::max(hi, e);
-  }
-  return {true, hi < lo ? 0 : hi - lo};
-}
-
 // One index_scores call, captured by one reference (keeps std::function off the heap).
 struct IndexJob {
   const cpu::IsaKernels* k;
-  const double* qd;  // the query heads in double
-  const Spread* qs;  // their significant-bit shapes
+  const double* qT;  // the query heads transposed, [dim, n_heads], in double
   const float* w;
   int64_t n_heads, dim;
   const float* const* keys;
   bool round;
-  int budget;  // spread_q + spread_k at most this: every summation order is exact
   float* scores;
 
   float R(float x) const { return round ? round_bf16(x) : x; }
   void operator()(int64_t s0, int64_t s1) const {
-    thread_local std::vector<double> kd, dots;  // grow-only per thread
-    kd.resize(size_t(dim));
-    dots.resize(size_t(n_heads));
-    for (int64_t s = s0; s < s1; ++s) {
-      const float* key = keys[s];
-      for (int64_t c = 0; c < dim; ++c) kd[c] = key[c];
-      k->dots_f64(qd, kd.data(), dim, n_heads, dots.data());
-      const Spread ks = round ? spread_of(key, dim) : Spread{};
-      double total = 0.0;
-      for (int64_t h = 0; h < n_heads; ++h) {
-        double d = dots[h];
-        if (round && !(qs[h].ok && ks.ok && qs[h].spread + ks.spread <= budget)) {
-          d = 0.0;  // the referee's order
-          for (int64_t c = 0; c < dim; ++c) d += qd[h * dim + c] * kd[c];
+    constexpr int64_t kBlock = 64;  // keys per index_dots call
+    thread_local std::vector<double> dots;  // grow-only per thread
+    dots.resize(size_t(kBlock * n_heads));
+    for (int64_t b = s0; b < s1; b += kBlock) {
+      const int64_t nb = std::min(kBlock, s1 - b);
+      k->index_dots(qT, n_heads, dim, keys + b, nb, dots.data());
+      for (int64_t s = 0; s < nb; ++s) {
+        double total = 0.0;
+        for (int64_t h = 0; h < n_heads; ++h) {
+          const float dot = std::max(R(float(dots[s * n_heads + h])), 0.0f);
+          total += double(R(dot * w[h]));
         }
-        const float dot = std::max(R(float(d)), 0.0f);
-        total += double(R(dot * w[h]));
+        scores[b + s] = R(float(total));
       }
-      scores[s] = R(float(total));
     }
   }
 };
@@ -233,27 +205,17 @@ class SimdBackend final : public Backend {
     run(x, M, W, act_block, y);
   }
 
-  // The dots run in double SIMD in any order. In reference numerics that must equal the
-  // referee's in-order double sum, which holds when every partial sum is exact: q and k are
-  // FP4-QDQ'd there (at most 2 significant bits each), so every product is a multiple of
-  // 2^(eq_min + ek_min - 2) below 2^(eq_max + ek_max + 2), and dim of them stay exact in a
-  // 53-bit significand while the exponent spreads leave room (spread_q + spread_k + 4 +
-  // log2(dim) <= 53). A pair that fails the check is summed in order instead.
+  // The dots run in the referee's order (in-order double sums, the heads in vector lanes),
+  // so the scores equal index_scores_ref's bit for bit whatever the values.
   void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                     int64_t n_keys, bool round, float* scores) const override {
     if (n_keys <= 0) return;
-    thread_local std::vector<double> qd;  // grow-only: nothing allocated once warm
-    thread_local std::vector<Spread> qs;
-    qd.resize(size_t(n_heads * dim));
-    qs.resize(size_t(n_heads));
-    for (int64_t h = 0; h < n_heads; ++h) {
-      for (int64_t c = 0; c < dim; ++c) qd[h * dim + c] = q[h * dim + c];
-      qs[h] = spread_of(q + h * dim, dim);
-    }
-    int log2_dim = 0;
-    while ((int64_t(1) << log2_dim) < dim) ++log2_dim;
+    thread_local std::vector<double> qT;  // grow-only: nothing allocated once warm
+    qT.resize(size_t(n_heads * dim));
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t c = 0; c < dim; ++c) qT[c * n_heads + h] = q[h * dim + c];
     // Plain pointers: inside the region a thread_local name would mean the worker's own copy.
-    const IndexJob job{&k_, qd.data(), qs.data(), w, n_heads, dim, keys, round, 53 - 4 - log2_dim, scores};
+    const IndexJob job{&k_, qT.data(), w, n_heads, dim, keys, round, scores};
     parallel_for(pool_, n_keys, 16, [&job](int64_t s0, int64_t s1, int) { job(s0, s1); });
   }
 

@@ -66,9 +66,13 @@ struct IsaKernels {
   size_t (*scratch_bytes)(const LinearCall& c);
   // y rows [n0, n1) (columns n of y) of the call; scratch is 64-byte aligned.
   void (*rows)(const LinearCall& c, int64_t n0, int64_t n1, void* scratch);
-  // out[h] = sum_c q[h * dim + c] * k[c] in double for h < n_heads, summed in any order
-  // (the caller uses it where every order gives the exact sum, or where order may vary).
-  void (*dots_f64)(const double* q, const double* k, int64_t dim, int64_t n_heads, double* out);
+  // Every query head against every key, each dot summed in double over c = 0 .. dim - 1 in
+  // order, as index_scores_ref does (a float product is exact in double, so an FMA step
+  // equals its multiply-then-add): out[s * n_heads + h] = sum_c qT[c * n_heads + h] * keys[s][c],
+  // qT the heads transposed [dim, n_heads] in double. The heads sit in vector lanes, so no
+  // horizontal sums are needed and several keys run side by side.
+  void (*index_dots)(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
+                     double* out);
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

@@ -418,21 +418,36 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
 
 // ------------------------------------------------------------------------------ indexer dots
 
-void dots_f64(const double* q, const double* k, int64_t dim, int64_t n_heads, double* out) {
-  for (int64_t h = 0; h < n_heads; ++h) {
-    const double* qh = q + h * dim;
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    int64_t c = 0;
-    for (; c + 8 <= dim; c += 8) {
-      a0 = _mm256_fmadd_pd(_mm256_loadu_pd(qh + c), _mm256_loadu_pd(k + c), a0);
-      a1 = _mm256_fmadd_pd(_mm256_loadu_pd(qh + c + 4), _mm256_loadu_pd(k + c + 4), a1);
+void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
+                double* out) {
+  constexpr int kKeys = 2;  // keys side by side: 2 x 4 vectors of 4 heads
+  for (int64_t h0 = 0; h0 < n_heads; h0 += 16) {
+    const int64_t nh = n_heads - h0 < 16 ? n_heads - h0 : 16;
+    for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
+      const int64_t nk = n_keys - s0 < kKeys ? n_keys - s0 : kKeys;
+      __m256d acc[kKeys][4];
+      for (int j = 0; j < kKeys; ++j)
+        for (int v = 0; v < 4; ++v) acc[j][v] = _mm256_setzero_pd();
+      alignas(32) double qbuf[16] = {};
+      for (int64_t c = 0; c < dim; ++c) {
+        const double* q = qT + c * n_heads + h0;
+        if (nh < 16) {  // a partial head block: lanes beyond n_heads read zeros
+          for (int64_t h = 0; h < nh; ++h) qbuf[h] = q[h];
+          q = qbuf;
+        }
+        __m256d qv[4];
+        for (int v = 0; v < 4; ++v) qv[v] = _mm256_loadu_pd(q + 4 * v);
+        for (int j = 0; j < kKeys; ++j) {
+          const __m256d kv = _mm256_set1_pd(j < nk ? double(keys[s0 + j][c]) : 0.0);
+          for (int v = 0; v < 4; ++v) acc[j][v] = _mm256_fmadd_pd(qv[v], kv, acc[j][v]);
+        }
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        alignas(32) double lanes[16];
+        for (int v = 0; v < 4; ++v) _mm256_store_pd(lanes + 4 * v, acc[j][v]);
+        for (int64_t h = 0; h < nh; ++h) out[(s0 + j) * n_heads + h0 + h] = lanes[h];
+      }
     }
-    a0 = _mm256_add_pd(a0, a1);
-    alignas(32) double lanes[4];
-    _mm256_store_pd(lanes, a0);
-    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    for (; c < dim; ++c) sum += qh[c] * k[c];
-    out[h] = sum;
   }
 }
 
@@ -452,7 +467,7 @@ constexpr IsaKernels kKernels = {
     .act_quant = act_quant,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
-    .dots_f64 = dots_f64,
+    .index_dots = index_dots,
 };
 
 }  // namespace

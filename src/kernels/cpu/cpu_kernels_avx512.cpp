@@ -921,20 +921,42 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
 
 // ------------------------------------------------------------------------------ indexer dots
 
-void dots_f64(const double* q, const double* k, int64_t dim, int64_t n_heads, double* out) {
-  for (int64_t h = 0; h < n_heads; ++h) {
-    const double* qh = q + h * dim;
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    int64_t c = 0;
-    for (; c + 16 <= dim; c += 16) {
-      a0 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c), _mm512_loadu_pd(k + c), a0);
-      a1 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c + 8), _mm512_loadu_pd(k + c + 8), a1);
+void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
+                double* out) {
+  constexpr int kKeys = 4;     // keys side by side: 8 independent FMA chains
+  constexpr int64_t kCols = 128;  // key columns widened to double at a time
+  alignas(64) double kd[kKeys][kCols];
+  for (int64_t h0 = 0; h0 < n_heads; h0 += 16) {  // 16 heads: two vectors of 8 lanes
+    const int64_t nh = min64(16, n_heads - h0);
+    const __mmask8 m0 = __mmask8(mask16(nh)), m1 = __mmask8(mask16(nh - 8));
+    for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
+      const int64_t nk = min64(kKeys, n_keys - s0);
+      __m512d acc[kKeys][2];
+      for (int j = 0; j < kKeys; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_pd();
+      for (int64_t c0 = 0; c0 < dim; c0 += kCols) {
+        const int64_t cn = min64(kCols, dim - c0);
+        for (int j = 0; j < kKeys; ++j)
+          for (int64_t c = 0; c < cn; c += 8) {
+            const __m256 f = j < nk ? _mm256_maskz_loadu_ps(__mmask8(mask16(cn - c)), keys[s0 + j] + c0 + c)
+                                    : _mm256_setzero_ps();
+            _mm512_store_pd(&kd[j][c], _mm512_cvtps_pd(f));
+          }
+        for (int64_t c = 0; c < cn; ++c) {
+          const double* q = qT + (c0 + c) * n_heads + h0;
+          const __m512d q0 = _mm512_maskz_loadu_pd(m0, q), q1 = _mm512_maskz_loadu_pd(m1, q + 8);
+          for (int j = 0; j < kKeys; ++j) {
+            const __m512d kv = _mm512_set1_pd(kd[j][c]);
+            acc[j][0] = _mm512_fmadd_pd(q0, kv, acc[j][0]);
+            acc[j][1] = _mm512_fmadd_pd(q1, kv, acc[j][1]);
+          }
+        }
+      }
+      for (int j = 0; j < kKeys; ++j)  // constant trip count: acc stays in registers
+        if (j < nk) {
+          _mm512_mask_storeu_pd(out + (s0 + j) * n_heads + h0, m0, acc[j][0]);
+          _mm512_mask_storeu_pd(out + (s0 + j) * n_heads + h0 + 8, m1, acc[j][1]);
+        }
     }
-    for (; c < dim; c += 8) {
-      const __mmask8 m = __mmask8(dim - c >= 8 ? 0xff : (1u << (dim - c)) - 1);
-      a0 = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, qh + c), _mm512_maskz_loadu_pd(m, k + c), a0);
-    }
-    out[h] = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
   }
 }
 
@@ -954,7 +976,7 @@ constexpr IsaKernels kKernels = {
     .act_quant = act_quant,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
-    .dots_f64 = dots_f64,
+    .index_dots = index_dots,
 };
 
 }  // namespace
