@@ -133,9 +133,11 @@ void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rop
                               num.reference(), score.data());
     const int64_t k = std::min(cfg.index_topk, n_vis);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t x, int64_t y) {
-      return score[x] != score[y] ? score[x] > score[y] : x < y;
-    });
+    // A total order (ties by index), so selecting then sorting the top k gives exactly what
+    // a partial sort gives, in about half the comparisons.
+    auto before = [&](int64_t x, int64_t y) { return score[x] != score[y] ? score[x] > score[y] : x < y; };
+    if (k < n_vis) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
+    std::sort(order.begin(), order.begin() + k, before);
     std::copy_n(order.begin(), k, chosen + t * cfg.index_topk);
     n_chosen[t] = k;
   }
