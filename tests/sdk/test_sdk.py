@@ -17,15 +17,13 @@ determinism (temperature 0, fixed seeds), never the meaning of the text.
 import argparse
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 import unittest
-import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "soak"))
+import local_server  # noqa: E402  (the server start/stop shared with tools/soak/soak.py)
 
 SETUP_HINT = "run ./setup.sh (it installs tests/sdk/requirements.txt into .venv)"
 try:
@@ -52,65 +50,18 @@ GREEDY = {"temperature": 0}  # the Anthropic SDK has no temperature argument any
 
 # ------------------------------------------------------------------ the server
 
-def die_with_parent():
-    """In the server's child process: SIGKILL it if this script dies (a CTest timeout kills
-    only the script), so no server outlives the test."""
-    import ctypes
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-
-
 def start_server(args):
-    cmd = [args.serve, "serve", "--model", args.model, "--host", "127.0.0.1", "--port", "0",
-           "--threads", "2", "--kv-memory", "256M", "--served-model-name", MODEL, "--api-key", API_KEY]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=die_with_parent)
-    log = []
-    port = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        log.append(line)
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        proc.kill()
-        sys.exit("test_sdk: FAILED: the server did not start:\n" + "".join(log))
-
-    # Keep draining stderr so the server never blocks on a full pipe; kept for failures.
-    def drain():
-        for line in proc.stderr:
-            log.append(line)
-    threading.Thread(target=drain, daemon=True).start()
-
-    url = "http://127.0.0.1:%d" % port
-    while True:  # /health is 503 while the model loads, 200 once it serves
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            sys.exit("test_sdk: FAILED: /health never answered 200:\n" + "".join(log))
-        time.sleep(0.05)
-    SERVER.update(proc=proc, url=url, log=log)
+    try:
+        server = local_server.LocalServer(args.serve, args.model,
+                                          ["--threads", "2", "--kv-memory", "256M", "--served-model-name", MODEL,
+                                           "--api-key", API_KEY], timeout=60)
+    except local_server.ServerError as e:
+        sys.exit("test_sdk: FAILED: %s" % e)
+    SERVER.update(proc=server.proc, url=server.url, log=server.log, server=server)
 
 
 def stop_server():
-    proc = SERVER["proc"]
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        return "no exit within 30 s of SIGTERM"
+    return SERVER["server"].stop(30)
 
 
 def raw_post(path, body):

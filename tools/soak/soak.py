@@ -25,7 +25,6 @@ import http.client
 import json
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -33,6 +32,8 @@ import sys
 import threading
 import time
 import urllib.parse
+
+import local_server  # next to this file
 
 WORDS = ("the of and to in is was for on that with as by at from his her it an are were which "
          "be this or had not but what all when we there can more one been if no other so some "
@@ -268,28 +269,11 @@ def percentile(xs, p):
 
 
 def start_server(args):
-    cmd = [args.serve, "serve", "--model", args.model, "--port", "0", "--host", "127.0.0.1",
-           "--threads", str(args.server_threads)] + (args.server_arg or [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.monotonic() + 120
-    log = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        log.append(line)
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        if "ready:" in line:
-            break
-    if port is None or proc.poll() is not None:
-        proc.kill()
-        sys.exit("soak: the server did not start:\n" + "".join(log))
-    # Keep draining stderr so the server never blocks on a full pipe.
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-    return proc, "http://127.0.0.1:%d" % port
+    try:
+        return local_server.LocalServer(args.serve, args.model,
+                                        ["--threads", str(args.server_threads)] + (args.server_arg or []))
+    except local_server.ServerError as e:
+        sys.exit("soak: %s" % e)
 
 
 def main():
@@ -314,7 +298,8 @@ def main():
     if args.serve:
         if not args.model:
             ap.error("--serve needs --model")
-        proc, args.url = start_server(args)
+        server = start_server(args)
+        proc, args.url = server.proc, server.url
         args.pid = proc.pid
     sampler = RssSampler(args.pid) if args.pid else None
     if sampler:
