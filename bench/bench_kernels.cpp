@@ -95,6 +95,7 @@ struct Shape {
 const Shape kShapes[] = {
     {"FP8_2048x2048", WeightFormat::FP8_BLOCK, 2048, 2048, true},
     {"FP8_512x2048", WeightFormat::FP8_BLOCK, 512, 2048, true},
+    {"FP8_8192x512", WeightFormat::FP8_BLOCK, 8192, 512, false},
     {"FP4_1024x2048", WeightFormat::FP4_BLOCK, 1024, 2048, true},
     {"FP4_2048x1024", WeightFormat::FP4_BLOCK, 2048, 1024, true},
     {"BF16_129280x2048", WeightFormat::BF16, 129280, 2048, false},

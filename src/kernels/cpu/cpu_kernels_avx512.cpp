@@ -127,6 +127,14 @@ inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 // Decode streams weight rows: software prefetch this many bytes ahead in each row.
 constexpr int kPrefetch = 1024;
 
+// FP8 / FP4 decode prefetches whole row groups ahead: this many bytes, at least one group of
+// 8 rows. Short rows (K = 512: 4 KiB groups) need several groups to cover the latency.
+constexpr int64_t kGroupPrefetchBytes = 8192;
+inline int64_t group_prefetch_rows(int64_t row_bytes) {
+  const int64_t rows = (kGroupPrefetchBytes + row_bytes - 1) / row_bytes;
+  return rows < 8 ? 8 : (rows + 7) / 8 * 8;
+}
+
 DI_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
@@ -284,11 +292,13 @@ struct Fp8Dec {
   const LinearCall* c;
   int64_t B;
   int bshift;  // log2(B) when B is a power of two (always, in practice), else -1
+  int64_t pf_bytes;  // prefetch distance: whole row groups, see group_prefetch_rows
   __m512i lo0, lo1, hi0, hi1, sign;
   explicit Fp8Dec(const LinearCall& call)
       : c(&call),
         B(call.W->block),
         bshift((B & (B - 1)) == 0 ? __builtin_ctzll(uint64_t(B)) : -1),
+        pf_bytes(group_prefetch_rows(call.K) * call.K),
         lo0(load_i(kT.e4m3_lo)),
         lo1(load_i(kT.e4m3_lo + 64)),
         hi0(load_i(kT.e4m3_hi)),
@@ -302,7 +312,7 @@ struct Fp8Dec {
   // The same spot 8 rows on, in the next row group: a group's 8 rows are one contiguous
   // stretch, so this runs a group ahead. (A fixed distance inside the row left each group's
   // first misses unhidden: 1 MiB matrices ran at 44 GB/s cold, now 68.)
-  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k + 8 * c->K), _MM_HINT_T0); }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k + pf_bytes), _MM_HINT_T0); }
   DI_INLINE int64_t blk(int64_t k) const { return bshift >= 0 ? k >> bshift : k / B; }
   // Scale bytes of the two 32-column halves (B is a multiple of 32; a half beyond K borrows
   // the first half's scale, its weights being zero).
@@ -374,10 +384,12 @@ struct Fp4Dec {
     r.sw = words;
   }
   const LinearCall* c;
+  int64_t pf_bytes;  // prefetch distance: whole row groups, see group_prefetch_rows
   __m512i tw, dup_w, dup_d0, dup_d1, magmask;
   __m512 tf;
   explicit Fp4Dec(const LinearCall& call)
       : c(&call),
+        pf_bytes(group_prefetch_rows(call.K / 2) * (call.K / 2)),
         tw(load_i(kT.e2m1_w)),
         dup_w(load_i(kT.idx_dup_w)),
         dup_d0(load_i(kT.idx_dup_d[0])),
@@ -392,7 +404,7 @@ struct Fp4Dec {
   DI_INLINE void prefetch(const Row& r, int64_t k) const {
     // FP4 rows are short (1 KiB at K = 2048): a fixed distance would land in the rows the
     // group is reading already, so fetch the same spot 8 rows on (the next row group).
-    if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2 + 8 * (c->K / 2)), _MM_HINT_T0);
+    if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2 + pf_bytes), _MM_HINT_T0);
   }
   DI_INLINE __m512i src(const Row& r, int64_t k, int64_t nv) const {
     const __m128i b = nv == CH ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2))
