@@ -23,34 +23,36 @@ void linear_quantized(const Config& cfg, const Numerics& num, const float* x, in
   num.bf16(y, M * W.rows);
 }
 
+void run_products(const Config& cfg, const Numerics& num, const LayerProduct* products, size_t n) {
+  ScratchArena::Scope scope(step_scratch());
+  std::span<kernels::LinearJob> jobs = step_scratch().take<kernels::LinearJob>(int64_t(n));
+  for (size_t i = 0; i < n; ++i) {
+    const LayerProduct& p = products[i];
+    const bool act_quant = p.kind == LayerProduct::kQuantized && num.reference() && p.W->is_quantized();
+    jobs[i] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y};
+  }
+  num.backend->linear_many(jobs.data(), n);
+  for (size_t i = 0; i < n; ++i)
+    if (products[i].kind != LayerProduct::kFp32) num.bf16(products[i].y, products[i].M * products[i].W->rows);
+}
+
 namespace {
 
-// The weight products of one attention step that share an input run as one backend batch
-// (one parallel region over all their weight bytes), each with the arithmetic of its own call:
-//   kQuantized  linear_quantized (act-quant block GEMM in reference numerics), bf16 output
-//   kBf16       the reference's bf16 GEMMs: exact product, bf16 output
-//   kFp32       the reference's fp32 GEMMs (compressor projections): exact product, fp32 output
+// The products of one attention step that share an input, collected and run as one batch.
 class ProductBatch {
  public:
-  enum Kind { kQuantized, kBf16, kFp32 };
-  void add(const float* x, int64_t M, const WeightMatrix& W, float* y, Kind kind) {
+  void add(const float* x, int64_t M, const WeightMatrix& W, float* y, LayerProduct::Kind kind) {
     if (n_ == kMax) throw std::logic_error("ProductBatch: more than kMax products");
-    jobs_[n_] = {x, M, &W, 0, y};
-    kinds_[n_++] = kind;
+    products_[n_++] = {x, M, &W, y, kind};
   }
   void run(const Config& cfg, const Numerics& num) {
-    for (size_t i = 0; i < n_; ++i)
-      if (kinds_[i] == kQuantized && num.reference() && jobs_[i].W->is_quantized()) jobs_[i].act_block = cfg.act_block();
-    num.backend->linear_many(jobs_, n_);
-    for (size_t i = 0; i < n_; ++i)
-      if (kinds_[i] != kFp32) num.bf16(jobs_[i].y, jobs_[i].M * jobs_[i].W->rows);
+    run_products(cfg, num, products_, n_);
     n_ = 0;
   }
 
  private:
   static constexpr size_t kMax = 16;  // V4-Pro: 16 output groups
-  kernels::LinearJob jobs_[kMax];
-  Kind kinds_[kMax] = {};
+  LayerProduct products_[kMax] = {};
   size_t n_ = 0;
 };
 
@@ -169,22 +171,22 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   profile::Phase section;
   section.start(DI_PROFILE_SECTION("attn.projections"));
   ProductBatch batch;
-  batch.add(a, S, w.wq_a, qr.data(), ProductBatch::kQuantized);
-  batch.add(a, S, w.wkv, kv.data(), ProductBatch::kQuantized);
+  batch.add(a, S, w.wq_a, qr.data(), LayerProduct::kQuantized);
+  batch.add(a, S, w.wkv, kv.data(), LayerProduct::kQuantized);
   if (w.has_compressor) {
-    batch.add(a, S, cw.wkv, ckv.data(), ProductBatch::kFp32);
-    batch.add(a, S, cw.wgate, csc.data(), ProductBatch::kFp32);
+    batch.add(a, S, cw.wkv, ckv.data(), LayerProduct::kFp32);
+    batch.add(a, S, cw.wgate, csc.data(), LayerProduct::kFp32);
   }
   if (w.has_indexer) {
-    batch.add(a, S, icw.wkv, ikv.data(), ProductBatch::kFp32);
-    batch.add(a, S, icw.wgate, isc.data(), ProductBatch::kFp32);
-    batch.add(a, S, w.indexer_weights_proj, iw.data(), ProductBatch::kBf16);
+    batch.add(a, S, icw.wkv, ikv.data(), LayerProduct::kFp32);
+    batch.add(a, S, icw.wgate, isc.data(), LayerProduct::kFp32);
+    batch.add(a, S, w.indexer_weights_proj, iw.data(), LayerProduct::kBf16);
   }
   batch.run(cfg, num);
   for (int64_t t = 0; t < S; ++t)
     rms_norm(&qr[t * cfg.q_lora_rank], w.q_norm.data(), cfg.q_lora_rank, eps, num, &qr[t * cfg.q_lora_rank]);
-  batch.add(qr.data(), S, w.wq_b, q.data(), ProductBatch::kQuantized);
-  if (w.has_indexer) batch.add(qr.data(), S, w.indexer_wq_b, iq.data(), ProductBatch::kQuantized);
+  batch.add(qr.data(), S, w.wq_b, q.data(), LayerProduct::kQuantized);
+  if (w.has_indexer) batch.add(qr.data(), S, w.indexer_wq_b, iq.data(), LayerProduct::kQuantized);
   batch.run(cfg, num);
 
   // ---- queries: head norm -> RoPE
@@ -317,7 +319,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     for (int64_t t = 0; t < S; ++t) std::copy_n(&o[t * H * Dh + g * gw], gw, &og_g[t * gw]);
     wa[g] = weight_row_slice(w.wo_a, g * R, R);
     if (wa[g].valid()) {
-      batch.add(og_g, S, wa[g], ug_g, ProductBatch::kFp32);
+      batch.add(og_g, S, wa[g], ug_g, LayerProduct::kFp32);
     } else {  // group edge inside an FP8 scale block: decode row by row
       ScratchArena::Scope row_scope(scratch);
       std::span<float> row = scratch.take<float>(gw);

@@ -23,14 +23,22 @@ ScratchArena& step_scratch();
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y);
 
-// Several linear_quantized products in one backend call (independent inputs and outputs).
-struct QuantizedProduct {
+// One weight product y[M, W.rows] = x[M, W.cols] . W^T of a sublayer, with the arithmetic
+// the reference gives it:
+//   kQuantized  linear_quantized (act-quant block GEMM in reference numerics), bf16 output
+//   kBf16       the reference's bf16 GEMMs: exact product, bf16 output
+//   kFp32       the reference's fp32 GEMMs (compressor projections): exact product, fp32 output
+struct LayerProduct {
+  enum Kind { kQuantized, kBf16, kFp32 };
   const float* x;
   int64_t M;
   const WeightMatrix* W;
   float* y;
+  Kind kind = kQuantized;
 };
-void linear_quantized_many(const Config& cfg, const Numerics& num, const QuantizedProduct* products, size_t n);
+// Independent products (a MoE step's experts, the projections of one input) in one backend
+// call, so small decode matrices share one parallel region; each y is what its own call gives.
+void run_products(const Config& cfg, const Numerics& num, const LayerProduct* products, size_t n);
 
 // One sequence's share of a batched step: rows [row0, row0 + n) of the batch hold its tokens
 // at positions p0 .. p0 + n - 1; state is that sequence's state of the current layer.

@@ -64,7 +64,7 @@ struct ExpertWork {
 // scratch in the caller's scope (the caller reads y).
 void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWork> work) {
   ScratchArena& scratch = step_scratch();
-  std::span<QuantizedProduct> products = scratch.take<QuantizedProduct>(2 * int64_t(work.size()));
+  std::span<LayerProduct> products = scratch.take<LayerProduct>(2 * int64_t(work.size()));
   size_t n = 0;
   for (ExpertWork& e : work) {
     const int64_t I = e.w->w1.rows;
@@ -73,7 +73,7 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
     products[n++] = {e.x, e.M, &e.w->w1, e.g};
     products[n++] = {e.x, e.M, &e.w->w3, e.u};
   }
-  linear_quantized_many(cfg, num, products.data(), n);
+  run_products(cfg, num, products.data(), n);
   const float lim = float(cfg.swiglu_limit);
   // Split over the intermediate columns, every expert's share in each range.
   int64_t max_i = 0;
@@ -100,22 +100,10 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
     e.y = scratch.take<float>(e.M * e.w->w2.rows).data();
     products[n++] = {e.g, e.M, &e.w->w2, e.y};
   }
-  linear_quantized_many(cfg, num, products.data(), n);
+  run_products(cfg, num, products.data(), n);
 }
 
 }  // namespace
-
-void linear_quantized_many(const Config& cfg, const Numerics& num, const QuantizedProduct* products, size_t n) {
-  ScratchArena::Scope scope(step_scratch());
-  std::span<kernels::LinearJob> jobs = step_scratch().take<kernels::LinearJob>(int64_t(n));
-  for (size_t i = 0; i < n; ++i) {
-    const QuantizedProduct& p = products[i];
-    const bool act_quant = num.reference() && p.W->is_quantized();
-    jobs[i] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y};
-  }
-  num.backend->linear_many(jobs.data(), n);
-  for (size_t i = 0; i < n; ++i) num.bf16(products[i].y, products[i].M * products[i].W->rows);
-}
 
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,
                  const int32_t* tokens, int64_t S, float* out) {
