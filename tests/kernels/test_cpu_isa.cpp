@@ -532,13 +532,10 @@ TEST(CpuIsa, LinearManyEqualsSingleCalls) {
   }
 }
 
-// Lightning-indexer scores against the referee. Reference numerics (FP4-QDQ'd q and keys,
-// bf16 rounding points): bit for bit, also where a key's exponent spread forces the in-order
-// fallback and for dims that are not a multiple of the vector width. Float numerics (plain
-// fp32 values): the same within double reassociation. 1 and 3 threads, 1 to 300 keys.
 // Jobs of one batch that read the same activations (a MoE expert's w1 and w3, attention
 // projections of one input) share their preparation: still each job's own-call bits, also
-// when neighbours differ in act-quant mode, width or F32-ness (which changes the kernels).
+// when neighbours differ in act-quant mode, width, F32-ness (which changes the kernels) or
+// FP4-ness (AVX-512 hands FP4 weights x in their lane order).
 TEST(CpuIsa, LinearManySharedInputs) {
   std::mt19937 rng(37);
   for (Isa isa : supported_isas()) {
@@ -556,7 +553,8 @@ TEST(CpuIsa, LinearManySharedInputs) {
     };
     const std::vector<J> js = {{&x1, 1, 0, true},  {&x1, 1, 1, true},  {&x1, 1, 2, true},  {&x1, 1, 3, false},
                                {&x1, 1, 4, false}, {&x1, 1, 2, false}, {&x1, 1, 5, false}, {&x3, 3, 0, true},
-                               {&x3, 3, 1, true},  {&x3, 3, 4, false}, {&x3, 3, 3, false}, {&x3, 3, 4, false}};
+                               {&x3, 3, 1, true},  {&x3, 3, 4, false}, {&x3, 3, 3, false}, {&x3, 3, 4, false},
+                               {&x1, 1, 0, false}, {&x1, 1, 2, false}, {&x3, 3, 1, false}};
     ThreadPool pool(2);
     auto be = make_cpu_backend_isa(&pool, isa);
     std::vector<std::vector<float>> many(js.size()), single(js.size());
@@ -579,6 +577,10 @@ TEST(CpuIsa, LinearManySharedInputs) {
   }
 }
 
+// Lightning-indexer scores against the referee. Reference numerics (FP4-QDQ'd q and keys,
+// bf16 rounding points): bit for bit, also where a key's exponent spread forces the in-order
+// fallback and for dims that are not a multiple of the vector width. Float numerics (plain
+// fp32 values): the same within double reassociation. 1 and 3 threads, 1 to 300 keys.
 TEST(CpuIsa, IndexScoresMatchReferee) {
   std::mt19937 rng(37);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -261,6 +261,11 @@ class SimdBackend final : public Backend {
     return W.format == WeightFormat::FP8_BLOCK ? W.block % ab == 0 : ab % 32 == 0;
   }
 
+  // FP4 weights whose bf16-mode products these kernels take in lane order.
+  bool fp4_lane_order(const WeightMatrix& W) const {
+    return W.format == WeightFormat::FP4_BLOCK && k_.fp4_lane_order != nullptr;
+  }
+
   // Row grain of a GEMV-sized call: the kernels' row group, or 1 where they stream one
   // row at a time (so a short, wide matrix such as the 24-row mHC mixer splits evenly).
   static int64_t gemv_grain(const cpu::IsaKernels& k, const cpu::LinearCall& c) {
@@ -291,7 +296,9 @@ class SimdBackend final : public Backend {
       return false;
     }
     const bool gemv = M <= k_.gemv_max_m;
-    const int64_t xs = round_up(K, k_.k_align), m_rows = gemv ? M : round_up(M, k_.m_align);
+    const bool lane_order = fp4_lane_order(W);
+    const int64_t xs = round_up(K, lane_order ? std::max(k_.k_align, cpu::kFp4Chunk) : k_.k_align);
+    const int64_t m_rows = gemv ? M : round_up(M, k_.m_align);
     const size_t nx = size_t(m_rows * xs);
     float* xf = static_cast<float*>(act.get(nx * (sizeof(float) + sizeof(uint16_t)) + size_t(M) * 5));
     uint16_t* xb = reinterpret_cast<uint16_t*>(xf + nx);
@@ -326,6 +333,7 @@ class SimdBackend final : public Backend {
       std::memset(xf + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(float));
       std::memset(xb + M * xs, 0, size_t((m_rows - M) * xs) * sizeof(uint16_t));
     }
+    if (lane_order && cls == kBf16Row) k_.fp4_lane_order(xb, 0, M, xs);
     c.W = &W;
     c.M = M;
     c.N = N;
@@ -361,7 +369,8 @@ class SimdBackend final : public Backend {
       }
       // Products of one input (a MoE expert's w1 and w3, attention projections) share the
       // prepared activations when their preparation would be the same.
-      const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32};
+      const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32,
+                        fp4_lane_order(W)};
       if (!ms.calls.empty() && key == last_key) {
         cpu::LinearCall c = ms.calls.back();
         c.W = &W;
@@ -400,12 +409,12 @@ class SimdBackend final : public Backend {
 
  private:
   // What prepare() reads: two calls with the same key get the same prepared rows and row
-  // class (the weight enters only through its width and whether it is F32, which never
-  // takes the bf16 kernels).
+  // class (the weight enters only through its width, whether it is F32, which never takes
+  // the bf16 kernels, and whether its xb is in FP4 lane order).
   struct PrepKey {
     const float* x = nullptr;
     int64_t M = 0, K = 0, act_block = 0;
-    bool plain_f32 = false;
+    bool plain_f32 = false, lane_order = false;
     bool operator==(const PrepKey&) const = default;
   };
 

@@ -21,7 +21,8 @@ struct LinearCall {
   float* y = nullptr;
   // Prepared activation rows, natural column order, zero beyond K up to the stride xs and
   // zero rows from M up to m_rows: xf fp32 always; xb the same values as bf16 bits,
-  // valid only when use_bf16.
+  // valid only when use_bf16, and in FP4 lane order for FP4 weights where the kernels have
+  // one (IsaKernels::fp4_lane_order).
   const float* xf = nullptr;
   const uint16_t* xb = nullptr;
   int64_t xs = 0;
@@ -37,6 +38,10 @@ struct LinearCall {
 // Exact-product range of use_bf16 (biased fp32 exponents of 2^-40 and 2^40).
 constexpr uint32_t kBf16RangeLoBits = uint32_t(127 - 40) << 23;
 constexpr uint32_t kBf16RangeHiBits = uint32_t(127 + 40) << 23;
+// Columns per chunk of the FP4 lane order: word j of the chunk's vector v (32 bf16 words
+// each) is the chunk's column 4j + v.
+constexpr int64_t kFp4Chunk = 128;
+
 // act-quant scales at or below this keep x_qdq = q * s inside that range (q in [2^-9, 448]).
 constexpr float kMaxActScale = 2147483648.0f;  // 2^31
 
@@ -73,6 +78,9 @@ struct IsaKernels {
   // horizontal sums are needed and several keys run side by side.
   void (*index_dots)(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
                      double* out);
+  // Null, or: the kernels multiply FP4 weights in bf16 mode in lane order (kFp4Chunk), so
+  // the driver pads xs to a multiple of kFp4Chunk and rearranges rows [m0, m1) of xb with this.
+  void (*fp4_lane_order)(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) = nullptr;
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

@@ -7,8 +7,10 @@
 //                 with vpermi2b on the 7 magnitude bits; the sign is or-ed in; the NaN codes
 //                 0x7f / 0xff map to a bf16 NaN. Byte pairs become bf16 words or fp32 dwords
 //                 (natural column order) with one two-source byte permute each.
-//   e2m1 -> bf16 / fp32: 16-entry tables looked up with vpermw / vpermps, the nibbles spread
-//                 to one element per column by a byte permute and a masked shift.
+//   e2m1 -> bf16: 16-entry table looked up with vpermw straight from the 16-bit words of the
+//                 codes shifted by 0 / 4 / 8 / 12, which yields the columns in FP4 lane order
+//                 (see Fp4Dec); x is handed over in the same order.
+//   e2m1 -> fp32: vpermps on the nibbles spread to one dword per column (natural order).
 // Products:
 //   fp32 path - fp32 FMA of the prepared fp32 activations with the exact weight codes; FP8 /
 //               FP4 block scales multiply each block's partial sum (as the reference does).
@@ -64,9 +66,10 @@ struct alignas(64) Tables {
   uint32_t e2m1_f[16];        // fp32 bits of e2m1(i)
   uint8_t idx_w[2][64];       // (lo, hi) bytes of columns 32h.. -> bf16 words, natural order
   uint8_t idx_f[4][64];       // (lo, hi) bytes of columns 16q.. -> high half of fp32 dwords
-  uint8_t idx_dup_w[64];      // FP4: source byte c/2 into both bytes of word c
+  uint16_t idx_blk8[32];      // FP4 lane order: word j -> j / 8 (its scale block in a chunk)
   uint8_t idx_dup_d[2][64];   // FP4: source byte c/2 into all bytes of dword c (cols 16h..)
   uint16_t idx_bf_f[2][32];   // bf16 word 16h + j -> high half of dword j
+  uint16_t idx_lane[4][32];   // FP4 lane order: word j of vector v <- column (4j + v) mod 64
   uint32_t e8m0[256];         // fp32 bits of 2^(b - 127), NaN for 0xff
 };
 
@@ -90,7 +93,9 @@ constexpr Tables make_tables() {
       t.idx_f[q][4 * j + 2] = uint8_t(16 * q + j);
       t.idx_f[q][4 * j + 3] = uint8_t(64 + 16 * q + j);
     }
-  for (int c = 0; c < 32; ++c) t.idx_dup_w[2 * c] = t.idx_dup_w[2 * c + 1] = uint8_t(c / 2);
+  for (int j = 0; j < 32; ++j) t.idx_blk8[j] = uint16_t(j / 8);
+  for (int v = 0; v < 4; ++v)
+    for (int j = 0; j < 32; ++j) t.idx_lane[v][j] = uint16_t((4 * j + v) % 64);
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < 16; ++j)
       for (int b = 0; b < 4; ++b) t.idx_dup_d[h][4 * j + b] = uint8_t((16 * h + j) / 2);
@@ -154,6 +159,7 @@ inline __mmask16 in_range(__m512 v) {
 // the same bits (a sequence's logits do not depend on the batch it shares a step with):
 //   bf16 mode (activation row exact bf16 in range, weight row with every scale in range):
 //     acc = 0; for each 32-column vector j over [0, Kp): acc = vdpbf16ps(acc, x16_j, w16_j);
+//     (FP4: the vectors of each kFp4Chunk columns in lane order, x alike)
 //   fp32 mode: acc = 0; for each 16-column vector j over [0, Kp): acc = fma(x_j, w_j, acc);
 //   y = reduce4 lane sum of acc.
 // w16 / w are the exact weights (code times block scale; BF16 / F32 as stored), zero beyond K.
@@ -362,80 +368,98 @@ struct Fp8Dec {
   }
 };
 
+// FP4 in bf16 mode uses its own column order (kFp4Chunk columns at a time, see
+// fp4_lane_order): word j of vector v of a chunk is column 4j + v, so the four vectors come
+// straight out of one 64-byte load with three shifts and four table lookups (the nibble of
+// column 4j + v sits at bit 4v of 16-bit word j), about half the shuffles of natural order.
+// The driver hands such calls x in the same order; the fp32 mode stays in natural order.
 struct Fp4Dec {
-  static constexpr int CH = 32, NF = 2, NB = 1;
+  static constexpr int CH = kFp4Chunk, NF = 8, NB = 4;
   static constexpr bool B16 = true, CHECK = false;
+  static constexpr bool LANE_ORDER = true;  // b16 vectors in fp4_lane_order, not natural order
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
     const int16_t* sw = nullptr;  // bf16 exponent add of each scale block, see prep_scales
   };
   // The GEMV fills, once per weight row, the exponent add (s - 127) << 7 of every scale
-  // block into words, so the inner loop broadcasts it straight from memory instead of
-  // rebuilding it from the byte each chunk (that took more uops than the decode itself).
+  // block into words (whole vectors: the buffer holds round_up(K / 32, 32) words), so the
+  // inner loop spreads four of them over a chunk with one lookup.
   static constexpr bool PREP_SCALES = true;
   DI_INLINE void prep_scales(Row& r, int16_t* words) const {
     const int64_t nb = c->K / 32;
     for (int64_t i = 0; i < nb; i += 32) {
       const __m256i b = _mm256_maskz_loadu_epi8(mask32(nb - i), r.s + i);
-      const __m512i w = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(127)), 7);
-      _mm512_mask_storeu_epi16(words + i, mask32(nb - i), w);
+      _mm512_storeu_si512(words + i, _mm512_slli_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(127)), 7));
     }
     r.sw = words;
   }
   const LinearCall* c;
   int64_t pf_bytes;  // prefetch distance: whole row groups, see group_prefetch_rows
-  __m512i tw, dup_w, dup_d0, dup_d1, magmask;
+  __m512i tw, dup_d0, dup_d1, magmask, blk8;
   __m512 tf;
   explicit Fp4Dec(const LinearCall& call)
       : c(&call),
         pf_bytes(group_prefetch_rows(call.K / 2) * (call.K / 2)),
         tw(load_i(kT.e2m1_w)),
-        dup_w(load_i(kT.idx_dup_w)),
         dup_d0(load_i(kT.idx_dup_d[0])),
         dup_d1(load_i(kT.idx_dup_d[1])),
         magmask(_mm512_set1_epi16(0x7fff)),
+        blk8(load_i(kT.idx_blk8)),
         tf(_mm512_castsi512_ps(load_i(kT.e2m1_f))) {}
   DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
   }
   DI_INLINE bool safe(const Row& r) const { return scales_in_range(r.s, c->K / 32); }
+  // FP4 rows are short (1 KiB at K = 2048): a fixed distance would land in the rows the
+  // group is reading already, so fetch the same spot whole row groups on (pf_bytes). One
+  // chunk is one cache line of codes.
   DI_INLINE void prefetch(const Row& r, int64_t k) const {
-    // FP4 rows are short (1 KiB at K = 2048): a fixed distance would land in the rows the
-    // group is reading already, so fetch the same spot whole row groups on (pf_bytes).
-    if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2 + pf_bytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2 + pf_bytes), _MM_HINT_T0);
   }
-  DI_INLINE __m512i src(const Row& r, int64_t k, int64_t nv) const {
-    const __m128i b = nv == CH ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2))
-                               : _mm_maskz_loadu_epi8(uint16_t(mask16((nv + 1) / 2)), r.p + k / 2);
-    return _mm512_castsi128_si512(b);
-  }
-  // K is a multiple of 32 here, so a chunk is one whole scale block.
+  // fp32 mode, natural order: columns [k, k + nv) as eight vectors of 16 (K is a multiple
+  // of 32, so each 32 columns are one whole scale block).
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
-    const __m512i b = src(r, k, nv);
-    __m512i d0 = _mm512_permutexvar_epi8(dup_d0, b), d1 = _mm512_permutexvar_epi8(dup_d1, b);
-    d0 = _mm512_mask_srli_epi32(d0, 0xaaaa, d0, 4);  // odd columns: high nibble
-    d1 = _mm512_mask_srli_epi32(d1, 0xaaaa, d1, 4);
-    const __m512 s = _mm512_set1_ps(e8m0(r.s[k / 32]));
-    w[0] = _mm512_mul_ps(_mm512_permutexvar_ps(d0, tf), s);
-    w[1] = _mm512_mul_ps(_mm512_permutexvar_ps(d1, tf), s);
+    for (int h = 0; h < 4; ++h) {
+      const int64_t kh = k + 32 * h, nh = nv - 32 * h;
+      if (nh <= 0) {
+        w[2 * h] = w[2 * h + 1] = _mm512_setzero_ps();
+        continue;
+      }
+      const __m512i b = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + kh / 2)));
+      __m512i d0 = _mm512_permutexvar_epi8(dup_d0, b), d1 = _mm512_permutexvar_epi8(dup_d1, b);
+      d0 = _mm512_mask_srli_epi32(d0, 0xaaaa, d0, 4);  // odd columns: high nibble
+      d1 = _mm512_mask_srli_epi32(d1, 0xaaaa, d1, 4);
+      const __m512 s = _mm512_set1_ps(e8m0(r.s[kh / 32]));
+      w[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(d0, tf), s);
+      w[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(d1, tf), s);
+    }
   }
+  // bf16 mode, lane order: the exact weights (codes with the scale in the exponent).
   DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
     b16_codes(r, k, nv, w);
+    __m512i add[NB];
+    scale_words(r, k, add);
     // e2m1 has no NaN code: every nonzero code takes the scale (cheaper than b16_scale)
-    const __m512i add = _mm512_set1_epi16(r.sw[k / 32]);  // gemv_group ran prep_scales
-    w[0] = _mm512_mask_add_epi16(w[0], _mm512_test_epi16_mask(w[0], magmask), w[0], add);
+    for (int v = 0; v < NB; ++v) w[v] = _mm512_mask_add_epi16(w[v], _mm512_test_epi16_mask(w[v], magmask), w[v], add[v]);
   }
   // GEMV with the scale on x (see XScale): every row has its own scales.
   static constexpr XScale XSCALE = XScale::kPerRow;
+  // The codes of a chunk in lane order; vpermw reads the low 5 bits of each index word, and
+  // the 32-entry table repeats its 16 codes, so the neighbouring nibble's bit 4 is harmless.
   DI_INLINE void b16_codes(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
-    const __m512i b = src(r, k, nv);
-    __m512i d = _mm512_permutexvar_epi8(dup_w, b);
-    d = _mm512_mask_srli_epi16(d, 0xaaaaaaaau, d, 4);
-    w[0] = _mm512_permutexvar_epi16(d, tw);
+    const __m512i b = nv == CH ? load_i(r.p + k / 2) : _mm512_maskz_loadu_epi8(mask64(nv / 2), r.p + k / 2);
+    w[0] = _mm512_permutexvar_epi16(b, tw);
+    w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 4), tw);
+    w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 8), tw);
+    w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 12), tw);
   }
-  DI_INLINE void scale_words(const Row& r, int64_t k, __m512i* add) const { add[0] = _mm512_set1_epi16(r.sw[k / 32]); }
+  // Word j of every vector of the chunk at k lies in scale block k / 32 + j / 8.
+  DI_INLINE void scale_words(const Row& r, int64_t k, __m512i* add) const {
+    const __m512i four = _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.sw + k / 32)));
+    add[0] = add[1] = add[2] = add[3] = _mm512_permutexvar_epi16(blk8, four);
+  }
 };
 
 // ------------------------------------------------------------------------------ decode (GEMV)
@@ -682,7 +706,15 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
   for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
 }
 
-// Exact bf16 weights of row n, zero to Kp; false if the row is not safe (then the row is
+template <class D>
+constexpr bool lane_order() {
+  if constexpr (requires { D::LANE_ORDER; })
+    return D::LANE_ORDER;
+  else
+    return false;
+}
+
+// Exact bf16 weights of row n (in lane order for FP4), zero to Kp; false if the row is not safe (then the row is
 // left for the fp32 mode).
 template <class D>
 bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, int64_t Kp) {
@@ -698,10 +730,13 @@ bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, i
     d.b16(r, k, nv, w);
     for (int v = 0; v < D::NB; ++v) {
       if constexpr (D::CHECK) bad |= b16_out_of_range(w[v]);
-      _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
+      if constexpr (lane_order<D>())  // every vector of a chunk holds columns of all of it
+        _mm512_storeu_si512(dst + k + 32 * v, w[v]);
+      else
+        _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
     }
   }
-  for (int64_t k = K; k < Kp; ++k) dst[k] = 0;
+  for (int64_t k = lane_order<D>() ? round_up(K, D::CH) : K; k < Kp; ++k) dst[k] = 0;
   return bad == 0;
 }
 
@@ -924,6 +959,20 @@ void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_
   }
 }
 
+// Rows [m0, m1) of xb (stride xs, a multiple of kFp4Chunk) into FP4 lane order, in place.
+void fp4_lane_order(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) {
+  __m512i idx[4];
+  for (int v = 0; v < 4; ++v) idx[v] = load_i(kT.idx_lane[v]);
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = 0; k < xs; k += kFp4Chunk) {
+      uint16_t* p = xb + m * xs + k;
+      const __m512i a = load_i(p), b = load_i(p + 32), c = load_i(p + 64), d = load_i(p + 96);
+      for (int v = 0; v < 4; ++v)  // words 0-15 come from columns 0-63, words 16-31 from 64-127
+        _mm512_storeu_si512(p + 32 * v, _mm512_mask_blend_epi16(0xffff0000u, _mm512_permutex2var_epi16(a, idx[v], b),
+                                                                 _mm512_permutex2var_epi16(c, idx[v], d)));
+    }
+}
+
 void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const float s = act_quant_block(x + b0, block, q_out ? q_out + b0 : nullptr, x + b0, nullptr);
@@ -989,6 +1038,7 @@ constexpr IsaKernels kKernels = {
     .scratch_bytes = scratch_bytes,
     .rows = rows,
     .index_dots = index_dots,
+    .fp4_lane_order = fp4_lane_order,
 };
 
 }  // namespace
