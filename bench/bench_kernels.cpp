@@ -101,7 +101,7 @@ const Shape kShapes[] = {
     {"BF16_129280x2048", WeightFormat::BF16, 129280, 2048, false},
 };
 
-constexpr size_t kColdBytes = size_t(96) << 20;  // decode cycles through >= this many bytes
+const size_t kColdBytes = size_t(std::getenv("COLDMB") ? std::atoi(std::getenv("COLDMB")) : 256) << 20;  // decode cycles through >= this many bytes
 
 // Copies of each shape's weight, made once and shared by all variants.
 std::vector<std::unique_ptr<Weight>>& copies(const Shape& s, bool cold) {

@@ -132,12 +132,13 @@ inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 // Decode streams weight rows: software prefetch this many bytes ahead in each row.
 constexpr int kPrefetch = 1024;
 
-// FP8 / FP4 decode prefetches whole row groups ahead: this many bytes, at least one group of
-// 8 rows. Short rows (K = 512: 4 KiB groups) need several groups to cover the latency.
+// FP8 / FP4 decode prefetches whole row groups ahead: this many bytes, in whole groups of 4
+// rows (the M = 1 group), at least one. Short rows (K = 512: 2 KiB groups) need several
+// groups to cover the latency.
 constexpr int64_t kGroupPrefetchBytes = 8192;
 inline int64_t group_prefetch_rows(int64_t row_bytes) {
   const int64_t rows = (kGroupPrefetchBytes + row_bytes - 1) / row_bytes;
-  return rows < 8 ? 8 : (rows + 7) / 8 * 8;
+  return rows < 4 ? 4 : (rows + 3) / 4 * 4;
 }
 
 DI_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
@@ -315,7 +316,7 @@ struct Fp8Dec {
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
   }
   DI_INLINE bool safe(const Row& r) const { return scales_in_range(r.s, (c->K + B - 1) / B); }
-  // The same spot whole row groups on (pf_bytes): a group's 8 rows are one contiguous
+  // The same spot whole row groups on (pf_bytes): a group's rows are one contiguous
   // stretch, so this runs groups ahead. (A fixed distance inside the row left each group's
   // first misses unhidden: 1 MiB matrices ran at 44 GB/s cold, now 68.)
   DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k + pf_bytes), _MM_HINT_T0); }
@@ -670,12 +671,15 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   }
 }
 
+// Weight rows side by side at M = 1. FP8 / FP4 take 4: on a matrix read from DRAM (the
+// benchmark's cold set well beyond L3) 4 streams read faster than 8 (FP8 2048x2048 63 ->
+// 74-78 GB/s, FP4 1024x2048 53 -> 55), and fewer rows still leave FP4 short of arithmetic.
 template <class D>
 constexpr int gemv_rows_m1() {
   if constexpr (requires { D::GEMV_ROWS_M1; })
     return D::GEMV_ROWS_M1;
   else
-    return 8;
+    return 4;
 }
 
 template <class D>

@@ -64,6 +64,8 @@ struct ExpertWork {
 // scratch in the caller's scope (the caller reads y).
 void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWork> work) {
   ScratchArena& scratch = step_scratch();
+  profile::Phase section;
+  section.start(DI_PROFILE_SECTION("moe.w1_w3"));
   std::span<LayerProduct> products = scratch.take<LayerProduct>(2 * int64_t(work.size()));
   size_t n = 0;
   for (ExpertWork& e : work) {
@@ -74,6 +76,7 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
     products[n++] = {e.x, e.M, &e.w->w3, e.u};
   }
   run_products(cfg, num, products.data(), n);
+  section.start(DI_PROFILE_SECTION("moe.swiglu"));
   const float lim = float(cfg.swiglu_limit);
   // Split over the intermediate columns, every expert's share in each range.
   int64_t max_i = 0;
@@ -95,6 +98,7 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
     }
   };
   parallel_for(num.backend->pool(), max_i, 64, [&swiglu](int64_t i0, int64_t i1, int t) { swiglu(i0, i1, t); });
+  section.start(DI_PROFILE_SECTION("moe.w2"));
   n = 0;
   for (ExpertWork& e : work) {
     e.y = scratch.take<float>(e.M * e.w->w2.rows).data();
