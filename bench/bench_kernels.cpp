@@ -9,7 +9,8 @@
 // (all M rows, the first 64 output rows) and reports an error instead of a time if wrong.
 //
 //   bench_kernels [--benchmark_filter=...]   threads: DEEPINFER_BENCH_THREADS (default 2);
-//   DEEPINFER_BENCH_HOT=1 keeps decode on one cached copy (kernel speed without memory).
+//   DEEPINFER_BENCH_HOT=1 keeps decode on one cached copy (kernel speed without memory);
+//   DEEPINFER_BENCH_COLD_MB sets the size of the cold set of copies (default 256).
 //   act_quant rows: linear_act_quant on bf16 activations (reference numerics of FP8 / FP4
 //   layers); f32 rows: linear_f32 on fp32 activations (float numerics, fp32 FMA kernels).
 #include <benchmark/benchmark.h>
@@ -101,7 +102,10 @@ const Shape kShapes[] = {
     {"BF16_129280x2048", WeightFormat::BF16, 129280, 2048, false},
 };
 
-const size_t kColdBytes = size_t(std::getenv("COLDMB") ? std::atoi(std::getenv("COLDMB")) : 256) << 20;  // decode cycles through >= this many bytes
+// Decode cycles through at least this many bytes of copies: well beyond the last-level cache
+// (a 96 MiB set still hit the 32 MiB L3 often enough to read FP8 at 83 GB/s instead of 59).
+const size_t kColdBytes = size_t(std::getenv("DEEPINFER_BENCH_COLD_MB") ? std::atoi(std::getenv("DEEPINFER_BENCH_COLD_MB")) : 256)
+                          << 20;
 
 // Copies of each shape's weight, made once and shared by all variants.
 std::vector<std::unique_ptr<Weight>>& copies(const Shape& s, bool cold) {
