@@ -19,7 +19,7 @@ constexpr std::chrono::microseconds kSpinYieldAfter{50};
 constexpr std::chrono::microseconds kSpinSleepAfter{2000};
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), cursors_(size_t(std::max(1, n_threads))) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -38,19 +38,92 @@ int ThreadPool::default_threads() {
   return n ? int(n) : 1;
 }
 
+ThreadPool::Share ThreadPool::share_of(int t) const {
+  const int64_t n_grains = (job_n_ + job_grain_ - 1) / job_grain_;
+  const int64_t g0 = n_grains * t / n_threads_, g1 = n_grains * (t + 1) / n_threads_;
+  const int64_t pieces = std::max(1, job_pieces_);
+  return {g0, g1, std::max<int64_t>(1, (g1 - g0 + pieces - 1) / pieces)};
+}
+
+namespace {
+inline uint64_t pack(uint64_t front, uint64_t back) { return front | back << 32; }
+}  // namespace
+
+// The next piece from the front (back) of share t as an index range; false when none is left.
+bool ThreadPool::claim_front(int t, int64_t& begin, int64_t& end) {
+  std::atomic<uint64_t>& c = cursors_[size_t(t)].v;
+  uint64_t v = c.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = v & 0xffffffffu, back = v >> 32;
+    if (front >= back) return false;
+    if (c.compare_exchange_weak(v, pack(front + 1, back), std::memory_order_relaxed)) {
+      const Share s = share_of(t);
+      begin = std::min(job_n_, (s.g0 + int64_t(front) * s.piece) * job_grain_);
+      end = std::min(job_n_, std::min(s.g1, s.g0 + int64_t(front + 1) * s.piece) * job_grain_);
+      return true;
+    }
+  }
+}
+
+bool ThreadPool::claim_back(int t, int64_t& begin, int64_t& end) {
+  std::atomic<uint64_t>& c = cursors_[size_t(t)].v;
+  uint64_t v = c.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = v & 0xffffffffu, back = v >> 32;
+    if (front >= back) return false;
+    if (c.compare_exchange_weak(v, pack(front, back - 1), std::memory_order_relaxed)) {
+      const Share s = share_of(t);
+      begin = std::min(job_n_, (s.g0 + int64_t(back - 1) * s.piece) * job_grain_);
+      end = std::min(job_n_, std::min(s.g1, s.g0 + int64_t(back) * s.piece) * job_grain_);
+      return true;
+    }
+  }
+}
+
 void ThreadPool::run_share(int index) {
-  const int64_t n = job_n_, grain = job_grain_;
-  const int64_t n_grains = (n + grain - 1) / grain;
-  const int64_t g0 = n_grains * index / n_threads_, g1 = n_grains * (index + 1) / n_threads_;
-  const int64_t begin = std::min(n, g0 * grain), end = std::min(n, g1 * grain);
-  if (begin < end) (*job_)(begin, end, index);
+  if (job_pieces_ == 0) {
+    const Share s = share_of(index);
+    const int64_t begin = std::min(job_n_, s.g0 * job_grain_), end = std::min(job_n_, s.g1 * job_grain_);
+    if (begin < end) (*job_)(begin, end, index);
+    return;
+  }
+  int64_t begin, end;
+  while (claim_front(index, begin, end))
+    if (begin < end) (*job_)(begin, end, index);
+  for (int k = 1; k < n_threads_; ++k) {  // then help the others, nearest first
+    const int t = (index + k) % n_threads_;
+    while (claim_back(t, begin, end))
+      if (begin < end) (*job_)(begin, end, index);
+  }
 }
 
 void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
+  start_job(n, grain, 0, fn);
+}
+
+void ThreadPool::run_balanced(int64_t n, int64_t grain, int pieces,
+                              const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  if (n_threads_ == 1) {
+    fn(0, n, 0);
+    return;
+  }
+  start_job(n, grain, std::max(1, pieces), fn);
+}
+
+void ThreadPool::start_job(int64_t n, int64_t grain, int pieces,
+                           const std::function<void(int64_t, int64_t, int)>& fn) {
   job_ = &fn;
   job_n_ = n;
   job_grain_ = std::max<int64_t>(1, grain);
+  job_pieces_ = pieces;
+  if (pieces > 0)
+    for (int t = 0; t < n_threads_; ++t) {
+      const Share s = share_of(t);
+      const uint64_t count = uint64_t((s.g1 - s.g0 + s.piece - 1) / s.piece);
+      cursors_[size_t(t)].v.store(pack(0, count), std::memory_order_relaxed);
+    }
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lk(mu_);

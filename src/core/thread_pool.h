@@ -28,12 +28,27 @@ class ThreadPool {
   // Not reentrant: fn must not call run() on the same pool.
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // As run(), for streaming work on cores that do not run at the same speed (a VM's other
+  // tenants, a busy sibling): each thread's share is cut into `pieces` ranges (edges on
+  // `grain`) that it takes from the front, in order, so it still streams through memory;
+  // a thread whose share is done takes ranges from the back of the others' shares. fn may
+  // be called several times per thread; every index is covered exactly once.
+  void run_balanced(int64_t n, int64_t grain, int pieces, const std::function<void(int64_t, int64_t, int)>& fn);
+
   // Threads to use when none is requested: the machine's hardware threads.
   static int default_threads();
 
  private:
   void worker_loop(int index);
   void run_share(int index);
+  void start_job(int64_t n, int64_t grain, int pieces, const std::function<void(int64_t, int64_t, int)>& fn);
+  // Thread t's share as grain indices [g0, g1), cut into pieces of `piece` grains.
+  struct Share {
+    int64_t g0, g1, piece;
+  };
+  Share share_of(int t) const;
+  bool claim_front(int t, int64_t& begin, int64_t& end);
+  bool claim_back(int t, int64_t& begin, int64_t& end);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -45,6 +60,13 @@ class ThreadPool {
   // The current job, valid while pending_ > 0.
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;
+  int job_pieces_ = 0;  // 0: static shares (run); else run_balanced's pieces per share
+  // Per thread: the next piece from the front (low 32 bits) and one past the last piece not
+  // yet taken from the back (high 32 bits), own cache line each.
+  struct alignas(64) Cursor {
+    std::atomic<uint64_t> v{0};
+  };
+  std::vector<Cursor> cursors_;
 };
 
 // Serial fallback so kernels can take a nullable pool.
@@ -55,6 +77,16 @@ inline void parallel_for(ThreadPool* pool, int64_t n, int64_t grain,
     return;
   }
   pool->run(n, grain, fn);
+}
+
+// run_balanced through a nullable pool.
+inline void parallel_for_balanced(ThreadPool* pool, int64_t n, int64_t grain, int pieces,
+                                  const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (!pool || pool->size() <= 1 || n <= grain) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  pool->run_balanced(n, grain, pieces, fn);
 }
 
 }  // namespace deepinfer

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -29,4 +31,52 @@ TEST(ThreadPool, ManySmallRegionsInARow) {
   std::atomic<int64_t> sum{0};
   for (int r = 0; r < 20000; ++r) pool.run(2, 1, [&](int64_t b, int64_t e, int) { sum += e - b; });
   EXPECT_EQ(sum.load(), 40000);
+}
+
+TEST(ThreadPool, BalancedCoversEveryIndexExactlyOnceOnGrainEdges) {
+  for (int threads : {1, 2, 3, 5})
+    for (int pieces : {1, 3, 16}) {
+      ThreadPool pool(threads);
+      for (int64_t n : {1, 7, 64, 1000, 1001})
+        for (int64_t grain : {1, 16}) {
+          std::vector<std::atomic<int>> hits(n);
+          pool.run_balanced(n, grain, pieces, [&](int64_t b, int64_t e, int t) {
+            EXPECT_LT(t, threads);
+            EXPECT_LT(b, e);
+            if (b % grain != 0) ADD_FAILURE() << "range start " << b << " not on grain " << grain;
+            for (int64_t i = b; i < e; ++i) hits[i]++;
+          });
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i << " threads " << threads;
+        }
+    }
+}
+
+// A thread held up in its first piece: the others finish their shares and take the rest of
+// its share from the back, so it does only that piece; each thread walks its own pieces
+// front to back.
+TEST(ThreadPool, BalancedSlowThreadsShareIsTakenOver) {
+  ThreadPool pool(2);
+  const int64_t n = 1600;
+  std::vector<int> done_by(n, -1);
+  std::atomic<bool> release{false};
+  std::atomic<int64_t> ranges_of_1{0};
+  std::vector<int64_t> starts_of_0;
+  pool.run_balanced(n, 1, 16, [&](int64_t b, int64_t e, int t) {
+    if (t == 0) {
+      starts_of_0.push_back(b);
+      // The first piece of share 0 waits until thread 1 has taken the rest (or 10 s, so a
+      // pool that never steals fails the checks below instead of hanging).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (b == 0)
+        while (!release.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    } else {
+      ranges_of_1++;
+    }
+    for (int64_t i = b; i < e; ++i) done_by[i] = t;
+    if (t == 1 && b == 50) release = true;  // the last piece of share 0 (pieces of 50)
+  });
+  EXPECT_EQ(starts_of_0, std::vector<int64_t>{0});
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(done_by[i], 0) << i;
+  for (int64_t i = 50; i < n; ++i) EXPECT_EQ(done_by[i], 1) << i;
+  EXPECT_EQ(ranges_of_1.load(), 16 + 15);
 }

@@ -183,6 +183,12 @@ struct RowsJob {
   size_t scratch;
 };
 
+// Output rows (weight bytes, for a batch) are split over the threads in this many pieces per
+// thread, each thread streaming through its own pieces in order and then taking what is left
+// of the others' from the back: the two cores of a VM often run at different speeds (by 10%
+// and more, changing from run to run), and a static split waited for the slower one.
+constexpr int kPiecesPerThread = 16;
+
 // How the kernels treat one activation row. Each row's outputs depend on that row (and the
 // weights) only, so a call whose rows disagree is split into uniform sub-calls.
 enum RowClass : uint8_t { kBf16Row, kF32Row, kScalarRow };
@@ -278,7 +284,8 @@ class SimdBackend final : public Backend {
     cpu::LinearCall c;
     if (!prepare(x, M, W, act_block, y, tl_act, c)) return;
     const RowsJob job{&k_, &c, k_.scratch_bytes(c)};
-    parallel_for(pool_, c.N, c.M <= k_.gemv_max_m ? gemv_grain(k_, c) : k_.gemm_grain, [&job](int64_t n0, int64_t n1, int) {
+    const int64_t grain = c.M <= k_.gemv_max_m ? gemv_grain(k_, c) : k_.gemm_grain;
+    parallel_for_balanced(pool_, c.N, grain, kPiecesPerThread, [&job](int64_t n0, int64_t n1, int) {
       void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
       job.k->rows(*job.c, n0, n1, scratch);
     });
@@ -399,11 +406,8 @@ class SimdBackend final : public Backend {
       scratch = std::max(scratch, k_.scratch_bytes(c));
     }
     const ManyJob job{&k_, &ms, scratch};
-    const int T = pool_ ? pool_->size() : 1;
-    parallel_for(pool_, T, 1, [&job, T](int64_t t0, int64_t t1, int) {
-      void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
-      const int64_t total = job.ms->start.back();
-      for (int64_t t = t0; t < t1; ++t) job.share(total * t / T, total * (t + 1) / T, scratch);
+    parallel_for_balanced(pool_, ms.start.back(), 1, kPiecesPerThread, [&job](int64_t b0, int64_t b1, int) {
+      job.share(b0, b1, job.scratch ? tl_work.get(job.scratch) : nullptr);
     });
   }
 
