@@ -49,32 +49,20 @@ namespace {
 inline uint64_t pack(uint64_t front, uint64_t back) { return front | back << 32; }
 }  // namespace
 
-// The next piece from the front (back) of share t as an index range; false when none is left.
-bool ThreadPool::claim_front(int t, int64_t& begin, int64_t& end) {
+// The next piece from the front (or the back) of share t as an index range; false when none
+// is left.
+bool ThreadPool::claim(int t, bool from_back, int64_t& begin, int64_t& end) {
   std::atomic<uint64_t>& c = cursors_[size_t(t)].v;
   uint64_t v = c.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t front = v & 0xffffffffu, back = v >> 32;
     if (front >= back) return false;
-    if (c.compare_exchange_weak(v, pack(front + 1, back), std::memory_order_relaxed)) {
+    const uint64_t piece = from_back ? back - 1 : front;
+    const uint64_t next = from_back ? pack(front, back - 1) : pack(front + 1, back);
+    if (c.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
       const Share s = share_of(t);
-      begin = std::min(job_n_, (s.g0 + int64_t(front) * s.piece) * job_grain_);
-      end = std::min(job_n_, std::min(s.g1, s.g0 + int64_t(front + 1) * s.piece) * job_grain_);
-      return true;
-    }
-  }
-}
-
-bool ThreadPool::claim_back(int t, int64_t& begin, int64_t& end) {
-  std::atomic<uint64_t>& c = cursors_[size_t(t)].v;
-  uint64_t v = c.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint64_t front = v & 0xffffffffu, back = v >> 32;
-    if (front >= back) return false;
-    if (c.compare_exchange_weak(v, pack(front, back - 1), std::memory_order_relaxed)) {
-      const Share s = share_of(t);
-      begin = std::min(job_n_, (s.g0 + int64_t(back - 1) * s.piece) * job_grain_);
-      end = std::min(job_n_, std::min(s.g1, s.g0 + int64_t(back) * s.piece) * job_grain_);
+      begin = std::min(job_n_, (s.g0 + int64_t(piece) * s.piece) * job_grain_);
+      end = std::min(job_n_, std::min(s.g1, s.g0 + int64_t(piece + 1) * s.piece) * job_grain_);
       return true;
     }
   }
@@ -88,11 +76,11 @@ void ThreadPool::run_share(int index) {
     return;
   }
   int64_t begin, end;
-  while (claim_front(index, begin, end))
+  while (claim(index, false, begin, end))
     if (begin < end) (*job_)(begin, end, index);
   for (int k = 1; k < n_threads_; ++k) {  // then help the others, nearest first
     const int t = (index + k) % n_threads_;
-    while (claim_back(t, begin, end))
+    while (claim(t, true, begin, end))
       if (begin < end) (*job_)(begin, end, index);
   }
 }

@@ -47,8 +47,7 @@ class ThreadPool {
     int64_t g0, g1, piece;
   };
   Share share_of(int t) const;
-  bool claim_front(int t, int64_t& begin, int64_t& end);
-  bool claim_back(int t, int64_t& begin, int64_t& end);
+  bool claim(int t, bool from_back, int64_t& begin, int64_t& end);
 
   int n_threads_;
   std::vector<std::thread> workers_;
