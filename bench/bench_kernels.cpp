@@ -72,6 +72,12 @@ std::unique_ptr<Weight> make_weight(WeightFormat f, int64_t rows, int64_t cols) 
     o->w.block = 32;
     o->w.scale_cols = cols / 32;
     o->scale.resize(rows * o->w.scale_cols);
+  } else if (f == WeightFormat::F32) {  // the mHC mixers: values around +-0.01
+    o->data.resize(rows * cols * 4);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = float(int64_t(next_rand() >> 44) - (int64_t(1) << 19)) * 2e-8f;
+      std::memcpy(&o->data[4 * i], &v, 4);
+    }
   } else {  // BF16: sign, exponent 2^-12 .. 2^-5, random mantissa
     o->data.resize(rows * cols * 2);
     for (int64_t i = 0; i < rows * cols; ++i) {
@@ -100,6 +106,7 @@ const Shape kShapes[] = {
     {"FP4_1024x2048", WeightFormat::FP4_BLOCK, 1024, 2048, true},
     {"FP4_2048x1024", WeightFormat::FP4_BLOCK, 2048, 1024, true},
     {"BF16_129280x2048", WeightFormat::BF16, 129280, 2048, false},
+    {"F32_24x8192", WeightFormat::F32, 24, 8192, false},  // an mHC mixer (hc_attn_fn)
 };
 
 // Decode cycles through at least this many bytes of copies: well beyond the last-level cache
@@ -263,7 +270,7 @@ int main(int argc, char** argv) {
     for (int64_t M : {1, 128, 512}) {
       if (M > 1 && !s.prefill) continue;
       for (bool aq : {true, false}) {
-        if (aq && s.format == WeightFormat::BF16) continue;
+        if (aq && (s.format == WeightFormat::BF16 || s.format == WeightFormat::F32)) continue;
         for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
           if (!isa_supported(isa)) continue;
           const std::string name = std::string("linear/") + s.name + (aq ? "/act_quant" : "/f32") +
