@@ -12,16 +12,19 @@
 //                 (see Fp4Dec); x is handed over in the same order.
 //   e2m1 -> fp32: vpermps on the nibbles spread to one dword per column (natural order).
 // Products:
-//   fp32 path - fp32 FMA of the prepared fp32 activations with the exact weight codes; FP8 /
-//               FP4 block scales multiply each block's partial sum (as the reference does).
+//   fp32 path - fp32 FMA of the prepared fp32 activations with the exact weights (code
+//               times block scale).
 //   bf16 path - when the activations are exact bf16 values in range (always true for
 //               act-quantised activations), vdpbf16ps: bf16 x bf16 products are exact in fp32
-//               and never subnormal, so only the summation order differs from fp32 FMA.
+//               and never subnormal, so only the summation order differs from fp32 FMA. FP4
+//               sums each chunk of 128 columns unscaled and scales the partial sums (as the
+//               reference scales its per-block sums).
 // Decode (M <= 4) fuses the decode with the dot products, several weight rows at a time.
 // Prefill decodes a tile of weight rows once into L2 (bf16 straight from the codes, the
 // block scale added to the exponent, when every value stays in the exact range; exact fp32
 // otherwise) and runs a 6 x 4 register-blocked microkernel over all activation rows, K in
-// L1-sized blocks with the vector partial sums carried between blocks.
+// L1-sized blocks with the vector partial sums carried between blocks (FP4: the bare codes
+// and each chunk's scales, 6 x 2 rows with their chunk sums).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -66,7 +69,7 @@ struct alignas(64) Tables {
   uint32_t e2m1_f[16];        // fp32 bits of e2m1(i)
   uint8_t idx_w[2][64];       // (lo, hi) bytes of columns 32h.. -> bf16 words, natural order
   uint8_t idx_f[4][64];       // (lo, hi) bytes of columns 16q.. -> high half of fp32 dwords
-  uint16_t idx_blk8[32];      // FP4 lane order: word j -> j / 8 (its scale block in a chunk)
+  uint32_t idx_blk4[16];      // FP4 chunk: lane i -> i / 4 (its scale block in a chunk)
   uint8_t idx_dup_d[2][64];   // FP4: source byte c/2 into all bytes of dword c (cols 16h..)
   uint16_t idx_bf_f[2][32];   // bf16 word 16h + j -> high half of dword j
   uint16_t idx_lane[4][32];   // FP4 lane order: word j of vector v <- column (4j + v) mod 64
@@ -93,7 +96,7 @@ constexpr Tables make_tables() {
       t.idx_f[q][4 * j + 2] = uint8_t(16 * q + j);
       t.idx_f[q][4 * j + 3] = uint8_t(64 + 16 * q + j);
     }
-  for (int j = 0; j < 32; ++j) t.idx_blk8[j] = uint16_t(j / 8);
+  for (int i = 0; i < 16; ++i) t.idx_blk4[i] = uint32_t(i / 4);
   for (int v = 0; v < 4; ++v)
     for (int j = 0; j < 32; ++j) t.idx_lane[v][j] = uint16_t((4 * j + v) % 64);
   for (int h = 0; h < 2; ++h)
@@ -162,7 +165,9 @@ inline __mmask16 in_range(__m512 v) {
 // the same bits (a sequence's logits do not depend on the batch it shares a step with):
 //   bf16 mode (activation row exact bf16 in range, weight row with every scale in range):
 //     acc = 0; for each 32-column vector j over [0, Kp): acc = vdpbf16ps(acc, x16_j, w16_j);
-//     (FP4: the vectors of each kFp4Chunk columns in lane order, x alike)
+//     FP4: acc = 0; for each chunk c of kFp4Chunk columns (its four vectors in lane order, x
+//     alike): part = 0; part = vdpbf16ps(part, x16_v, code16_v) for v = 0..3;
+//     acc = fma(part, scale_c, acc) (see Fp4Dec);
 //   fp32 mode: acc = 0; for each 16-column vector j over [0, Kp): acc = fma(x_j, w_j, acc);
 //   y = reduce4 lane sum of acc.
 // w16 / w are the exact weights (code times block scale; BF16 / F32 as stored), zero beyond K.
@@ -226,9 +231,9 @@ inline void store_sums(float* dst, __m128 sums, int64_t n) {
 // product (x * s) * w is the same exact fp32 value as x * (w * s) (x and w * s are in the
 // exact-product range and s is within [kScaleLo, kScaleHi], so x * s stays a normal bf16),
 // hence the same bits, with fewer vector ops per weight row. kShared: the rows of a group
-// share their scales (FP8 block rows), so x is scaled once per chunk; kPerRow (FP4): each
-// row scales its own copy of x, used when there is one activation row.
-enum class XScale { kNone, kShared, kPerRow };
+// share their scales (FP8 block rows), so x is scaled once per chunk. (FP4 scales its chunk
+// partial sums instead, see Fp4Dec.)
+enum class XScale { kNone, kShared };
 
 // For columns [k, k + nv) of a weight row (0 < nv <= CH, zeros beyond): f32() the exact fp32
 // weights as NF vectors of 16; b16() the exact bf16 weights as NB vectors of 32 (only for a
@@ -371,35 +376,46 @@ struct Fp8Dec {
   }
 };
 
-// FP4 in bf16 mode uses its own column order (kFp4Chunk columns at a time, see
-// fp4_lane_order): word j of vector v of a chunk is column 4j + v, so the four vectors come
-// straight out of one 64-byte load with three shifts and four table lookups (the nibble of
-// column 4j + v sits at bit 4v of 16-bit word j), about half the shuffles of natural order.
-// The driver hands such calls x in the same order; the fp32 mode stays in natural order.
+// FP4 in bf16 mode has its own column order and arithmetic.
+// Lane order (kFp4Chunk columns at a time, see fp4_lane_order): word j of vector v of a chunk
+// is column 4j + v, so the four vectors come straight out of one 64-byte load with three
+// shifts and four table lookups (the nibble of column 4j + v sits at bit 4v of 16-bit word
+// j). The driver hands such calls x in the same order; the fp32 mode stays in natural order.
+// Chunk partial sums (as the reference's per-block sums times the block scale): each chunk
+// sums x . codes (exact products, no scale) over its four vectors into a fresh accumulator,
+// whose lanes 4b .. 4b + 3 hold scale block b of the chunk (word j is in block j / 8); then
+// acc = fma(part, 2^(s - 127) per lane, acc). The scale costs one fma per chunk and row
+// instead of scaling x or the codes per vector.
 struct Fp4Dec {
   static constexpr int CH = kFp4Chunk, NF = 8, NB = 4;
   static constexpr bool B16 = true, CHECK = false;
   static constexpr bool LANE_ORDER = true;  // b16 vectors in fp4_lane_order, not natural order
+  static constexpr bool PARTIAL_SUMS = true;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
-    const int16_t* sw = nullptr;  // bf16 exponent add of each scale block, see prep_scales
+    const float* sf = nullptr;  // 2^(s - 127) of each scale block, see prep_scales
   };
-  // The GEMV fills, once per weight row, the exponent add (s - 127) << 7 of every scale
-  // block into words (whole vectors: the buffer holds round_up(K / 32, 32) words), so the
-  // inner loop spreads four of them over a chunk with one lookup.
+  // Once per weight row: the scale of every block as a float (the buffer holds
+  // round_up(K / 32, 16) floats; beyond K / 32 they are 0, times a zero partial sum).
   static constexpr bool PREP_SCALES = true;
-  DI_INLINE void prep_scales(Row& r, int16_t* words) const {
+  static int64_t scale_floats(int64_t K) { return round_up(K / 32, 16); }
+  DI_INLINE void prep_scales(Row& r, float* floats) const {
     const int64_t nb = c->K / 32;
-    for (int64_t i = 0; i < nb; i += 32) {
-      const __m256i b = _mm256_maskz_loadu_epi8(mask32(nb - i), r.s + i);
-      _mm512_storeu_si512(words + i, _mm512_slli_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(127)), 7));
+    for (int64_t i = 0; i < nb; i += 16) {
+      const __m128i b = _mm_maskz_loadu_epi8(mask16(nb - i), r.s + i);
+      _mm512_storeu_si512(floats + i, _mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23));
     }
-    r.sw = words;
+    r.sf = floats;
+  }
+  // The chunk at k: lane i takes the scale of block k / 32 + i / 4.
+  DI_INLINE __m512 chunk_scales(const Row& r, int64_t k) const {
+    const __m512i four = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.sf + k / 32)));
+    return _mm512_castsi512_ps(_mm512_permutexvar_epi32(blk4, four));
   }
   const LinearCall* c;
   int64_t pf_bytes;  // prefetch distance: whole row groups, see group_prefetch_rows
-  __m512i tw, dup_d0, dup_d1, magmask, blk8;
+  __m512i tw, dup_d0, dup_d1, blk4;
   __m512 tf;
   explicit Fp4Dec(const LinearCall& call)
       : c(&call),
@@ -407,8 +423,7 @@ struct Fp4Dec {
         tw(load_i(kT.e2m1_w)),
         dup_d0(load_i(kT.idx_dup_d[0])),
         dup_d1(load_i(kT.idx_dup_d[1])),
-        magmask(_mm512_set1_epi16(0x7fff)),
-        blk8(load_i(kT.idx_blk8)),
+        blk4(load_i(kT.idx_blk4)),
         tf(_mm512_castsi512_ps(load_i(kT.e2m1_f))) {}
   DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
@@ -439,16 +454,6 @@ struct Fp4Dec {
       w[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(d1, tf), s);
     }
   }
-  // bf16 mode, lane order: the exact weights (codes with the scale in the exponent).
-  DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
-    b16_codes(r, k, nv, w);
-    __m512i add[NB];
-    scale_words(r, k, add);
-    // e2m1 has no NaN code: every nonzero code takes the scale (cheaper than b16_scale)
-    for (int v = 0; v < NB; ++v) w[v] = _mm512_mask_add_epi16(w[v], _mm512_test_epi16_mask(w[v], magmask), w[v], add[v]);
-  }
-  // GEMV with the scale on x (see XScale): every row has its own scales.
-  static constexpr XScale XSCALE = XScale::kPerRow;
   // The codes of a chunk in lane order; vpermw reads the low 5 bits of each index word, and
   // the 32-entry table repeats its 16 codes, so the neighbouring nibble's bit 4 is harmless.
   DI_INLINE void b16_codes(const Row& r, int64_t k, int64_t nv, __m512i* w) const {
@@ -458,12 +463,15 @@ struct Fp4Dec {
     w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 8), tw);
     w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 12), tw);
   }
-  // Word j of every vector of the chunk at k lies in scale block k / 32 + j / 8.
-  DI_INLINE void scale_words(const Row& r, int64_t k, __m512i* add) const {
-    const __m512i four = _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.sw + k / 32)));
-    add[0] = add[1] = add[2] = add[3] = _mm512_permutexvar_epi16(blk8, four);
-  }
 };
+
+template <class D>
+constexpr bool partial_sums() {
+  if constexpr (requires { D::PARTIAL_SUMS; })
+    return D::PARTIAL_SUMS;
+  else
+    return false;
+}
 
 // ------------------------------------------------------------------------------ decode (GEMV)
 
@@ -499,16 +507,17 @@ constexpr XScale xscale_of() {
 // XS != kNone (bf16 mode only): the weight scales go onto x, see XScale.
 template <class D, bool BF, int MR, int NRW, XScale XS = XScale::kNone>
 uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
-  static_assert(XS == XScale::kNone || (BF && !D::CHECK && (XS == XScale::kShared || MR == 1)));
+  static_assert(XS == XScale::kNone || (BF && !D::CHECK && XS == XScale::kShared));
   using V = Vec<BF>;
   using T = typename V::T;
   constexpr int NV = BF ? D::NB : D::NF;
+  constexpr bool parts = BF && partial_sums<D>();
   typename D::Row row[NRW];
   for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
-  if constexpr (BF && requires { D::PREP_SCALES; }) {
-    const int64_t nb = round_up(c.K / 32, 32);
-    int16_t* words = static_cast<int16_t*>(__builtin_alloca(size_t(NRW * nb) * sizeof(int16_t)));
-    for (int r = 0; r < NRW; ++r) d.prep_scales(row[r], words + r * nb);
+  if constexpr (parts) {
+    const int64_t nf = D::scale_floats(c.K);
+    float* floats = static_cast<float*>(__builtin_alloca(size_t(NRW * nf) * sizeof(float)));
+    for (int r = 0; r < NRW; ++r) d.prep_scales(row[r], floats + r * nf);
   }
   __m512 acc[MR][NRW];
   for (int m = 0; m < MR; ++m)
@@ -519,57 +528,54 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     T xv[MR][NV];
     for (int m = 0; m < MR; ++m)
       for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
-    if constexpr (XS != XScale::kNone) {
+    if constexpr (parts) {
+      for (int r = 0; r < NRW; ++r) {
+        T w[NV];
+        if (nv <= 0)
+          for (int v = 0; v < NV; ++v) w[v] = V::zero();
+        else
+          d.b16_codes(row[r], k, nv, w);
+        const __m512 sv = d.chunk_scales(row[r], k);
+        for (int m = 0; m < MR; ++m) {
+          __m512 part = _mm512_setzero_ps();
+          for (int v = 0; v < NV; ++v) part = V::madd(part, xv[m][v], w[v]);
+          acc[m][r] = _mm512_fmadd_ps(part, sv, acc[m][r]);
+        }
+      }
+    } else if constexpr (XS == XScale::kShared) {
       // Beyond K (nv <= 0) the weights are zero and x is left unscaled, as without XS.
       const __m512i mag = _mm512_set1_epi16(0x7fff);
-      __mmask32 live[MR][NV];
-      for (int m = 0; m < MR; ++m)
-        for (int v = 0; v < NV; ++v) live[m][v] = _mm512_test_epi16_mask(xv[m][v], mag);
-      if constexpr (XS == XScale::kShared) {
-        if (nv > 0) {
-          __m512i add[NV];
-          d.scale_words(row[0], k, add);
-          for (int m = 0; m < MR; ++m)
-            for (int v = 0; v < NV; ++v) xv[m][v] = _mm512_mask_add_epi16(xv[m][v], live[m][v], xv[m][v], add[v]);
-        }
-        for (int r = 0; r < NRW; ++r) {
-          T w[NV];
-          if (nv <= 0)
-            for (int v = 0; v < NV; ++v) w[v] = V::zero();
-          else
-            d.b16_codes(row[r], k, nv, w);
+      if (nv > 0) {
+        __m512i add[NV];
+        d.scale_words(row[0], k, add);
+        for (int m = 0; m < MR; ++m)
           for (int v = 0; v < NV; ++v)
-            for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
-        }
-      } else {
-        for (int r = 0; r < NRW; ++r) {
-          T w[NV], xs[NV];
-          if (nv <= 0) {
-            for (int v = 0; v < NV; ++v) w[v] = V::zero(), xs[v] = xv[0][v];
-          } else {
-            d.b16_codes(row[r], k, nv, w);
-            __m512i add[NV];
-            d.scale_words(row[r], k, add);
-            for (int v = 0; v < NV; ++v) xs[v] = _mm512_mask_add_epi16(xv[0][v], live[0][v], xv[0][v], add[v]);
-          }
-          for (int v = 0; v < NV; ++v) acc[0][r] = V::madd(acc[0][r], xs[v], w[v]);
-        }
+            xv[m][v] = _mm512_mask_add_epi16(xv[m][v], _mm512_test_epi16_mask(xv[m][v], mag), xv[m][v], add[v]);
       }
-      return;
-    }
-    for (int r = 0; r < NRW; ++r) {
-      T w[NV];
-      if (nv <= 0) {
-        for (int v = 0; v < NV; ++v) w[v] = V::zero();
-      } else if constexpr (BF) {
-        d.b16(row[r], k, nv, w);
-        if constexpr (D::CHECK)
-          for (int v = 0; v < NV; ++v) bad[r] |= b16_out_of_range(w[v]);
-      } else {
-        d.f32(row[r], k, nv, w);
+      for (int r = 0; r < NRW; ++r) {
+        T w[NV];
+        if (nv <= 0)
+          for (int v = 0; v < NV; ++v) w[v] = V::zero();
+        else
+          d.b16_codes(row[r], k, nv, w);
+        for (int v = 0; v < NV; ++v)
+          for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
       }
-      for (int v = 0; v < NV; ++v)
-        for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
+    } else {
+      for (int r = 0; r < NRW; ++r) {
+        T w[NV];
+        if (nv <= 0) {
+          for (int v = 0; v < NV; ++v) w[v] = V::zero();
+        } else if constexpr (BF) {
+          d.b16(row[r], k, nv, w);
+          if constexpr (D::CHECK)
+            for (int v = 0; v < NV; ++v) bad[r] |= b16_out_of_range(w[v]);
+        } else {
+          d.f32(row[r], k, nv, w);
+        }
+        for (int v = 0; v < NV; ++v)
+          for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
+      }
     }
   };
   int64_t k = 0;
@@ -652,8 +658,6 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
           gemv_group<D, true, MR, NRW, xs>(c, d, n);
         else
           gemv_group<D, true, MR, NRW>(c, d, n);
-      } else if constexpr (xs == XScale::kPerRow && MR == 1) {
-        gemv_group<D, true, MR, NRW, xs>(c, d, n);
       } else if constexpr (D::B16) {
         bad = gemv_group<D, true, MR, NRW>(c, d, n);
       }
@@ -746,6 +750,26 @@ bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, i
   return bad == 0;
 }
 
+// Partial-sum decoders (FP4): the codes of row n in lane order, zero to Kp, and the scale
+// vector of each of its Kp / CH chunks (as the GEMV uses them); false if the row is not safe.
+template <class D>
+bool decode_row_parts(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, __m512* scales, int64_t Kp) {
+  typename D::Row r = d.row(n);
+  if (!d.safe(r)) return false;
+  const int64_t K = c.K;
+  d.prep_scales(r, static_cast<float*>(__builtin_alloca(size_t(D::scale_floats(K)) * sizeof(float))));
+  for (int64_t k = 0; k < Kp; k += D::CH) {
+    __m512i w[D::NB];
+    if (k < K)
+      d.b16_codes(r, k, min64(D::CH, K - k), w);
+    else
+      for (int v = 0; v < D::NB; ++v) w[v] = _mm512_setzero_si512();
+    for (int v = 0; v < D::NB; ++v) _mm512_storeu_si512(dst + k + 32 * v, w[v]);
+    scales[k / D::CH] = d.chunk_scales(r, k);
+  }
+  return true;
+}
+
 // acc[MR][NR] (vector partial sums, kept in memory between K blocks) += x[MR rows] . w[NR
 // rows] over columns [k0, k1): the same per-lane sequence as one pass over K.
 template <int MR, int NR, bool BF>
@@ -779,6 +803,37 @@ void micro(const void* xp, int64_t xs, const void* wp, int64_t ws, int64_t k0, i
   }
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NR; ++r) _mm512_store_ps(mem + m * NR + r, acc[m][r]);
+}
+
+// micro() for partial-sum decoders (FP4, kFp4Chunk columns a chunk): per chunk, part = the
+// bf16 dot products of its four vectors from zero, then acc = fma(part, chunk scales, acc),
+// the GEMV's sequence. sc: NR rows of per-chunk scale vectors, row stride nch.
+// NR weight rows of the tile's kNR (mem keeps the kNR layout of micro's accumulators).
+template <int MR, int NR>
+void micro_parts(const uint16_t* x, int64_t xs, const uint16_t* w, int64_t ws, const __m512* sc, int64_t nch,
+                 int64_t k0, int64_t k1, __m512* mem, bool first) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = first ? _mm512_setzero_ps() : _mm512_load_ps(mem + m * kNR + r);
+  for (int64_t k = k0; k < k1; k += kFp4Chunk) {
+    __m512 part[MR][NR];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NR; ++r) part[m][r] = _mm512_setzero_ps();
+    for (int v = 0; v < 4; ++v) {
+      __m512i wv[NR];
+      for (int r = 0; r < NR; ++r) wv[r] = load_i(w + r * ws + k + 32 * v);
+      for (int m = 0; m < MR; ++m) {
+        const __m512i xv = load_i(x + m * xs + k + 32 * v);
+        for (int r = 0; r < NR; ++r) part[m][r] = dp(part[m][r], xv, wv[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m512 s = sc[r * nch + k / kFp4Chunk];
+      for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(part[m][r], s, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) _mm512_store_ps(mem + m * kNR + r, acc[m][r]);
 }
 
 // Tile height: about 512 KiB of fp32 tile, a multiple of kNR, at most 48 rows.
@@ -829,6 +884,44 @@ void tile_group(const LinearCall& c, const void* xg, const void* tile, int64_t r
   }
 }
 
+// tile_group for partial-sum tiles: MR <= kMR / 2 rows of x (12 accumulators and 12 partial
+// sums stay in registers), K in blocks of kc columns (a multiple of kFp4Chunk).
+template <int MR>
+void tile_group_parts_k(const LinearCall& c, const uint16_t* xg, const uint16_t* tile, const __m512* sc,
+                        int64_t rows, int64_t rows_p, int64_t kc, __m512* accs, int64_t m0, int64_t n_base) {
+  const int64_t Kp = c.xs, nch = Kp / kFp4Chunk;
+  for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
+    const int64_t k1 = min64(Kp, k0 + kc);
+    for (int64_t r0 = 0; r0 < rows_p; r0 += 2)  // two weight rows at a time: 12 + 12 registers
+      micro_parts<MR, 2>(xg, Kp, tile + r0 * Kp, Kp, sc + r0 * nch, nch, k0, k1,
+                         accs + (r0 / kNR) * kMR * kNR + r0 % kNR, k0 == 0);
+  }
+  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+    const __m512* a = accs + (r0 / kNR) * kMR * kNR;
+    for (int64_t m = 0; m < MR; ++m)
+      store_sums(c.y + (m0 + m) * c.N + n_base + r0, reduce4(a[m * kNR], a[m * kNR + 1], a[m * kNR + 2], a[m * kNR + 3]),
+                 rows - r0);
+  }
+}
+
+void tile_group_parts(const LinearCall& c, const uint16_t* xg, const uint16_t* tile, const __m512* sc, int64_t rows,
+                      int64_t rows_p, __m512* accs, int64_t m0, int64_t n_base) {
+  constexpr int64_t kc = 2048;
+  static_assert(kc % kFp4Chunk == 0 && kMR == 6, "chunks whole in a K block; two groups of 3 rows");
+  const int64_t Kp = c.xs;
+  for (int64_t h = m0; h < min64(c.M, m0 + kMR); h += 6) {
+    const uint16_t* x = xg + (h - m0) * Kp;
+    switch (min64(6, c.M - h)) {
+      case 1: tile_group_parts_k<1>(c, x, tile, sc, rows, rows_p, kc, accs, h, n_base); break;
+      case 2: tile_group_parts_k<2>(c, x, tile, sc, rows, rows_p, kc, accs, h, n_base); break;
+      case 3: tile_group_parts_k<3>(c, x, tile, sc, rows, rows_p, kc, accs, h, n_base); break;
+      case 4: tile_group_parts_k<4>(c, x, tile, sc, rows, rows_p, kc, accs, h, n_base); break;
+      case 5: tile_group_parts_k<5>(c, x, tile, sc, rows, rows_p, kc, accs, h, n_base); break;
+      default: tile_group_parts_k<6>(c, x, tile, sc, rows, rows_p, kc, accs, h, n_base); break;
+    }
+  }
+}
+
 template <class D>
 void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   const int64_t Kp = c.xs, NT = tile_rows(Kp), M = c.M;
@@ -836,22 +929,38 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
   uint16_t* tileb = reinterpret_cast<uint16_t*>(tile);  // bf16 tile reuses the fp32 space
   __m512* accs = reinterpret_cast<__m512*>(tile + NT * Kp);
   const bool bf = c.use_bf16 && D::B16;
+  constexpr bool parts = partial_sums<D>();
+  // Partial-sum tiles keep each row's chunk scale vectors after the bf16 tile (inside the
+  // fp32 tile's space: Kp / 2 bytes a row against the 2 Kp left).
+  const int64_t nch = Kp / kFp4Chunk;
+  __m512* scales = reinterpret_cast<__m512*>(tileb + NT * Kp);
   for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
     const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
     uint64_t f32_rows = 0;  // bf16 mode: rows left for the fp32 mode
     if (bf) {
-      for (int64_t r = 0; r < rows; ++r)
-        if (!decode_row_b16(c, d, nt0 + r, tileb + r * Kp, Kp)) {
+      for (int64_t r = 0; r < rows; ++r) {
+        bool ok;
+        if constexpr (parts)
+          ok = decode_row_parts(c, d, nt0 + r, tileb + r * Kp, scales + r * nch, Kp);
+        else
+          ok = decode_row_b16(c, d, nt0 + r, tileb + r * Kp, Kp);
+        if (!ok) {
           f32_rows |= uint64_t(1) << r;
           std::memset(tileb + r * Kp, 0, size_t(Kp) * sizeof(uint16_t));
+          if constexpr (parts) std::memset(static_cast<void*>(scales + r * nch), 0, size_t(nch) * sizeof(__m512));
         }
+      }
       std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
+      if constexpr (parts)
+        std::memset(static_cast<void*>(scales + rows * nch), 0, size_t((rows_p - rows) * nch) * sizeof(__m512));
     } else {
       for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
       std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
     }
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      if (bf)
+      if (bf && parts)
+        tile_group_parts(c, c.xb + m0 * Kp, tileb, scales, rows, rows_p, accs, m0, nt0);
+      else if (bf)
         tile_group<true>(c, c.xb + m0 * Kp, tileb, rows, rows_p, 2048, accs, m0, nt0);
       else
         tile_group<false>(c, c.xf + m0 * Kp, tile, rows, rows_p, 1024, accs, m0, nt0);
