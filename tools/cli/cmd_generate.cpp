@@ -54,7 +54,8 @@ int run(const std::vector<std::string>& argv) {
       std::fputs(detok->push(next).c_str(), stdout);
       std::fflush(stdout);
     } else {
-      line += (i ? " " : "") + std::to_string(next);
+      if (i) line += ' ';
+      line += std::to_string(next);
     }
     if (i + 1 == n) break;
     model->forward(&next, 1, st, num, row.data());

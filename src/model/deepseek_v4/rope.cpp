@@ -1,12 +1,31 @@
 #include "model/deepseek_v4/rope.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace deepinfer::v4 {
 
+namespace {
+
+std::atomic<uint64_t> g_next_table_id{1};
+
+// The cos / sin of one table at one position, kept per thread: a decode step rotates every
+// head's query, the window key and every head's output at the same position, and sin / cos
+// in double cost more than the rotation (about 13k of them a token on the bench model).
+struct AngleCache {
+  static constexpr int64_t kMaxHalf = 256;
+  uint64_t table_id = 0;  // RopeTable::id of the cached angles; 0: none
+  int64_t pos = -1;
+  float c[kMaxHalf], s[kMaxHalf];
+};
+thread_local AngleCache tl_angles;
+
+}  // namespace
+
 RopeTable RopeTable::make(const Config& cfg, bool compressed_layer) {
   RopeTable t;
+  t.id = g_next_table_id.fetch_add(1);
   t.rope_dim = cfg.rope_dim;
   const int64_t half = cfg.rope_dim / 2;
   const double base = compressed_layer ? cfg.compress_rope_theta : cfg.rope_theta;
@@ -34,14 +53,36 @@ RopeTable RopeTable::make(const Config& cfg, bool compressed_layer) {
   return t;
 }
 
+
 void RopeTable::apply(float* x, int64_t n, int64_t pos, bool inverse, const Numerics& num) const {
   float* r = x + (n - rope_dim);
-  const float p = float(pos);
-  for (int64_t i = 0; i < rope_dim / 2; ++i) {
-    const float theta = p * inv_freq[i];
-    const float c = float(std::cos(double(theta)));
-    float s = float(std::sin(double(theta)));
-    if (inverse) s = -s;
+  const int64_t half = rope_dim / 2;
+  AngleCache& a = tl_angles;
+  if (id == 0 || half > AngleCache::kMaxHalf) {  // a table not made by make(), or too wide: no cache
+    a.table_id = 0;
+    const float p = float(pos);
+    for (int64_t i = 0; i < half; ++i) {
+      const float theta = p * inv_freq[i];
+      const float c = float(std::cos(double(theta)));
+      const float s = inverse ? -float(std::sin(double(theta))) : float(std::sin(double(theta)));
+      const float u = r[2 * i], v = r[2 * i + 1];
+      r[2 * i] = num.bf16(u * c - v * s);
+      r[2 * i + 1] = num.bf16(u * s + v * c);
+    }
+    return;
+  }
+  if (a.table_id != id || a.pos != pos) {
+    const float p = float(pos);
+    for (int64_t i = 0; i < half; ++i) {
+      const float theta = p * inv_freq[i];
+      a.c[i] = float(std::cos(double(theta)));
+      a.s[i] = float(std::sin(double(theta)));
+    }
+    a.table_id = id;
+    a.pos = pos;
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = a.c[i], s = inverse ? -a.s[i] : a.s[i];
     const float u = r[2 * i], v = r[2 * i + 1];
     r[2 * i] = num.bf16(u * c - v * s);
     r[2 * i + 1] = num.bf16(u * s + v * c);

@@ -14,6 +14,9 @@ namespace deepinfer::v4 {
 struct RopeTable {
   std::vector<float> inv_freq;  // [rope_dim / 2]
   int64_t rope_dim = 0;
+  // Set by make(), unique per process: apply() keeps the angles of the last table and
+  // position per thread under this key (copies share it, and their values).
+  uint64_t id = 0;
 
   static RopeTable make(const Config& cfg, bool compressed_layer);
   // Rotates the last rope_dim entries of x (length n) for position pos; inverse uses -sin.
