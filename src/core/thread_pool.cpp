@@ -6,8 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define DI_CPU_RELAX() _mm_pause()
+#define DI_PREFETCH(p) _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0)
 #else
 #define DI_CPU_RELAX() std::this_thread::yield()
+#define DI_PREFETCH(p) __builtin_prefetch(p)
 #endif
 
 namespace deepinfer {
@@ -100,6 +102,61 @@ void ThreadPool::run_balanced(int64_t n, int64_t grain, int pieces,
   start_job(n, grain, std::max(1, pieces), fn);
 }
 
+namespace {
+constexpr uint64_t kHintChunk = 4096;  // bytes a worker prefetches between looks at the epoch
+constexpr uint64_t kHintChunkMask = (uint64_t(1) << 48) - 1;
+}  // namespace
+
+void ThreadPool::prefetch_hint(const MemRange* ranges, int n) {
+  if (n_threads_ <= 1) return;
+  n = std::min(n, kMaxHintRanges);
+  // Stop claims on the old hint first, then publish the new ranges and open the new one.
+  const uint64_t gen = ++hint_gen_ & 0xffff;
+  hint_next_.store(gen << 48 | kHintChunkMask, std::memory_order_release);
+  uint64_t total = 0;
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!ranges[i].p || ranges[i].bytes == 0) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(ranges[i].p) & ~uintptr_t(63);
+    const uint64_t chunks = (reinterpret_cast<uintptr_t>(ranges[i].p) + ranges[i].bytes - begin + kHintChunk - 1) / kHintChunk;
+    hint_[k].p.store(begin, std::memory_order_relaxed);
+    hint_[k].first_chunk.store(total, std::memory_order_relaxed);
+    hint_[k].chunks.store(chunks, std::memory_order_relaxed);
+    total += chunks;
+    ++k;
+  }
+  hint_ranges_.store(k, std::memory_order_relaxed);
+  hint_total_.store(total, std::memory_order_relaxed);
+  hint_next_.store(gen << 48, std::memory_order_release);
+}
+
+uint64_t ThreadPool::hint_chunks_left() const {
+  const uint64_t chunk = hint_next_.load(std::memory_order_acquire) & kHintChunkMask;
+  const uint64_t total = hint_total_.load(std::memory_order_relaxed);
+  return chunk >= total ? 0 : total - chunk;
+}
+
+// Takes one chunk of the hint and prefetches it; false when there is none left.
+bool ThreadPool::prefetch_some() {
+  uint64_t v = hint_next_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t chunk = v & kHintChunkMask;
+    if (chunk >= hint_total_.load(std::memory_order_relaxed)) return false;
+    if (hint_next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) break;
+  }
+  const uint64_t chunk = v & kHintChunkMask;
+  const int n = hint_ranges_.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t first = hint_[i].first_chunk.load(std::memory_order_relaxed);
+    if (chunk < first || chunk >= first + hint_[i].chunks.load(std::memory_order_relaxed)) continue;
+    // A hint replaced meanwhile may give a wrong address here: it is only prefetched.
+    const char* p = reinterpret_cast<const char*>(hint_[i].p.load(std::memory_order_relaxed) + (chunk - first) * kHintChunk);
+    for (uint64_t b = 0; b < kHintChunk; b += 64) DI_PREFETCH(p + b);
+    break;
+  }
+  return true;
+}
+
 void ThreadPool::start_job(int64_t n, int64_t grain, int pieces,
                            const std::function<void(int64_t, int64_t, int)>& fn) {
   job_ = &fn;
@@ -141,6 +198,11 @@ void ThreadPool::worker_loop(int index) {
     uint64_t e = epoch_.load(std::memory_order_acquire);
     const Clock::time_point t0 = Clock::now();
     for (int spin = 0; e == seen; ++spin) {
+      if (prefetch_some()) {  // the caller is in serial code: pull in what comes next
+        e = epoch_.load(std::memory_order_acquire);
+        spin = 0;
+        continue;
+      }
       DI_CPU_RELAX();
       e = epoch_.load(std::memory_order_acquire);
       if ((spin & 63) != 63 || e != seen) continue;

@@ -38,9 +38,24 @@ class ThreadPool {
   // Threads to use when none is requested: the machine's hardware threads.
   static int default_threads();
 
+  // Memory the caller's coming parallel regions will read. Idle workers prefetch it, a chunk
+  // at a time between looks for work (into their cache, which spills into the shared
+  // last-level cache), whenever the caller runs serial code, until it is all done or the
+  // next hint replaces it. Only addresses are prefetched, never dereferenced, so any range
+  // is safe to pass.
+  struct MemRange {
+    const void* p = nullptr;
+    size_t bytes = 0;
+  };
+  static constexpr int kMaxHintRanges = 16;
+  void prefetch_hint(const MemRange* ranges, int n);
+  // Chunks of the current hint no worker has taken yet (for tests).
+  uint64_t hint_chunks_left() const;
+
  private:
   void worker_loop(int index);
   void run_share(int index);
+  bool prefetch_some();
   void start_job(int64_t n, int64_t grain, int pieces, const std::function<void(int64_t, int64_t, int)>& fn);
   // Thread t's share as grain indices [g0, g1), cut into pieces of `piece` grains.
   struct Share {
@@ -66,6 +81,17 @@ class ThreadPool {
     std::atomic<uint64_t> v{0};
   };
   std::vector<Cursor> cursors_;
+  // The prefetch hint: ranges, their prefix sums in chunks, and the next chunk to take
+  // (high 16 bits: the hint's generation, so a stale claim fails; low 48: the chunk).
+  struct HintRange {
+    std::atomic<uintptr_t> p{0};
+    std::atomic<uint64_t> first_chunk{0}, chunks{0};
+  };
+  HintRange hint_[kMaxHintRanges];
+  std::atomic<int> hint_ranges_{0};
+  std::atomic<uint64_t> hint_next_{0};
+  std::atomic<uint64_t> hint_total_{0};
+  uint64_t hint_gen_ = 0;  // caller's side
 };
 
 // Serial fallback so kernels can take a nullable pool.

@@ -32,6 +32,24 @@ struct WeightMatrix {
   bool is_quantized() const { return format == WeightFormat::FP8_BLOCK || format == WeightFormat::FP4_BLOCK; }
 };
 
+// Bytes of the codes and of the scale tensor (FP8 / FP4 only) of a matrix.
+inline int64_t weight_data_bytes(const WeightMatrix& w) {
+  switch (w.format) {
+    case WeightFormat::F32: return w.rows * w.cols * 4;
+    case WeightFormat::BF16: return w.rows * w.cols * 2;
+    case WeightFormat::FP8_BLOCK: return w.rows * w.cols;
+    case WeightFormat::FP4_BLOCK: return w.rows * w.cols / 2;
+  }
+  return 0;
+}
+inline int64_t weight_scale_bytes(const WeightMatrix& w) {
+  switch (w.format) {
+    case WeightFormat::FP8_BLOCK: return w.block > 0 ? ((w.rows + w.block - 1) / w.block) * w.scale_cols : 0;
+    case WeightFormat::FP4_BLOCK: return w.rows * w.scale_cols;
+    default: return 0;
+  }
+}
+
 // Exact fp32 value of one element (scale products are exact: few mantissa bits times 2^k).
 inline float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
   switch (w.format) {

@@ -69,4 +69,19 @@ std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool)
   throw std::invalid_argument("unknown kernel backend '" + name + "' (expected ref or cpu)");
 }
 
+void Backend::prefetch_hint(const WeightMatrix* const*, int) const {}
+
+void pool_prefetch_hint(ThreadPool* pool, const WeightMatrix* const* weights, int n) {
+  if (!pool || pool->size() <= 1) return;
+  ThreadPool::MemRange ranges[ThreadPool::kMaxHintRanges];
+  int k = 0;
+  for (int i = 0; i < n && k + 2 <= ThreadPool::kMaxHintRanges; ++i) {
+    const WeightMatrix* w = weights[i];
+    if (!w || !w->valid()) continue;
+    ranges[k++] = {w->data, size_t(weight_data_bytes(*w))};
+    if (w->scale) ranges[k++] = {w->scale, size_t(weight_scale_bytes(*w))};
+  }
+  pool->prefetch_hint(ranges, k);
+}
+
 }  // namespace deepinfer::kernels

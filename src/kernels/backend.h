@@ -53,7 +53,14 @@ class Backend {
   // backend reads each tile of keys once for all the heads instead of once per head.
   virtual void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                     int64_t dim, float scale, const float* sinks, bool round_probs, float* out) const;
+  // The weights the caller's next products read (at most ThreadPool::kMaxHintRanges / 2):
+  // a backend with idle threads pulls them into cache while the caller runs serial code in
+  // between. Only a hint; results never depend on it. The base does nothing.
+  virtual void prefetch_hint(const WeightMatrix* const* weights, int n) const;
 };
+
+// prefetch_hint through a pool: each matrix's codes and scales as ranges to prefetch.
+void pool_prefetch_hint(ThreadPool* pool, const WeightMatrix* const* weights, int n);
 
 const Backend& ref_backend();
 // The fastest CPU kernels this machine supports; pool may be null (single thread).

@@ -80,3 +80,28 @@ TEST(ThreadPool, BalancedSlowThreadsShareIsTakenOver) {
   for (int64_t i = 50; i < n; ++i) EXPECT_EQ(done_by[i], 1) << i;
   EXPECT_EQ(ranges_of_1.load(), 16 + 15);
 }
+
+// A prefetch hint is drained by the idle worker while the caller does serial work, is
+// replaced by the next one, and never disturbs the regions (any address may be named: it
+// is only prefetched). A single-thread pool ignores hints.
+TEST(ThreadPool, PrefetchHintIsTakenByTheIdleWorker) {
+  ThreadPool pool(2);
+  std::vector<char> buf(size_t(3) << 20);
+  const ThreadPool::MemRange big[] = {{buf.data(), buf.size()}, {buf.data() + 7, 100}, {nullptr, 64}};
+  pool.prefetch_hint(big, 3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pool.hint_chunks_left() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(pool.hint_chunks_left(), 0u);
+  // Replaced mid-way, with addresses that are not mapped, while regions run.
+  const ThreadPool::MemRange odd[] = {{reinterpret_cast<const void*>(uintptr_t(4096)), size_t(1) << 20},
+                                      {buf.data() + buf.size() - 1, 4096}};
+  std::atomic<int64_t> sum{0};
+  for (int r = 0; r < 200; ++r) {
+    pool.prefetch_hint(r % 2 ? odd : big, 2);
+    pool.run_balanced(1000, 1, 4, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  }
+  EXPECT_EQ(sum.load(), 200 * 1000);
+  ThreadPool one(1);
+  one.prefetch_hint(big, 1);
+  EXPECT_EQ(one.hint_chunks_left(), 0u);
+}

@@ -241,6 +241,10 @@ class SimdBackend final : public Backend {
       Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
   }
 
+  void prefetch_hint(const WeightMatrix* const* weights, int n) const override {
+    pool_prefetch_hint(pool_, weights, n);
+  }
+
  private:
   bool supported(const WeightMatrix& W) const {
     switch (W.format) {

@@ -23,6 +23,14 @@ void linear_quantized(const Config& cfg, const Numerics& num, const float* x, in
   num.bf16(y, M * W.rows);
 }
 
+void prefetch_next(const Numerics& num, std::initializer_list<const WeightMatrix*> weights) {
+  const WeightMatrix* list[ThreadPool::kMaxHintRanges];
+  int n = 0;
+  for (const WeightMatrix* w : weights)
+    if (w && w->valid() && n < ThreadPool::kMaxHintRanges) list[n++] = w;
+  num.backend->prefetch_hint(list, n);
+}
+
 void run_products(const Config& cfg, const Numerics& num, const LayerProduct* products, size_t n) {
   ScratchArena::Scope scope(step_scratch());
   std::span<kernels::LinearJob> jobs = step_scratch().take<kernels::LinearJob>(int64_t(n));
@@ -183,11 +191,15 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     batch.add(a, S, w.indexer_weights_proj, iw.data(), LayerProduct::kBf16);
   }
   batch.run(cfg, num);
+  prefetch_next(num, {&w.wq_b, w.has_indexer ? &w.indexer_wq_b : nullptr});
   for (int64_t t = 0; t < S; ++t)
     rms_norm(&qr[t * cfg.q_lora_rank], w.q_norm.data(), cfg.q_lora_rank, eps, num, &qr[t * cfg.q_lora_rank]);
   batch.add(qr.data(), S, w.wq_b, q.data(), LayerProduct::kQuantized);
   if (w.has_indexer) batch.add(qr.data(), S, w.indexer_wq_b, iq.data(), LayerProduct::kQuantized);
   batch.run(cfg, num);
+  // Queries, keys, compressors and the indexer run mostly serial: time to pull in the output
+  // projection.
+  prefetch_next(num, {&w.wo_a, &w.wo_b});
 
   // ---- queries: head norm -> RoPE
   section.start(DI_PROFILE_SECTION("attn.query_rope"));

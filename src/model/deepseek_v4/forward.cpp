@@ -113,6 +113,13 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   std::span<float> R = scratch.take_copy(X_in, S * width);
 
   // ---- attention site
+  // The mixer's serial tail and the norm come before the first products of a.
+  const AttentionWeights& aw = L.attn;
+  prefetch_next(num, {&aw.wq_a, &aw.wkv, aw.has_compressor ? &aw.compressor.wkv : nullptr,
+                      aw.has_compressor ? &aw.compressor.wgate : nullptr,
+                      aw.has_indexer ? &aw.indexer_compressor.wkv : nullptr,
+                      aw.has_indexer ? &aw.indexer_compressor.wgate : nullptr,
+                      aw.has_indexer ? &aw.indexer_weights_proj : nullptr});
   {
     DI_PROFILE("hc.pre");
     hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
@@ -131,6 +138,10 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   }
 
   // ---- ffn site
+  // Before the experts: the router and the shared expert (the routed ones are known late).
+  const MoeWeights& fw = L.ffn;
+  prefetch_next(num, {&fw.gate, fw.has_shared ? &fw.shared.w1 : nullptr, fw.has_shared ? &fw.shared.w3 : nullptr,
+                      fw.has_shared ? &fw.shared.w2 : nullptr});
   {
     DI_PROFILE("hc.pre");
     std::copy_n(X, S * width, R.data());
@@ -155,6 +166,12 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
   std::span<float> h = scratch.take<float>(S * d), pre = scratch.take<float>(S * hc);
+  // The start of each thread's share of the head (a region split in two: rows from 0 and
+  // from the middle), pulled in during the final mixer.
+  constexpr int64_t kHeadRows = 256;
+  const WeightMatrix head_a = weight_row_slice(w_.head, 0, std::min(kHeadRows, w_.head.rows));
+  const WeightMatrix head_b = weight_row_slice(w_.head, w_.head.rows / 2, std::min(kHeadRows, w_.head.rows - w_.head.rows / 2));
+  prefetch_next(num, {&head_a, &head_b});
   {
     DI_PROFILE("head.hc");
     hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());

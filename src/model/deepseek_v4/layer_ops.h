@@ -2,6 +2,7 @@
 // (a whole prompt, a prefill chunk, or one decode token) with the sequence's layer state.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 
 #include "core/scratch_arena.h"
@@ -39,6 +40,10 @@ struct LayerProduct {
 // Independent products (a MoE step's experts, the projections of one input) in one backend
 // call, so small decode matrices share one parallel region; each y is what its own call gives.
 void run_products(const Config& cfg, const Numerics& num, const LayerProduct* products, size_t n);
+
+// The weights the next products of the step read (null entries skipped): the backend may
+// pull them into cache while the caller's serial code runs (see Backend::prefetch_hint).
+void prefetch_next(const Numerics& num, std::initializer_list<const WeightMatrix*> weights);
 
 // One sequence's share of a batched step: rows [row0, row0 + n) of the batch hold its tokens
 // at positions p0 .. p0 + n - 1; state is that sequence's state of the current layer.

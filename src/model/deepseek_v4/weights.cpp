@@ -260,15 +260,7 @@ Weights bind_weights(const Config& c, const TensorStore& store) {
 
 namespace deepinfer::v4 {
 
-int64_t matrix_bytes(const WeightMatrix& w) {
-  switch (w.format) {
-    case WeightFormat::F32: return w.rows * w.cols * 4;
-    case WeightFormat::BF16: return w.rows * w.cols * 2;
-    case WeightFormat::FP8_BLOCK: return w.rows * w.cols + ((w.rows + w.block - 1) / w.block) * w.scale_cols;
-    case WeightFormat::FP4_BLOCK: return w.rows * w.cols / 2 + w.rows * w.scale_cols;
-  }
-  return 0;
-}
+int64_t matrix_bytes(const WeightMatrix& w) { return weight_data_bytes(w) + weight_scale_bytes(w); }
 
 namespace {
 
