@@ -71,6 +71,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool)
 
 void Backend::prefetch_hint(const WeightMatrix* const*, int) const {}
 
+void Backend::swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+                     float* out) const {
+  swiglu_ref(g, u, n, limit, weight, round_bf16, out);
+}
+
 void pool_prefetch_hint(ThreadPool* pool, const WeightMatrix* const* weights, int n) {
   if (!pool || pool->size() <= 1) return;
   ThreadPool::MemRange ranges[ThreadPool::kMaxHintRanges];

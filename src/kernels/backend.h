@@ -53,6 +53,10 @@ class Backend {
   // backend reads each tile of keys once for all the heads instead of once per head.
   virtual void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                     int64_t dim, float scale, const float* sinks, bool round_probs, float* out) const;
+  // swiglu_ref over one row (see kernels.h). The fast backend computes exp in vectors: it
+  // equals the referee except, rarely, by one unit in the last place.
+  virtual void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+                      float* out) const;
   // The weights the caller's next products read (at most ThreadPool::kMaxHintRanges / 2):
   // a backend with idle threads pulls them into cache while the caller runs serial code in
   // between. Only a hint; results never depend on it. The base does nothing.

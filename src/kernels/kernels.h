@@ -50,4 +50,11 @@ void sink_attention_ref(const float* q, const float* const* keys, int64_t n_keys
 void index_scores_ref(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                       int64_t n_keys, bool round_bf16, float* scores);
 
+// The MoE SwiGLU of one row (MODEL.md 8.2): with L = limit (no clamping when L <= 0),
+// silu(x) = float(double(x) / (1 + exp(-double(x)))) and R the bf16 rounding when round_bf16:
+//   out[i] = R(w * (silu(min(g[i], L)) * clamp(u[i], -L, L)))   (w * only when weight != null,
+// w = *weight; the products in fp32, in that order). NaN passes through as std::min / clamp do.
+void swiglu_ref(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+                float* out);
+
 }  // namespace deepinfer::kernels

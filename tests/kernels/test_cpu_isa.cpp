@@ -626,3 +626,57 @@ TEST(CpuIsa, IndexScoresMatchReferee) {
         }
       }
 }
+
+// SwiGLU of every variant against swiglu_ref: odd lengths, with and without the limit and the
+// routing weight, bf16 rounding on and off, values from tiny to huge and the special ones. The
+// fast exp may differ from libm's in the last place, which moves a result by at most one unit
+// of its last place (float or bf16) and only rarely; NaN, infinities and zeros match exactly.
+TEST(CpuIsa, SwigluMatchesReferee) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  std::uniform_real_distribution<float> wide(-800.0f, 800.0f);
+  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-42f, 88.0f, -88.0f, 745.5f, -745.5f, 1e30f, -1e30f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 10.0f, -10.0f, 9.999f, 10.001f};
+  const float weight = 0.3125f;
+  int64_t total = 0, differing = 0;
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(1);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    for (int64_t n : {1, 7, 16, 17, 333, 4096})
+      for (float limit : {10.0f, 0.0f})
+        for (bool use_weight : {false, true})
+          for (bool round : {false, true}) {
+            std::vector<float> g(n), u(n), want(n), got(n);
+            for (int64_t i = 0; i < n; ++i) {
+              g[i] = i % 5 == 4 ? wide(rng) : nd(rng);
+              u[i] = nd(rng);
+              if (i % 37 == 3) g[i] = specials[(i / 37) % std::size(specials)];
+              if (i % 41 == 5) u[i] = specials[(i / 41) % std::size(specials)];
+            }
+            const float* w = use_weight ? &weight : nullptr;
+            swiglu_ref(g.data(), u.data(), n, limit, w, round, want.data());
+            be->swiglu(g.data(), u.data(), n, limit, w, round, got.data());
+            for (int64_t i = 0; i < n; ++i) {
+              ++total;
+              const std::string where = std::string(isa_name(isa)) + " n " + std::to_string(n) + " i " +
+                                        std::to_string(i) + " g " + std::to_string(g[i]) + " u " + std::to_string(u[i]);
+              if (std::isnan(want[i]) || std::isinf(want[i]) || want[i] == 0.0f) {
+                ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << where;
+                if (!std::isnan(want[i])) {
+                  ASSERT_EQ(f32_bits(got[i]), f32_bits(want[i])) << where;
+                }
+                continue;
+              }
+              if (f32_bits(got[i]) == f32_bits(want[i])) continue;
+              ++differing;
+              const uint32_t step = round ? 0x10000u : 1u;  // one bf16 / float unit in the last place
+              const int64_t d = int64_t(f32_bits(got[i])) - int64_t(f32_bits(want[i]));
+              ASSERT_LE(std::abs(d), int64_t(step)) << where << " got " << got[i] << " want " << want[i];
+            }
+          }
+  }
+  EXPECT_LE(differing * 10000, total) << differing << " of " << total << " differ by one unit";
+  std::printf("swiglu: %lld of %lld results differ from the referee by one unit\n", (long long)differing,
+              (long long)total);
+}

@@ -245,6 +245,14 @@ class SimdBackend final : public Backend {
     pool_prefetch_hint(pool_, weights, n);
   }
 
+  void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+              float* out) const override {
+    if (k_.swiglu)
+      k_.swiglu(g, u, n, limit, weight, round_bf16, out);
+    else
+      swiglu_ref(g, u, n, limit, weight, round_bf16, out);
+  }
+
  private:
   bool supported(const WeightMatrix& W) const {
     switch (W.format) {

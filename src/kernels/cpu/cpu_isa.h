@@ -81,6 +81,9 @@ struct IsaKernels {
   // Null, or: the kernels multiply FP4 weights in bf16 mode in lane order (kFp4Chunk), so
   // the driver pads xs to a multiple of kFp4Chunk and rearranges rows [m0, m1) of xb with this.
   void (*fp4_lane_order)(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) = nullptr;
+  // Null, or swiglu_ref with exp in vectors (within one unit in the last place of it).
+  void (*swiglu)(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+                 float* out) = nullptr;
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

@@ -1088,6 +1088,71 @@ void fp4_lane_order(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) {
     }
 }
 
+// exp in double, 8 lanes: n = round(x / ln 2), r = x - n ln 2 in two steps (ln2_hi has
+// trailing zero bits, so n * ln2_hi is exact), exp(r) by its Taylor series to r^13 (|r| <=
+// 0.35: the remainder is below 1e-17 relative), times 2^n with vscalefpd (which also gives
+// inf on overflow and gradual underflow). x is clamped into [-746, 710] first, so +-inf give
+// inf / 0; NaN stays NaN. Within a couple of units in the last place of the libm exp.
+DI_INLINE __m512d exp_pd(__m512d x) {
+  x = _mm512_min_pd(_mm512_set1_pd(710.0), x);  // (710 < x) ? 710 : x keeps a NaN x
+  x = _mm512_max_pd(_mm512_set1_pd(-746.0), x);
+  const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(0.693145751953125), x);  // ln2_hi: 15 bits
+  r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.4286068203094172321e-06), r);  // ln 2 - ln2_hi
+  constexpr double kInvFact[14] = {1.0,
+                                   1.0,
+                                   0.5,
+                                   1.0 / 6.0,
+                                   1.0 / 24.0,
+                                   1.0 / 120.0,
+                                   1.0 / 720.0,
+                                   1.0 / 5040.0,
+                                   1.0 / 40320.0,
+                                   1.0 / 362880.0,
+                                   1.0 / 3628800.0,
+                                   1.0 / 39916800.0,
+                                   1.0 / 479001600.0,
+                                   1.0 / 6227020800.0};
+  __m512d p = _mm512_set1_pd(kInvFact[13]);
+  for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kInvFact[k]));
+  return _mm512_scalef_pd(p, n);
+}
+
+// swiglu_ref in vectors of 16; only exp differs from the referee (see exp_pd).
+void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+            float* out) {
+  const __m512 L = _mm512_set1_ps(limit), nL = _mm512_set1_ps(-limit);
+  const __m512 w = _mm512_set1_ps(weight ? *weight : 1.0f);
+  const __m512d one = _mm512_set1_pd(1.0);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
+    if (limit > 0.0f) {
+      uv = _mm512_min_ps(L, _mm512_max_ps(nL, uv));  // std::clamp: a NaN u stays NaN
+      gv = _mm512_min_ps(L, gv);                     // std::min(g, L): a NaN g stays NaN
+    }
+    const __m512d g0 = _mm512_cvtps_pd(_mm512_castps512_ps256(gv));
+    const __m512d g1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(gv, 1));
+    const __m512d s0 = _mm512_div_pd(g0, _mm512_add_pd(one, exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), g0))));
+    const __m512d s1 = _mm512_div_pd(g1, _mm512_add_pd(one, exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), g1))));
+    const __m512 silu = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
+    __m512 h = _mm512_mul_ps(silu, uv);
+    if (weight) h = _mm512_mul_ps(w, h);
+    if (round_bf16) {  // as round_bf16: nearest even, a NaN made quiet
+      const __m512i b = _mm512_castps_si512(h);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                   _mm512_set1_epi32(int(0xffff0000u)));
+      const __mmask16 nan = _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(b, _mm512_set1_epi32(0x400000)),
+                                                         _mm512_set1_epi32(int(0xffff0000u))));
+      h = _mm512_castsi512_ps(r);
+    }
+    _mm512_mask_storeu_ps(out + i, m, h);
+  }
+}
+
 void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const float s = act_quant_block(x + b0, block, q_out ? q_out + b0 : nullptr, x + b0, nullptr);
@@ -1154,6 +1219,7 @@ constexpr IsaKernels kKernels = {
     .rows = rows,
     .index_dots = index_dots,
     .fp4_lane_order = fp4_lane_order,
+    .swiglu = swiglu,
 };
 
 }  // namespace

@@ -61,4 +61,19 @@ void hadamard_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = float(h[i]);
 }
 
+void swiglu_ref(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
+                float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float gv = g[i], uv = u[i];
+    if (limit > 0.0f) {
+      uv = std::clamp(uv, -limit, limit);
+      gv = std::min(gv, limit);
+    }
+    const float silu = float(double(gv) / (1.0 + std::exp(-double(gv))));
+    float h = silu * uv;
+    if (weight) h = *weight * h;
+    out[i] = round_bf16 ? deepinfer::round_bf16(h) : h;
+  }
+}
+
 }  // namespace deepinfer::kernels

@@ -81,20 +81,15 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
   // Split over the intermediate columns, every expert's share in each range.
   int64_t max_i = 0;
   for (const ExpertWork& e : work) max_i = std::max(max_i, e.w->w1.rows);
+  // h = bf16(weight * silu(min(g, L)) * clamp(u, -L, L)), in place of g; the routing weight
+  // multiplies before w2, in fp32.
   auto swiglu = [&](int64_t i0, int64_t i1, int) {
     for (ExpertWork& e : work) {
-      const int64_t I = e.w->w1.rows;
+      const int64_t I = e.w->w1.rows, i_end = std::min(i1, I);
+      if (i_end <= i0) continue;
       for (int64_t m = 0; m < e.M; ++m)
-        for (int64_t i = i0; i < std::min(i1, I); ++i) {
-          float gv = e.g[m * I + i], uv = e.u[m * I + i];
-          if (lim > 0.0f) {
-            uv = std::clamp(uv, -lim, lim);
-            gv = std::min(gv, lim);
-          }
-          float h = silu_f(gv) * uv;
-          if (e.row_weight) h = e.row_weight[m] * h;  // routing weight before w2, in fp32
-          e.g[m * I + i] = num.bf16(h);
-        }
+        num.backend->swiglu(&e.g[m * I + i0], &e.u[m * I + i0], i_end - i0, lim,
+                            e.row_weight ? &e.row_weight[m] : nullptr, num.reference(), &e.g[m * I + i0]);
     }
   };
   parallel_for(num.backend->pool(), max_i, 64, [&swiglu](int64_t i0, int64_t i1, int t) { swiglu(i0, i1, t); });

@@ -37,7 +37,6 @@ struct Numerics {
 // Canonical transcendentals: evaluated in double, rounded once to fp32.
 inline float exp_f(float x) { return float(std::exp(double(x))); }
 inline float sigmoid_f(float x) { return float(1.0 / (1.0 + std::exp(-double(x)))); }
-inline float silu_f(float x) { return float(double(x) / (1.0 + std::exp(-double(x)))); }
 inline float rsqrt_f(float x) { return float(1.0 / std::sqrt(double(x))); }
 // PyTorch's softplus returns its input above the threshold 20.
 inline float softplus_f(float x) { return x > 20.0f ? x : float(std::log1p(std::exp(double(x)))); }
