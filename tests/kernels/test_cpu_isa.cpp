@@ -613,6 +613,11 @@ TEST(CpuIsa, IndexScoresMatchReferee) {
               kmem[3 * dim + 1] = 1.1f;  // key 3: more than 2 significant bits
             }
           }
+          if (n_keys > 5) {  // key 4: a NaN (its score is NaN, same bits); key 5: -inf dots
+            kmem[4 * dim + 1] = std::numeric_limits<float>::quiet_NaN();
+            for (int64_t c = 0; c < dim; ++c) kmem[5 * dim + c] = c == 0 ? -std::numeric_limits<float>::infinity() : 0.0f;
+            for (int64_t h = 0; h < heads; ++h) q[h * dim] = 1.0f;
+          }
           std::vector<const float*> keys;
           for (int64_t s = 0; s < n_keys; ++s) keys.push_back(&kmem[s * dim]);
           std::vector<float> want(n_keys), got(n_keys, -7.0f);

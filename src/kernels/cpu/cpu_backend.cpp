@@ -148,6 +148,10 @@ struct IndexJob {
     for (int64_t b = s0; b < s1; b += kBlock) {
       const int64_t nb = std::min(kBlock, s1 - b);
       k->index_dots(qT, n_heads, dim, keys + b, nb, dots.data());
+      if (k->index_combine && n_heads <= cpu::kIndexCombineMaxHeads) {
+        k->index_combine(dots.data(), w, n_heads, nb, round, scores + b);
+        continue;
+      }
       for (int64_t s = 0; s < nb; ++s) {
         double total = 0.0;
         for (int64_t h = 0; h < n_heads; ++h) {

@@ -38,6 +38,9 @@ struct LinearCall {
 // Exact-product range of use_bf16 (biased fp32 exponents of 2^-40 and 2^40).
 constexpr uint32_t kBf16RangeLoBits = uint32_t(127 - 40) << 23;
 constexpr uint32_t kBf16RangeHiBits = uint32_t(127 + 40) << 23;
+// The most indexer heads IsaKernels::index_combine takes.
+constexpr int64_t kIndexCombineMaxHeads = 512;
+
 // Columns per chunk of the FP4 lane order: word j of the chunk's vector v (32 bf16 words
 // each) is the chunk's column 4j + v.
 constexpr int64_t kFp4Chunk = 128;
@@ -81,6 +84,10 @@ struct IsaKernels {
   // Null, or: the kernels multiply FP4 weights in bf16 mode in lane order (kFp4Chunk), so
   // the driver pads xs to a multiple of kFp4Chunk and rearranges rows [m0, m1) of xb with this.
   void (*fp4_lane_order)(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) = nullptr;
+  // Null, or the indexer's scores from index_dots' output for n_keys keys, bit for bit as
+  // index_scores_ref combines the dots (n_heads <= kIndexCombineMaxHeads).
+  void (*index_combine)(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round,
+                        float* scores) = nullptr;
   // Null, or swiglu_ref with exp in vectors (within one unit in the last place of it).
   void (*swiglu)(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                  float* out) = nullptr;

@@ -1122,6 +1122,18 @@ DI_INLINE __m512d exp_pd(__m512d x) {
   return _mm512_scalef_pd(p, n);
 }
 
+// round_bf16 of 16 floats: nearest even, a NaN made quiet.
+DI_INLINE __m512 round_bf16_ps(__m512 h) {
+  const __m512i b = _mm512_castps_si512(h);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                               _mm512_set1_epi32(int(0xffff0000u)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(b, _mm512_set1_epi32(0x400000)),
+                                                     _mm512_set1_epi32(int(0xffff0000u))));
+  return _mm512_castsi512_ps(r);
+}
+
 // swiglu_ref in vectors of 16; only exp differs from the referee (see exp_pd).
 void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
             float* out) {
@@ -1142,16 +1154,7 @@ void swiglu(const float* g, const float* u, int64_t n, float limit, const float*
     const __m512 silu = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
     __m512 h = _mm512_mul_ps(silu, uv);
     if (weight) h = _mm512_mul_ps(w, h);
-    if (round_bf16) {  // as round_bf16: nearest even, a NaN made quiet
-      const __m512i b = _mm512_castps_si512(h);
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-      __m512i r = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
-                                   _mm512_set1_epi32(int(0xffff0000u)));
-      const __mmask16 nan = _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q);
-      r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(b, _mm512_set1_epi32(0x400000)),
-                                                         _mm512_set1_epi32(int(0xffff0000u))));
-      h = _mm512_castsi512_ps(r);
-    }
+    if (round_bf16) h = round_bf16_ps(h);
     _mm512_mask_storeu_ps(out + i, m, h);
   }
 }
@@ -1204,6 +1207,33 @@ void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* con
   }
 }
 
+// The lightning indexer's scores from the dots of n_keys keys ([key][head] in double), as
+// index_scores_ref: score = R(float(sum_h double(R(max(R(float(dot)), 0) * w_h)))), R the
+// bf16 rounding when round. The terms are made 16 heads at a time; the head sum stays one
+// in-order chain of double adds per key, so the bits are the referee's.
+void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round, float* scores) {
+  alignas(64) double terms[kIndexCombineMaxHeads];
+  for (int64_t s = 0; s < n_keys; ++s) {
+    const double* d = dots + s * n_heads;
+    for (int64_t h = 0; h < n_heads; h += 16) {
+      const __mmask8 m0 = __mmask8(mask16(n_heads - h)), m1 = __mmask8(mask16(n_heads - h - 8));
+      const __m256 lo = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(m0, d + h));
+      const __m256 hi = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(m1, d + h + 8));
+      __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+      if (round) f = round_bf16_ps(f);
+      f = _mm512_max_ps(_mm512_setzero_ps(), f);  // std::max(f, 0): a NaN or -0 f stays
+      f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(mask16(n_heads - h), w + h));
+      if (round) f = round_bf16_ps(f);
+      _mm512_store_pd(terms + h, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
+      _mm512_store_pd(terms + h + 8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
+    }
+    double total = 0.0;
+    for (int64_t h = 0; h < n_heads; ++h) total += terms[h];
+    const float t = float(total);
+    scores[s] = round ? _mm512_cvtss_f32(round_bf16_ps(_mm512_set1_ps(t))) : t;
+  }
+}
+
 constexpr IsaKernels kKernels = {
     .name = "avx512",
     .bf16 = true,
@@ -1222,6 +1252,7 @@ constexpr IsaKernels kKernels = {
     .rows = rows,
     .index_dots = index_dots,
     .fp4_lane_order = fp4_lane_order,
+    .index_combine = index_combine,
     .swiglu = swiglu,
 };
 
