@@ -1,5 +1,8 @@
 // AVX-512 sink attention (see attention_cpu.h). Compiled with AVX-512 flags; no shared
 // inline functions or library templates (cpu_isa.h explains why).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 on _mm512_setzero_ps
+#endif
 #include <immintrin.h>
 #include <math.h>
 
@@ -37,9 +40,9 @@ DI_ATTN_INLINE void head_begin(HeadState& st, int64_t dim, float* out) {
   for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
 }
 
-// Tile [t0, t1) of the keys for one head; tile_sum is dim floats of 64-byte aligned scratch.
+// Tile [t0, t1) of the keys for one head.
 DI_ATTN_INLINE void head_tile(HeadState& st, const float* q, const float* const* keys, int64_t t0, int64_t t1,
-                              int64_t dim, float scale, bool round_probs, float* tile_sum, float* out) {
+                              int64_t dim, float scale, bool round_probs, float* out) {
   const float neg_inf = -__builtin_inff();
   float score[kTile];
   float tile_max = neg_inf;
@@ -60,19 +63,36 @@ DI_ATTN_INLINE void head_tile(HeadState& st, const float* q, const float* const*
   const float m_new = st.m > tile_max ? st.m : tile_max;
   const float alpha = st.m == neg_inf ? 0.0f : expf(st.m - m_new);
   float psum = 0.0f;
-  for (int64_t c = 0; c < dim; c += 16) _mm512_store_ps(tile_sum + c, _mm512_setzero_ps());
+  float prob[kTile];  // of the valid keys, in order
+  const float* vkey[kTile];
+  int64_t nv = 0;
   for (int64_t j = t0; j < t1; ++j) {
     if (!keys[j]) continue;
     const float p = expf(score[j - t0] - m_new);
     psum += p;
-    const __m512 pv = _mm512_set1_ps(round_probs ? round_bf16_local(p) : p);
-    for (int64_t c = 0; c < dim; c += 16)
-      _mm512_store_ps(tile_sum + c, _mm512_fmadd_ps(pv, _mm512_loadu_ps(keys[j] + c), _mm512_load_ps(tile_sum + c)));
+    prob[nv] = round_probs ? round_bf16_local(p) : p;
+    vkey[nv++] = keys[j];
   }
   st.den = st.den * alpha + psum;
+  // out = out * alpha + sum_j p_j v_j: per column the tile sum starts at 0 and takes the keys
+  // in order, as in the referee; 128 columns at a time stay in registers across the keys.
   const __m512 va = _mm512_set1_ps(alpha);
-  for (int64_t c = 0; c < dim; c += 16)
-    _mm512_storeu_ps(out + c, _mm512_fmadd_ps(_mm512_loadu_ps(out + c), va, _mm512_load_ps(tile_sum + c)));
+  int64_t c0 = 0;
+  for (; c0 + 128 <= dim; c0 += 128) {
+    __m512 acc[8];
+    for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nv; ++i) {
+      const __m512 pv = _mm512_set1_ps(prob[i]);
+      for (int v = 0; v < 8; ++v) acc[v] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vkey[i] + c0 + 16 * v), acc[v]);
+    }
+    for (int v = 0; v < 8; ++v)
+      _mm512_storeu_ps(out + c0 + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(out + c0 + 16 * v), va, acc[v]));
+  }
+  for (int64_t c = c0; c < dim; c += 16) {  // dim not a multiple of 128: the rest, a vector at a time
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nv; ++i) acc = _mm512_fmadd_ps(_mm512_set1_ps(prob[i]), _mm512_loadu_ps(vkey[i] + c), acc);
+    _mm512_storeu_ps(out + c, _mm512_fmadd_ps(_mm512_loadu_ps(out + c), va, acc));
+  }
   st.m = m_new;
 }
 
@@ -87,17 +107,15 @@ DI_ATTN_INLINE void head_end(const HeadState& st, int64_t dim, float sink, float
 
 void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                            float sink, bool round_probs, float* out) {
-  alignas(64) float tile_sum[1024];  // dim <= 1024 (head_dim 512 in every release)
   HeadState st;
   head_begin(st, dim, out);
   for (int64_t t0 = 0; t0 < n_keys; t0 += kTile)
-    head_tile(st, q, keys, t0, n_keys < t0 + kTile ? n_keys : t0 + kTile, dim, scale, round_probs, tile_sum, out);
+    head_tile(st, q, keys, t0, n_keys < t0 + kTile ? n_keys : t0 + kTile, dim, scale, round_probs, out);
   head_end(st, dim, sink, out);
 }
 
 void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                  int64_t dim, float scale, const float* sinks, bool round_probs, float* out) {
-  alignas(64) float tile_sum[1024];
   constexpr int64_t kGroup = 16;  // heads whose state is carried across the tiles together
   for (int64_t h0 = 0; h0 < n_heads; h0 += kGroup) {
     const int64_t h1 = n_heads < h0 + kGroup ? n_heads : h0 + kGroup;
@@ -106,7 +124,7 @@ void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* c
     for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
       const int64_t t1 = n_keys < t0 + kTile ? n_keys : t0 + kTile;
       for (int64_t h = h0; h < h1; ++h)
-        head_tile(st[h - h0], q + h * dim, keys, t0, t1, dim, scale, round_probs, tile_sum, out + h * dim);
+        head_tile(st[h - h0], q + h * dim, keys, t0, t1, dim, scale, round_probs, out + h * dim);
     }
     for (int64_t h = h0; h < h1; ++h) head_end(st[h - h0], dim, sinks[h], out + h * dim);
   }

@@ -231,7 +231,7 @@ class SimdBackend final : public Backend {
 
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
                       bool round_probs, float* out) const override {
-    if (avx512_attention_ && dim % 16 == 0 && dim <= 1024)
+    if (avx512_attention_ && dim % 16 == 0)
       cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
     else
       cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
@@ -239,7 +239,7 @@ class SimdBackend final : public Backend {
 
   void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys, int64_t dim,
                             float scale, const float* sinks, bool round_probs, float* out) const override {
-    if (avx512_attention_ && dim % 16 == 0 && dim <= 1024)
+    if (avx512_attention_ && dim % 16 == 0)
       cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
     else
       Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
