@@ -111,7 +111,7 @@ void ThreadPool::prefetch_hint(const MemRange* ranges, int n) {
   if (n_threads_ <= 1) return;
   n = std::min(n, kMaxHintRanges);
   // Stop claims on the old hint first, then publish the new ranges and open the new one.
-  const uint64_t gen = ++hint_gen_ & 0xffff;
+  const uint64_t gen = (hint_gen_.fetch_add(1, std::memory_order_relaxed) + 1) & 0xffff;
   hint_next_.store(gen << 48 | kHintChunkMask, std::memory_order_release);
   uint64_t total = 0;
   int k = 0;

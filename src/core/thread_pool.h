@@ -91,7 +91,7 @@ class ThreadPool {
   std::atomic<int> hint_ranges_{0};
   std::atomic<uint64_t> hint_next_{0};
   std::atomic<uint64_t> hint_total_{0};
-  uint64_t hint_gen_ = 0;  // caller's side
+  std::atomic<uint64_t> hint_gen_{0};
 };
 
 // Serial fallback so kernels can take a nullable pool.
