@@ -137,8 +137,11 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
   }
 
   // Gathered rows per slot; one work item per expert with rows (id order), then the shared expert.
-  std::span<float> gathered = scratch.take<float>(S * K * d);
-  for (int64_t i = 0; i < S * K; ++i) std::copy_n(x + slot_token[i] * d, d, &gathered[i * d]);
+  // One token (decode): every expert reads x itself, so the backend prepares (act-quantises)
+  // it once for all of them instead of once per gathered copy.
+  std::span<float> gathered = scratch.take<float>(S == 1 ? 0 : S * K * d);
+  if (S > 1)
+    for (int64_t i = 0; i < S * K; ++i) std::copy_n(x + slot_token[i] * d, d, &gathered[i * d]);
   int64_t n_active = 0;
   for (int64_t e = 0; e < E; ++e) n_active += first_slot[e + 1] > first_slot[e];
   std::span<ExpertWork> work = scratch.take<ExpertWork>(n_active + (m.has_shared ? 1 : 0));
@@ -147,7 +150,7 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
     if (first_slot[e + 1] == first_slot[e]) continue;
     ExpertWork& w = work[k++];
     w.w = &m.experts[size_t(e)];
-    w.x = &gathered[first_slot[e] * d];
+    w.x = S == 1 ? x : &gathered[first_slot[e] * d];
     w.M = first_slot[e + 1] - first_slot[e];
     w.row_weight = &slot_weight[first_slot[e]];
   }
