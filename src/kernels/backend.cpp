@@ -71,6 +71,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool)
 
 void Backend::prefetch_hint(const WeightMatrix* const*, int) const {}
 
+void Backend::hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc,
+                        int64_t dim, bool round_bf16, float* Y, int64_t j0, int64_t j1) const {
+  hc_expand_ref(o, Rs, comb, post, hc, dim, round_bf16, Y, j0, j1);
+}
+
 void Backend::swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                      float* out) const {
   swiglu_ref(g, u, n, limit, weight, round_bf16, out);

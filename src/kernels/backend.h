@@ -53,6 +53,9 @@ class Backend {
   // backend reads each tile of keys once for all the heads instead of once per head.
   virtual void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                     int64_t dim, float scale, const float* sinks, bool round_probs, float* out) const;
+  // hc_expand_ref (see kernels.h); the fast backend runs 16 columns at a time, same bits.
+  virtual void hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc,
+                         int64_t dim, bool round_bf16, float* Y, int64_t j0, int64_t j1) const;
   // swiglu_ref over one row (see kernels.h). The fast backend computes exp in vectors: it
   // equals the referee except, rarely, by one unit in the last place.
   virtual void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,

@@ -50,6 +50,13 @@ void sink_attention_ref(const float* q, const float* const* keys, int64_t n_keys
 void index_scores_ref(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                       int64_t n_keys, bool round_bf16, float* scores);
 
+// Hyper-connection expansion (MODEL.md 6.3, hc_post) of one token, columns [j0, j1): for
+// each stream k, Y[k * dim + j] = R(post[k] * o[j] + float(s)) with s = sum over i of
+// double(comb[i * hc + k] * Rs[i * dim + j]) in order from 0.0 (fp32 products, a double sum),
+// R the bf16 rounding when round_bf16.
+void hc_expand_ref(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
+                   bool round_bf16, float* Y, int64_t j0, int64_t j1);
+
 // The MoE SwiGLU of one row (MODEL.md 8.2): with L = limit (no clamping when L <= 0),
 // silu(x) = float(double(x) / (1 + exp(-double(x)))) and R the bf16 rounding when round_bf16:
 //   out[i] = R(w * (silu(min(g[i], L)) * clamp(u[i], -L, L)))   (w * only when weight != null,

@@ -249,6 +249,14 @@ class SimdBackend final : public Backend {
     pool_prefetch_hint(pool_, weights, n);
   }
 
+  void hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
+                 bool round_bf16, float* Y, int64_t j0, int64_t j1) const override {
+    if (k_.hc_expand)
+      k_.hc_expand(o, Rs, comb, post, hc, dim, round_bf16, Y, j0, j1);
+    else
+      hc_expand_ref(o, Rs, comb, post, hc, dim, round_bf16, Y, j0, j1);
+  }
+
   void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
               float* out) const override {
     if (k_.swiglu)

@@ -1207,6 +1207,28 @@ void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* con
   }
 }
 
+// hc_expand_ref, 16 columns at a time: the products in fp32, converted and summed in double
+// in stream order, then post * o + float(s) (no fma: the build has contraction off).
+void hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
+               bool round, float* Y, int64_t j0, int64_t j1) {
+  for (int64_t k = 0; k < hc; ++k) {
+    const __m512 pk = _mm512_set1_ps(post[k]);
+    for (int64_t j = j0; j < j1; j += 16) {
+      const __mmask16 m = mask16(j1 - j);
+      __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+      for (int64_t i = 0; i < hc; ++i) {
+        const __m512 p = _mm512_mul_ps(_mm512_set1_ps(comb[i * hc + k]), _mm512_maskz_loadu_ps(m, Rs + i * dim + j));
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)));
+      }
+      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
+      __m512 y = _mm512_add_ps(_mm512_mul_ps(pk, _mm512_maskz_loadu_ps(m, o + j)), s);
+      if (round) y = round_bf16_ps(y);
+      _mm512_mask_storeu_ps(Y + k * dim + j, m, y);
+    }
+  }
+}
+
 // The lightning indexer's scores from the dots of n_keys keys ([key][head] in double), as
 // index_scores_ref: score = R(float(sum_h double(R(max(R(float(dot)), 0) * w_h)))), R the
 // bf16 rounding when round. The terms are made 16 heads at a time; the head sum stays one
@@ -1253,6 +1275,7 @@ constexpr IsaKernels kKernels = {
     .index_dots = index_dots,
     .fp4_lane_order = fp4_lane_order,
     .index_combine = index_combine,
+    .hc_expand = hc_expand,
     .swiglu = swiglu,
 };
 

@@ -61,6 +61,17 @@ void hadamard_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = float(h[i]);
 }
 
+void hc_expand_ref(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
+                   bool round_bf16, float* Y, int64_t j0, int64_t j1) {
+  for (int64_t k = 0; k < hc; ++k)
+    for (int64_t j = j0; j < j1; ++j) {
+      double s = 0.0;
+      for (int64_t i = 0; i < hc; ++i) s += double(comb[i * hc + k] * Rs[i * dim + j]);
+      const float y = post[k] * o[j] + float(s);
+      Y[k * dim + j] = round_bf16 ? deepinfer::round_bf16(y) : y;
+    }
+}
+
 void swiglu_ref(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                 float* out) {
   for (int64_t i = 0; i < n; ++i) {

@@ -95,12 +95,7 @@ void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, cons
 void hc_expand(const float* o, const float* R, const HcMix& mix, int64_t hc, int64_t dim,
                const Numerics& num, float* Y, int64_t j0, int64_t j1) {
   if (j1 < 0) j1 = dim;
-  for (int64_t k = 0; k < hc; ++k)
-    for (int64_t j = j0; j < j1; ++j) {
-      double s = 0.0;
-      for (int64_t i = 0; i < hc; ++i) s += double(mix.comb[i * hc + k] * R[i * dim + j]);
-      Y[k * dim + j] = num.bf16(mix.post[k] * o[j] + float(s));
-    }
+  num.backend->hc_expand(o, R, mix.comb, mix.post, hc, dim, num.reference(), Y, j0, j1);
 }
 
 }  // namespace deepinfer::v4
