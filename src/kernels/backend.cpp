@@ -76,6 +76,11 @@ void Backend::hc_expand(const float* o, const float* Rs, const float* comb, cons
   hc_expand_ref(o, Rs, comb, post, hc, dim, round_bf16, Y, j0, j1);
 }
 
+void Backend::hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16,
+                          float* out) const {
+  hc_collapse_ref(X, pre, hc, dim, round_bf16, out);
+}
+
 void Backend::swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                      float* out) const {
   swiglu_ref(g, u, n, limit, weight, round_bf16, out);

@@ -56,6 +56,9 @@ class Backend {
   // hc_expand_ref (see kernels.h); the fast backend runs 16 columns at a time, same bits.
   virtual void hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc,
                          int64_t dim, bool round_bf16, float* Y, int64_t j0, int64_t j1) const;
+  // hc_collapse_ref (see kernels.h); the fast backend runs 16 columns at a time, same bits.
+  virtual void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16,
+                           float* out) const;
   // swiglu_ref over one row (see kernels.h). The fast backend computes exp in vectors: it
   // equals the referee except, rarely, by one unit in the last place.
   virtual void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,

@@ -57,6 +57,10 @@ void index_scores_ref(const float* q, const float* w, int64_t n_heads, int64_t d
 void hc_expand_ref(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
                    bool round_bf16, float* Y, int64_t j0, int64_t j1);
 
+// Hyper-connection collapse (MODEL.md 6.3, hc_pre) of one token: out[j] = R(float(s)) with
+// s = sum over i of double(pre[i] * X[i * dim + j]) in order from 0.0 (fp32 products).
+void hc_collapse_ref(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16, float* out);
+
 // The MoE SwiGLU of one row (MODEL.md 8.2): with L = limit (no clamping when L <= 0),
 // silu(x) = float(double(x) / (1 + exp(-double(x)))) and R the bf16 rounding when round_bf16:
 //   out[i] = R(w * (silu(min(g[i], L)) * clamp(u[i], -L, L)))   (w * only when weight != null,

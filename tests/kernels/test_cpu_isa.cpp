@@ -686,8 +686,8 @@ TEST(CpuIsa, SwigluMatchesReferee) {
               (long long)total);
 }
 
-// hc_expand of every variant equals hc_expand_ref bit for bit: stream counts 1 to 4, column
-// ranges with tails, bf16 rounding on and off, and signed zeros / NaN among the values.
+// hc_expand and hc_collapse of every variant equal their referees bit for bit: stream counts
+// 1 to 4, column ranges with tails, bf16 rounding on and off, signed zeros / NaN among the values.
 TEST(CpuIsa, HcExpandMatchesReferee) {
   std::mt19937 rng(43);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -714,6 +714,13 @@ TEST(CpuIsa, HcExpandMatchesReferee) {
             ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                 << isa_name(isa) << " hc " << hc << " dim " << dim << " j " << j0 << ".." << j1 << (round ? " bf16" : "");
           }
+          // The collapse with post as the pre weights, same bits as hc_collapse_ref.
+          std::vector<float> want(dim, 9.0f), got(dim + 1, 9.0f);
+          hc_collapse_ref(Rs.data(), post.data(), hc, dim, round, want.data());
+          be->hc_collapse(Rs.data(), post.data(), hc, dim, round, got.data());
+          ASSERT_EQ(got[dim], 9.0f) << "wrote past the end";
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), size_t(dim) * sizeof(float)))
+              << isa_name(isa) << " collapse hc " << hc << " dim " << dim << (round ? " bf16" : "");
         }
   }
 }

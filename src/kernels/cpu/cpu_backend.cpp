@@ -257,6 +257,14 @@ class SimdBackend final : public Backend {
       hc_expand_ref(o, Rs, comb, post, hc, dim, round_bf16, Y, j0, j1);
   }
 
+  void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16,
+                   float* out) const override {
+    if (k_.hc_collapse)
+      k_.hc_collapse(X, pre, hc, dim, round_bf16, out);
+    else
+      hc_collapse_ref(X, pre, hc, dim, round_bf16, out);
+  }
+
   void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
               float* out) const override {
     if (k_.swiglu)

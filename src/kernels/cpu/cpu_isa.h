@@ -91,6 +91,9 @@ struct IsaKernels {
   // Null, or hc_expand_ref bit for bit.
   void (*hc_expand)(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
                     bool round_bf16, float* Y, int64_t j0, int64_t j1) = nullptr;
+  // Null, or hc_collapse_ref bit for bit.
+  void (*hc_collapse)(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16,
+                      float* out) = nullptr;
   // Null, or swiglu_ref with exp in vectors (within one unit in the last place of it).
   void (*swiglu)(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                  float* out) = nullptr;

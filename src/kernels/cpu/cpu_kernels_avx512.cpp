@@ -1229,6 +1229,22 @@ void hc_expand(const float* o, const float* Rs, const float* comb, const float* 
   }
 }
 
+// hc_collapse_ref, 16 columns at a time (fp32 products, in-order double sums).
+void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool round, float* out) {
+  for (int64_t j = 0; j < dim; j += 16) {
+    const __mmask16 m = mask16(dim - j);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < hc; ++i) {
+      const __m512 p = _mm512_mul_ps(_mm512_set1_ps(pre[i]), _mm512_maskz_loadu_ps(m, X + i * dim + j));
+      s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+      s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)));
+    }
+    __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
+    if (round) y = round_bf16_ps(y);
+    _mm512_mask_storeu_ps(out + j, m, y);
+  }
+}
+
 // The lightning indexer's scores from the dots of n_keys keys ([key][head] in double), as
 // index_scores_ref: score = R(float(sum_h double(R(max(R(float(dot)), 0) * w_h)))), R the
 // bf16 rounding when round. The terms are made 16 heads at a time; the head sum stays one
@@ -1276,6 +1292,7 @@ constexpr IsaKernels kKernels = {
     .fp4_lane_order = fp4_lane_order,
     .index_combine = index_combine,
     .hc_expand = hc_expand,
+    .hc_collapse = hc_collapse,
     .swiglu = swiglu,
 };
 

@@ -72,6 +72,14 @@ void hc_expand_ref(const float* o, const float* Rs, const float* comb, const flo
     }
 }
 
+void hc_collapse_ref(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16, float* out) {
+  for (int64_t j = 0; j < dim; ++j) {
+    double s = 0.0;
+    for (int64_t i = 0; i < hc; ++i) s += double(pre[i] * X[i * dim + j]);
+    out[j] = round_bf16 ? deepinfer::round_bf16(float(s)) : float(s);
+  }
+}
+
 void swiglu_ref(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                 float* out) {
   for (int64_t i = 0; i < n; ++i) {

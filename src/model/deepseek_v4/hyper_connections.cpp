@@ -85,11 +85,7 @@ void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
 }
 
 void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, const Numerics& num, float* out) {
-  for (int64_t j = 0; j < dim; ++j) {
-    double s = 0.0;
-    for (int64_t i = 0; i < hc; ++i) s += double(pre[i] * X[i * dim + j]);
-    out[j] = num.bf16(float(s));
-  }
+  num.backend->hc_collapse(X, pre, hc, dim, num.reference(), out);
 }
 
 void hc_expand(const float* o, const float* R, const HcMix& mix, int64_t hc, int64_t dim,
