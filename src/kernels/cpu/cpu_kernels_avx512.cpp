@@ -392,7 +392,6 @@ struct Fp8Dec {
 struct Fp4Dec {
   static constexpr int CH = kFp4Chunk, NF = 8, NB = 4;
   static constexpr bool B16 = true, CHECK = false;
-  static constexpr bool LANE_ORDER = true;  // b16 vectors in fp4_lane_order, not natural order
   static constexpr bool PARTIAL_SUMS = true;
   struct Row {
     const uint8_t* p;
@@ -401,7 +400,6 @@ struct Fp4Dec {
   };
   // Once per weight row: the scale of every block as a float (the buffer holds
   // round_up(K / 32, 16) floats; beyond K / 32 they are 0, times a zero partial sum).
-  static constexpr bool PREP_SCALES = true;
   static int64_t scale_floats(int64_t K) { return round_up(K / 32, 16); }
   DI_INLINE void prep_scales(Row& r, float* floats) const {
     const int64_t nb = c->K / 32;
@@ -719,23 +717,13 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
   for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
 }
 
-template <class D>
-constexpr bool lane_order() {
-  if constexpr (requires { D::LANE_ORDER; })
-    return D::LANE_ORDER;
-  else
-    return false;
-}
-
-// Exact bf16 weights of row n (in lane order for FP4), zero to Kp; false if the row is not safe (then the row is
+// Exact bf16 weights of row n, zero to Kp; false if the row is not safe (then the row is
 // left for the fp32 mode).
 template <class D>
 bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, int64_t Kp) {
   typename D::Row r = d.row(n);
   if (!d.safe(r)) return false;
   const int64_t K = c.K;
-  if constexpr (requires { D::PREP_SCALES; })
-    d.prep_scales(r, static_cast<int16_t*>(__builtin_alloca(size_t(round_up(K / 32, 32)) * sizeof(int16_t))));
   __mmask32 bad = 0;
   for (int64_t k = 0; k < K; k += D::CH) {
     const int64_t nv = min64(D::CH, K - k);
@@ -743,13 +731,10 @@ bool decode_row_b16(const LinearCall& c, const D& d, int64_t n, uint16_t* dst, i
     d.b16(r, k, nv, w);
     for (int v = 0; v < D::NB; ++v) {
       if constexpr (D::CHECK) bad |= b16_out_of_range(w[v]);
-      if constexpr (lane_order<D>())  // every vector of a chunk holds columns of all of it
-        _mm512_storeu_si512(dst + k + 32 * v, w[v]);
-      else
-        _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
+      _mm512_mask_storeu_epi16(dst + k + 32 * v, mask32(nv - 32 * v), w[v]);
     }
   }
-  for (int64_t k = lane_order<D>() ? round_up(K, D::CH) : K; k < Kp; ++k) dst[k] = 0;
+  for (int64_t k = K; k < Kp; ++k) dst[k] = 0;
   return bad == 0;
 }
 
