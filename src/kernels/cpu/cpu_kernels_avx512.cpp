@@ -529,13 +529,19 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     T xv[MR][NV];
     for (int m = 0; m < MR; ++m)
       for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
-    if constexpr (parts) {
-      for (int r = 0; r < NRW; ++r) {
-        T w[NV];
+    // The bare codes of row r's chunk (zero beyond K), for the paths that scale elsewhere.
+    auto codes = [&](int r, T* w) __attribute__((always_inline)) {
+      if constexpr (requires { d.b16_codes(row[r], k, nv, w); }) {
         if (nv <= 0)
           for (int v = 0; v < NV; ++v) w[v] = V::zero();
         else
           d.b16_codes(row[r], k, nv, w);
+      }
+    };
+    if constexpr (parts) {
+      for (int r = 0; r < NRW; ++r) {
+        T w[NV];
+        codes(r, w);
         const __m512 sv = d.chunk_scales(row[r], k);
         for (int m = 0; m < MR; ++m) {
           __m512 part = _mm512_setzero_ps();
@@ -555,10 +561,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
       }
       for (int r = 0; r < NRW; ++r) {
         T w[NV];
-        if (nv <= 0)
-          for (int v = 0; v < NV; ++v) w[v] = V::zero();
-        else
-          d.b16_codes(row[r], k, nv, w);
+        codes(r, w);
         for (int v = 0; v < NV; ++v)
           for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
       }
