@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "server/errors.h"
+#include "server/http_io.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {
@@ -84,7 +85,12 @@ std::string TextDecoder::finish() {
 Collected collect(RequestStream& stream) {
   Collected c;
   for (;;) {
-    auto ev = stream.next(std::chrono::seconds(1));
+    auto ev = stream.next(std::chrono::milliseconds(200));
+    // A client that hung up gets nothing: stop its work as a dropped stream is stopped.
+    if (http::client_gone()) {
+      stream.cancel();
+      throw ApiError(ErrorCode::kCancelled, "the client closed the connection");
+    }
     if (!ev) continue;
     for (auto& t : ev->tokens) c.tokens.push_back(std::move(t));
     if (!ev->finished) continue;

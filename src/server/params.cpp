@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "server/errors.h"
+#include "server/http_parser.h"
 
 namespace deepinfer::server {
 
@@ -85,6 +86,11 @@ void reject_unsupported(const json& body, Api api) {
 }  // namespace
 
 json parse_body(const std::string& body) {
+  // nlohmann's parser is iterative, but copying, dumping and every walk over a value recurse:
+  // bound the depth before anything is built, so no request can exhaust a thread's stack.
+  if (http::json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+    throw ApiError(ErrorCode::kInvalidJson,
+                   "the request body nests arrays / objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) throw ApiError(ErrorCode::kInvalidJson, "the request body is not valid JSON");
   if (!j.is_object()) throw ApiError(ErrorCode::kInvalidJson, "the request body must be a JSON object");

@@ -15,6 +15,8 @@ namespace deepinfer::server {
 
 using json = nlohmann::json;
 
+// Deepest nesting of arrays / objects a request body may have (a 400 beyond).
+constexpr size_t kMaxJsonDepth = 64;
 // Parses a body that must be a JSON object (kInvalidJson otherwise).
 json parse_body(const std::string& body);
 

@@ -1,7 +1,6 @@
 #include "server/server.h"
 
-#include <sys/socket.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -12,43 +11,48 @@
 #include "core/log.h"
 #include "server/common.h"
 #include "server/errors.h"
+#include "server/http_io.h"
 #include "server/routes.h"
 #include "tokenizer/chat/family.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {
 
+namespace {
+
+// Bodies of the utility routes (/tokenize, /detokenize) are held to a quarter of the
+// generation routes' limit: their answers grow with the input.
+constexpr size_t kSmallBodyBytes = 64 * 1024;  // GET routes and unknown paths (for a clean 404)
+
+bool origin_allowed(const std::vector<std::string>& allowed, const std::string& origin) {
+  if (origin.empty()) return false;
+  for (const std::string& a : allowed)
+    if (a == "*" || a == origin) return true;
+  return false;
+}
+
+}  // namespace
+
 struct Server::Impl {
   ServerOptions opt;
-  httplib::Server http;
+  std::unique_ptr<http::Listener> listener;
   mutable std::mutex mu;
   BackendPtr backend;
-  int port = -1;
-  int listen_fd = -1;  // the accepting socket, captured when httplib creates it
-  // stop() may come before listen() got going (a load failure right after bind): it must
-  // neither be lost nor hang. Guarded by mu.
-  bool stop_requested = false;
-  bool listening = false;
+  bool stop_requested = false;  // guarded by mu; stop() before listen() must not be lost
+
+  struct Route {
+    const char* method;
+    std::string path;
+    bool prefix;  // path is a prefix (the rest is a parameter)
+    size_t body_limit;
+    std::function<void(const httplib::Request&, httplib::Response&)> run;
+  };
+  std::vector<Route> routes;
 
   BackendPtr ready() const {
     std::lock_guard<std::mutex> lk(mu);
     if (!backend) throw ApiError(ErrorCode::kUnavailable, "the model is still loading");
     return backend;
-  }
-
-  // Every route runs inside this: an exception becomes a JSON error, never a dead server.
-  template <class F>
-  httplib::Server::Handler wrap(F f) {
-    return [f](const httplib::Request& req, httplib::Response& res) {
-      try {
-        f(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e.status);
-      } catch (const std::exception& e) {
-        log_warn("%s %s: %s", req.method.c_str(), req.path.c_str(), e.what());
-        send_error(res, Status::error(ErrorCode::kInternal, std::string("internal error: ") + e.what()));
-      }
-    };
   }
 
   bool authorized(const httplib::Request& req) const {
@@ -65,123 +69,191 @@ struct Server::Impl {
     return req.has_header("x-api-key") && same(req.get_header_value("x-api-key"));
   }
 
+  const Route* find(const std::string& method, const std::string& path, bool* path_known) const {
+    *path_known = false;
+    for (const Route& r : routes) {
+      const bool match = r.prefix ? path.size() > r.path.size() && path.compare(0, r.path.size(), r.path) == 0
+                                  : path == r.path;
+      if (!match) continue;
+      *path_known = true;
+      if (method == r.method) return &r;
+    }
+    return nullptr;
+  }
+
+  size_t body_limit(const http::Head& head) const {
+    bool known = false;
+    const Route* r = find(head.method, head.path, &known);
+    return r ? r->body_limit : kSmallBodyBytes;
+  }
+
+  // Runs on a worker: auth, routing, and every exception turned into a JSON error.
+  void handle(const httplib::Request& req, httplib::Response& res) {
+    try {
+      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req))
+        throw ApiError(ErrorCode::kUnauthorized, "invalid or missing API key");
+      bool known = false;
+      const Route* r = find(req.method, req.path, &known);
+      if (!r && known) {
+        send_error(res, Status::error(ErrorCode::kInvalidRequest, "method " + req.method + " not allowed on " + req.path));
+        res.status = 405;
+        std::string allow;
+        for (const Route& x : routes)
+          if (x.path == req.path) allow += std::string(allow.empty() ? "" : ", ") + x.method;
+        res.set_header("Allow", allow);
+        return;
+      }
+      if (!r) throw ApiError(ErrorCode::kNotFound, "no route " + req.method + " " + req.path);
+      r->run(req, res);
+    } catch (const ApiError& e) {
+      res = httplib::Response{};
+      send_error(res, e.status);
+    } catch (const std::exception& e) {
+      log_warn("%s %s: %s", req.method.c_str(), req.path.c_str(), e.what());
+      res = httplib::Response{};
+      send_error(res, Status::error(ErrorCode::kInternal, std::string("internal error: ") + e.what()));
+    }
+  }
+
+  // Answered on the I/O thread, so that they work while every worker is busy: /health and
+  // CORS preflights.
+  bool answer_inline(const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" && req.path == "/health") {
+      bool up;
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        up = backend != nullptr;
+      }
+      if (listener && listener->draining()) send_error(res, Status::error(ErrorCode::kUnavailable, "shutting down"));
+      else if (!up) send_error(res, Status::error(ErrorCode::kUnavailable, "the model is still loading"));
+      else res.status = 200;
+      return true;
+    }
+    if (req.method == "OPTIONS") {
+      const std::string origin = req.get_header_value("Origin");
+      if (!origin.empty() && req.has_header("Access-Control-Request-Method")) {
+        if (!origin_allowed(opt.allowed_origins, origin)) {
+          send_error(res, Status::error(ErrorCode::kInvalidRequest, "origin " + origin + " is not allowed"));
+          res.status = 403;
+          return true;
+        }
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers",
+                       asked.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+        return true;
+      }
+      res.status = 204;
+      res.set_header("Allow", "GET, POST, OPTIONS");
+      return true;
+    }
+    return false;
+  }
+
+  void decorate(const httplib::Request& req, httplib::Response& res) const {
+    if (opt.allowed_origins.empty()) return;
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin_allowed(opt.allowed_origins, origin)) return;
+    const bool any = std::find(opt.allowed_origins.begin(), opt.allowed_origins.end(), "*") != opt.allowed_origins.end();
+    res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any) res.set_header("Vary", "Origin");
+  }
+
   void install_routes();
 };
 
 void Server::Impl::install_routes() {
   using httplib::Request;
   using httplib::Response;
-  http.Get("/health", wrap([this](const Request&, Response& res) {
+  const size_t big = opt.max_body_bytes, small = std::max<size_t>(opt.max_body_bytes / 4, 1);
+  auto add = [&](const char* method, std::string path, bool prefix, size_t limit,
+                 std::function<void(const Request&, Response&)> run) {
+    routes.push_back(Route{method, std::move(path), prefix, limit, std::move(run)});
+  };
+  add("GET", "/health", false, kSmallBodyBytes, [this](const Request&, Response& res) {
     ready();
     res.status = 200;
-  }));
-  http.Get("/v1/models", wrap([this](const Request&, Response& res) { handle_models(*ready(), res); }));
-  http.Get(R"(/v1/models/(.+))",
-           wrap([this](const Request& req, Response& res) { handle_model(*ready(), req.matches[1], res); }));
-  http.Get("/metrics", wrap([this](const Request&, Response& res) {
+  });
+  add("GET", "/v1/models", false, kSmallBodyBytes, [this](const Request&, Response& res) { handle_models(*ready(), res); });
+  add("GET", "/v1/models/", true, kSmallBodyBytes,
+      [this](const Request& req, Response& res) { handle_model(*ready(), req.path.substr(11), res); });
+  add("GET", "/metrics", false, kSmallBodyBytes, [this](const Request&, Response& res) {
     BackendPtr b = ready();
     res.set_content(metrics_text(b->engine->stats(), b->model_id), "text/plain; version=0.0.4");
-  }));
-  http.Post("/v1/completions",
-            wrap([this](const Request& req, Response& res) { handle_completions(ready(), opt, req, res); }));
-  http.Post("/v1/chat/completions",
-            wrap([this](const Request& req, Response& res) { handle_chat(ready(), opt, req, res); }));
-  http.Post("/v1/messages", wrap([this](const Request& req, Response& res) { handle_messages(ready(), opt, req, res); }));
-  http.Post("/tokenize", wrap([this](const Request& req, Response& res) { handle_tokenize(*ready(), req, res); }));
-  http.Post("/detokenize", wrap([this](const Request& req, Response& res) { handle_detokenize(*ready(), req, res); }));
-
-  http.set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (req.path.rfind("/v1/", 0) != 0 || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, Status::error(ErrorCode::kUnauthorized, "invalid or missing API key"));
-    return httplib::Server::HandlerResponse::Handled;
   });
-  // Statuses httplib sets on its own (no route, body over the limit, bad request line)
-  // get the same JSON shape; responses that already carry a body are left alone.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
-    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-    ErrorCode code = ErrorCode::kInvalidRequest;
-    std::string msg = "bad request";
-    if (res.status == 404) code = ErrorCode::kNotFound, msg = "no route " + req.method + " " + req.path;
-    if (res.status == 413) code = ErrorCode::kPayloadTooLarge, msg = "the request body is over the size limit";
-    if (res.status == 405) msg = "method not allowed";
-    if (res.status >= 500) code = ErrorCode::kInternal, msg = "internal error";
-    const int status = res.status;
-    send_error(res, Status::error(code, msg));
-    res.status = status;
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
-    send_error(res, Status::error(ErrorCode::kInternal, "internal error"));
-  });
+  add("POST", "/v1/completions", false, big,
+      [this](const Request& req, Response& res) { handle_completions(ready(), opt, req, res); });
+  add("POST", "/v1/chat/completions", false, big,
+      [this](const Request& req, Response& res) { handle_chat(ready(), opt, req, res); });
+  add("POST", "/v1/messages", false, big,
+      [this](const Request& req, Response& res) { handle_messages(ready(), opt, req, res); });
+  add("POST", "/tokenize", false, small, [this](const Request& req, Response& res) { handle_tokenize(*ready(), req, res); });
+  add("POST", "/detokenize", false, small,
+      [this](const Request& req, Response& res) { handle_detokenize(*ready(), req, res); });
 }
 
 Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>()) {
   // A client that closes its socket must not kill the process with SIGPIPE; writes then
   // fail and the stream is cancelled instead.
   std::signal(SIGPIPE, SIG_IGN);
-  impl_->opt = options;
-  const int n = options.http_threads < 1 ? 1 : options.http_threads;
-  impl_->http.new_task_queue = [n] { return new httplib::ThreadPool(size_t(n)); };
-  impl_->http.set_payload_max_length(options.max_body_bytes);
-  impl_->http.set_keep_alive_max_count(1000);
-  impl_->http.set_read_timeout(60, 0);
-  impl_->http.set_write_timeout(60, 0);
-  impl_->http.set_tcp_nodelay(true);
-  // httplib creates the listening socket itself; keep its fd so bind() can raise the backlog.
-  Impl* impl = impl_.get();
-  impl_->http.set_socket_options([impl](int fd) {
-    httplib::default_socket_options(fd);
-    impl->listen_fd = fd;
-  });
-  impl_->install_routes();
+  Impl& s = *impl_;
+  s.opt = options;
+  s.install_routes();
+  http::IoOptions io;
+  io.host = options.host;
+  io.port = options.port;
+  io.listen_backlog = options.listen_backlog;
+  io.workers = std::max(1, options.http_threads);
+  io.max_connections = options.max_connections;
+  io.max_connections_per_client = options.max_connections_per_client;
+  io.max_inflight_body_bytes = std::max(options.max_inflight_body_bytes, options.max_body_bytes);
+  io.head_timeout = options.header_timeout;
+  io.body_timeout = options.body_timeout;
+  io.idle_timeout = options.idle_timeout;
+  io.write_timeout = options.write_timeout;
+  http::Callbacks cb;
+  Impl* impl = &s;
+  cb.body_limit = [impl](const http::Head& h) { return impl->body_limit(h); };
+  cb.answer_inline = [impl](const httplib::Request& req, httplib::Response& res) { return impl->answer_inline(req, res); };
+  cb.handle = [impl](const httplib::Request& req, httplib::Response& res) { impl->handle(req, res); };
+  cb.error = [](int status, const std::string& message, httplib::Response& res) {
+    ErrorCode code = ErrorCode::kInvalidRequest;
+    if (status == 413) code = ErrorCode::kPayloadTooLarge;
+    if (status == 503) code = ErrorCode::kUnavailable;
+    if (status >= 500 && status != 503) code = ErrorCode::kInternal;
+    send_error(res, Status::error(code, message));
+    res.status = status;
+    if (status == 503) res.set_header("Retry-After", "1");
+  };
+  cb.decorate = [impl](const httplib::Request& req, httplib::Response& res) { impl->decorate(req, res); };
+  s.listener = std::make_unique<http::Listener>(io, std::move(cb));
 }
 
 Server::~Server() { stop(); }
 
-int Server::bind() {
-  Impl& s = *impl_;
-  if (s.opt.port == 0) {
-    s.port = s.http.bind_to_any_port(s.opt.host);
-  } else {
-    s.port = s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1;
-  }
-  if (s.port < 0)
-    throw std::runtime_error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port));
-  // Debian's compiled httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG is fixed
-  // at its build): a burst of clients connecting while the accept thread waits for a core gets
-  // resets. Linux lets listen() be called again on a listening socket to change the backlog.
-  if (s.listen_fd >= 0 && ::listen(s.listen_fd, s.opt.listen_backlog) != 0)
-    log_warn("cannot raise the listen backlog to %d: %s", s.opt.listen_backlog, std::strerror(errno));
-  return s.port;
-}
+int Server::bind() { return impl_->listener->bind(); }
 
 void Server::listen() {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     if (impl_->stop_requested) return;
-    impl_->listening = true;
   }
-  impl_->http.listen_after_bind();
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  impl_->listening = false;
+  impl_->listener->run();
 }
 
-void Server::stop() {
-  bool listening;
+void Server::stop() { shutdown(std::chrono::milliseconds(0)); }
+
+void Server::shutdown(std::chrono::milliseconds grace) {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     impl_->stop_requested = true;
-    listening = impl_->listening;
   }
-  // httplib ignores stop() until its accept loop runs; wait for it to start first.
-  while (listening && !impl_->http.is_running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    listening = impl_->listening;
-  }
-  impl_->http.stop();
+  impl_->listener->shutdown(grace);
 }
-bool Server::running() const { return impl_->http.is_running(); }
+
+bool Server::running() const { return impl_->listener->running(); }
 
 void Server::set_backend(std::shared_ptr<const Backend> backend) {
   std::lock_guard<std::mutex> lk(impl_->mu);

@@ -8,13 +8,15 @@
 //
 // The server listens before the model is loaded (so /health can say 503); set_backend()
 // makes it ready. Every error is an OpenAI-shaped JSON body with the status chosen in
-// errors.cpp. A client that disconnects mid-stream cancels its request.
+// errors.cpp. A client that disconnects cancels its request, streaming or not. The
+// connection handling (deadlines, caps, pipelining) is http_io.h.
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "deepinfer/engine.h"
 
@@ -31,10 +33,20 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                   // 0 = any free port (tests)
   std::string api_key;               // empty = no authentication
+  // Body limit of the generation routes; /tokenize and /detokenize take a quarter of it.
   size_t max_body_bytes = size_t(16) << 20;
-  int http_threads = 256;            // concurrent connections served (each stream holds one)
+  int http_threads = 256;            // requests handled at once (each stream holds one)
   int listen_backlog = 1024;         // connections the kernel queues before accept()
+  size_t max_connections = 4096;     // open connections in all; beyond, 503
+  size_t max_connections_per_client = 256;  // per remote address; beyond, 503 (except /health)
+  size_t max_inflight_body_bytes = size_t(64) << 20;  // request bodies held at once; beyond, 503
+  std::chrono::milliseconds header_timeout{10000};  // a request's head must arrive within this
+  std::chrono::milliseconds body_timeout{60000};    // and its body within this after the head
+  std::chrono::milliseconds idle_timeout{60000};    // an idle keep-alive connection is closed
+  std::chrono::milliseconds write_timeout{60000};   // a client that reads nothing for this long is dropped
   std::chrono::milliseconds sse_keepalive{5000};  // SSE comment while nothing else is sent
+  // Origins allowed to call the API from a browser (CORS); "*" allows any. Empty: no CORS.
+  std::vector<std::string> allowed_origins;
 };
 
 // What the routes need once the model is loaded.
@@ -56,9 +68,13 @@ class Server {
 
   // Binds the listening socket; returns the port. Throws std::runtime_error on failure.
   int bind();
-  // Serves until stop(); call after bind(), from any one thread.
+  // Serves until stop() or shutdown(); call after bind(), from any one thread.
   void listen();
+  // Stops at once: requests in flight are cancelled.
   void stop();
+  // Stops accepting, lets requests in flight finish for up to `grace`, then cancels the rest;
+  // listen() returns when all have ended. /health answers 503 meanwhile.
+  void shutdown(std::chrono::milliseconds grace);
   bool running() const;
 
   void set_backend(std::shared_ptr<const Backend> backend);

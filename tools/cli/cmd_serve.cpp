@@ -3,9 +3,12 @@
 //                 [--kv-memory BYTES | --num-kv-blocks N] [--kv-block-tokens 64]
 //                 [--max-model-len N] [--max-batch-tokens 512] [--max-num-seqs 32]
 //                 [--prefix-cache-entries 8] [--api-key K] [--served-model-name NAME]
-//                 [--max-body-bytes 16777216] [--http-threads 64]
+//                 [--max-body-bytes 16777216] [--http-threads 256] [--max-connections 4096]
+//                 [--max-connections-per-client 256] [--shutdown-timeout 30] [--allowed-origins O,O]
 // OpenAI-compatible HTTP server (src/server/server.h lists the routes). It listens first
-// and answers /health with 503 until the model is loaded. SIGINT / SIGTERM stop it.
+// and answers /health with 503 until the model is loaded. SIGINT / SIGTERM stop accepting,
+// let requests in flight finish for --shutdown-timeout seconds, cancel the rest and exit; a
+// second signal cancels at once.
 // --kv-memory takes plain bytes or a K/M/G (KiB/MiB/GiB) suffix.
 #include <csignal>
 #include <cstdio>
@@ -69,7 +72,8 @@ EngineOptions engine_options(const Args& args) {
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
-                   "--prefix-cache-entries", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads"});
+                   "--prefix-cache-entries", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
+                   "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins"});
   const EngineOptions eo = engine_options(args);
   server::ServerOptions so;
   so.host = args.get_or("--host", "127.0.0.1");
@@ -79,6 +83,24 @@ int run(const std::vector<std::string>& argv) {
   so.api_key = args.get_or("--api-key", "");
   so.max_body_bytes = size_t(positive(args, "--max-body-bytes", long(so.max_body_bytes)));
   so.http_threads = int(positive(args, "--http-threads", so.http_threads));
+  so.max_connections = size_t(positive(args, "--max-connections", long(so.max_connections)));
+  so.max_connections_per_client =
+      size_t(positive(args, "--max-connections-per-client", long(so.max_connections_per_client)));
+  const long grace_s = args.get_int("--shutdown-timeout", 30);
+  if (grace_s < 0) throw ArgError("--shutdown-timeout must be >= 0 (seconds)");
+  if (auto origins = args.get("--allowed-origins")) {
+    std::string list = *origins;
+    size_t start = 0;
+    while (start <= list.size()) {
+      const size_t comma = list.find(',', start);
+      std::string o = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      while (!o.empty() && o.back() == ' ') o.pop_back();
+      while (!o.empty() && o.front() == ' ') o.erase(o.begin());
+      if (!o.empty()) so.allowed_origins.push_back(o);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
   std::string name = args.get_or("--served-model-name", "");
   if (name.empty()) name = std::filesystem::path(eo.model_dir).lexically_normal().filename().string();
   if (name.empty()) name = "deepseek-v4";
@@ -106,11 +128,24 @@ int run(const std::vector<std::string>& argv) {
   srv.set_backend(backend);
   log_info("ready: model '%s', max model length %lld, %lld KV blocks", name.c_str(),
            (long long)backend->engine->info().max_model_len, (long long)backend->engine->info().kv_blocks_total);
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  log_info("signal %d: shutting down", sig);
-  srv.stop();
+  // First signal: drain for the grace period; a second one: cancel everything now.
+  bool draining = false;
+  for (;;) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig > 0 && !draining) {
+      draining = true;
+      log_info("signal %d: shutting down (requests in flight get up to %ld s; a second signal cancels them)", sig,
+               grace_s);
+      srv.shutdown(std::chrono::seconds(grace_s));
+    } else if (sig > 0) {
+      log_info("signal %d: cancelling the requests in flight", sig);
+      srv.stop();
+    }
+    if (draining && !srv.running()) break;
+  }
   http.join();
+  log_info("stopped");
   return 0;
 }
 
@@ -129,7 +164,11 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --max-num-seqs N             sequences in one step at most (default 32)\n"
                         "  --prefix-cache-entries N     finished-sequence snapshots kept, 0 = off (default 8)\n"
                         "  --max-body-bytes N           request body limit (default 16777216)\n"
-                        "  --http-threads N             concurrent connections served (default 256)\n"
+                        "  --http-threads N             requests handled at once (default 256)\n"
+                        "  --max-connections N          open connections in all; beyond, 503 (default 4096)\n"
+                        "  --max-connections-per-client N  per client address; beyond, 503 (default 256)\n"
+                        "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
+                        "  --allowed-origins LIST       CORS: comma-separated origins allowed from browsers, * = any\n"
                         DI_USAGE_COMPUTE);
 
 }  // namespace
