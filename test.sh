@@ -18,7 +18,8 @@ fi
 echo "== ASan + UBSan tests (build-san/)"
 cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_SANITIZE=ON >/dev/null
 cmake --build build-san -j"$jobs"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# Client deadlines in the Python tests stretch with the sanitizers' slowdown.
+DEEPINFER_TEST_TIME_SCALE=5 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs"
 
 echo "== fuzzers (tests/fuzz, ${FUZZ_SECONDS:-20}s each)"

@@ -25,6 +25,9 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "soak"))
 import local_server  # noqa: E402  (the server start/stop shared with tools/soak/soak.py)
 
+# Client deadlines stretch on a slow build or machine (test.sh sets this for the sanitizer run).
+TIME_SCALE = float(os.environ.get("DEEPINFER_TEST_TIME_SCALE", "1"))
+
 SETUP_HINT = "run ./setup.sh (it installs tests/sdk/requirements.txt into .venv)"
 try:
     import anthropic
@@ -54,7 +57,7 @@ def start_server(args):
     try:
         server = local_server.LocalServer(args.serve, args.model,
                                           ["--threads", "2", "--kv-memory", "256M", "--served-model-name", MODEL,
-                                           "--api-key", API_KEY], timeout=60)
+                                           "--api-key", API_KEY], timeout=60 * TIME_SCALE)
     except local_server.ServerError as e:
         sys.exit("test_sdk: FAILED: %s" % e)
     SERVER.update(proc=server.proc, url=server.url, log=server.log, server=server)
@@ -68,17 +71,17 @@ def raw_post(path, body):
     """Raw HTTP for what the SDKs have no call for (/tokenize)."""
     req = urllib.request.Request(SERVER["url"] + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=60 * TIME_SCALE) as r:
         return json.loads(r.read())
 
 
 def oai(**kw):
     return openai.OpenAI(base_url=SERVER["url"] + "/v1", api_key=kw.pop("api_key", API_KEY), max_retries=0,
-                         timeout=60, **kw)
+                         timeout=60 * TIME_SCALE, **kw)
 
 
 def ant():
-    return anthropic.Anthropic(base_url=SERVER["url"], api_key=API_KEY, max_retries=0, timeout=60)
+    return anthropic.Anthropic(base_url=SERVER["url"], api_key=API_KEY, max_retries=0, timeout=60 * TIME_SCALE)
 
 
 class Case(unittest.TestCase):

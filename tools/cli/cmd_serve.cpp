@@ -73,7 +73,8 @@ int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
                    "--prefix-cache-entries", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
-                   "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins"});
+                   "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
+                   "--header-timeout"});
   const EngineOptions eo = engine_options(args);
   server::ServerOptions so;
   so.host = args.get_or("--host", "127.0.0.1");
@@ -86,6 +87,9 @@ int run(const std::vector<std::string>& argv) {
   so.max_connections = size_t(positive(args, "--max-connections", long(so.max_connections)));
   so.max_connections_per_client =
       size_t(positive(args, "--max-connections-per-client", long(so.max_connections_per_client)));
+  const long header_s = args.get_int("--header-timeout", 10);
+  if (header_s < 1) throw ArgError("--header-timeout must be at least 1 (seconds)");
+  so.header_timeout = std::chrono::seconds(header_s);
   const long grace_s = args.get_int("--shutdown-timeout", 30);
   if (grace_s < 0) throw ArgError("--shutdown-timeout must be >= 0 (seconds)");
   if (auto origins = args.get("--allowed-origins")) {
@@ -167,6 +171,7 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --http-threads N             requests handled at once (default 256)\n"
                         "  --max-connections N          open connections in all; beyond, 503 (default 4096)\n"
                         "  --max-connections-per-client N  per client address; beyond, 503 (default 256)\n"
+                        "  --header-timeout S           a request head must arrive within S seconds, else 408 (default 10)\n"
                         "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
                         "  --allowed-origins LIST       CORS: comma-separated origins allowed from browsers, * = any\n"
                         DI_USAGE_COMPUTE);

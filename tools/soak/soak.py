@@ -287,12 +287,14 @@ def main():
     ap.add_argument("--api-key")
     ap.add_argument("--clients", type=int, default=64, help="concurrent streaming clients (default 64)")
     ap.add_argument("--duration", type=float, default=180, help="seconds of load (default 180)")
-    ap.add_argument("--request-timeout", type=float, default=120, help="seconds before a request counts as hung")
+    ap.add_argument("--request-timeout", type=float, default=120,
+                    help="seconds before a request counts as hung (times DEEPINFER_TEST_TIME_SCALE, default 1)")
     ap.add_argument("--specs", type=int, default=96, help="distinct requests in the pool (default 96)")
     ap.add_argument("--max-tokens", type=int, default=48, help="largest max_tokens of a request (default 48)")
     ap.add_argument("--hang-up-fraction", type=float, default=0.05, help="requests abandoned mid-stream")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
+    args.request_timeout *= float(os.environ.get("DEEPINFER_TEST_TIME_SCALE", "1"))
 
     proc = None
     if args.serve:

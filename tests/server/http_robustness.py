@@ -1,0 +1,496 @@
+"""`deepinfer serve` against hostile and careless clients, over raw sockets (python3 standard
+library only). Run by CTest as `http_robustness`:
+
+    http_robustness.py --serve build/deepinfer --model ../shared/golden/tiny-v4-c/model
+
+Every case asserts what the client sees (status, order of answers, time to be refused) and
+that the server is still alive and correct afterwards; the last case fuzzes the request path
+(HTTP bytes in, response out) with seeded mutations of valid requests. Waits scale with
+DEEPINFER_TEST_TIME_SCALE (test.sh sets it for the sanitizer build), so a slow machine or
+build stretches deadlines instead of failing the test; nothing here judges speed.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "soak"))
+import local_server  # noqa: E402
+
+SCALE = float(os.environ.get("DEEPINFER_TEST_TIME_SCALE", "1"))
+PASSED = []
+FAILED = []
+
+
+def case(fn):
+    def run(ctx):
+        name = fn.__name__
+        try:
+            fn(ctx)
+            PASSED.append(name)
+            print("ok   %s" % name, flush=True)
+        except Exception as e:  # a failed case must not hide the others
+            FAILED.append(name)
+            print("FAIL %s: %r" % (name, e), flush=True)
+    run.__name__ = fn.__name__
+    return run
+
+
+class Ctx:
+    def __init__(self, server):
+        self.server = server
+        self.port = int(server.url.rsplit(":", 1)[1])
+
+
+def connect(port, timeout=30.0):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout * SCALE)
+    return s
+
+
+def read_response(src):
+    """Reads one HTTP/1.1 response from a socket (its only response) or from a socket's
+    makefile("rb") reader (several responses in a row); returns (status, headers dict
+    lower-case, body bytes), or None if the connection closed before a status line."""
+    if isinstance(src, socket.socket):
+        f = src.makefile("rb")
+        try:
+            return read_response(f)
+        finally:
+            f.close()
+    f = src
+    line = f.readline()
+    if not line:
+        return None
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", line)
+    assert m, "bad status line %r" % line
+    status = int(m.group(1))
+    headers = {}
+    while True:
+        h = f.readline()
+        assert h, "connection closed inside the head"
+        if h in (b"\r\n", b"\n"):
+            break
+        k, _, v = h.decode("latin-1").partition(":")
+        headers[k.strip().lower()] = v.strip()
+    body = b""
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size = int(f.readline().split(b";")[0], 16)
+            if size == 0:
+                while f.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                break
+            body += f.read(size)
+            f.readline()
+    elif "content-length" in headers:
+        body = f.read(int(headers["content-length"]))
+    return status, headers, body
+
+
+def request_bytes(method, path, body=None, headers=None):
+    data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
+    for k, v in (headers or {}).items():
+        lines.append("%s: %s" % (k, v))
+    if body is not None:
+        lines.append("Content-Type: application/json")
+        lines.append("Content-Length: %d" % len(data))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+
+
+def call(port, method, path, body=None, headers=None, timeout=60.0):
+    s = connect(port, timeout)
+    try:
+        s.sendall(request_bytes(method, path, body, headers))
+        return read_response(s)
+    finally:
+        s.close()
+
+
+def assert_alive(ctx):
+    r = call(ctx.port, "GET", "/health", timeout=10)
+    assert r and r[0] == 200, "health: %r" % (r,)
+    r = call(ctx.port, "POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0})
+    assert r and r[0] == 200, "completion after the attack: %r" % (r,)
+    assert len(json.loads(r[2])["choices"][0]["text"]) >= 0
+
+
+def deep(n, open_="[", close="]"):
+    return open_ * n + close * n
+
+
+@case
+def deep_json_is_a_400_everywhere(ctx):
+    n = 88000
+    bodies = [
+        ("/v1/chat/completions", '{"messages": [{"role": "user", "content": %s}]}' % deep(n)),
+        ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "tools": %s}' % deep(n)),
+        ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "response_format": '
+                                 '{"type": "json_schema", "json_schema": {"name": "x", "schema": %s}}}'
+         % deep(n, '{"a":', "}")[: 5 * n] + "}" * n),
+        ("/v1/messages", '{"model": "x", "max_tokens": 4, "messages": [{"role": "user", "content": %s}]}' % deep(n)),
+        ("/tokenize", '{"prompt": %s}' % deep(n)),
+        ("/v1/completions", '{"prompt": %s}' % deep(n)),
+    ]
+    for path, body in bodies:
+        r = call(ctx.port, "POST", path, body.encode())
+        assert r is not None and r[0] == 400, "%s: %r" % (path, r and r[:2])
+        err = json.loads(r[2])["error"]
+        assert "nest" in err["message"], err
+    # 64 levels are still fine (a deep but honest schema).
+    ok = '{"prompt": "x", "max_tokens": 1, "extra": %s}' % deep(60)
+    r = call(ctx.port, "POST", "/v1/completions", ok.encode())
+    assert r[0] == 200, r[:2]
+    assert_alive(ctx)
+
+
+@case
+def pipelined_requests_are_answered_in_order(ctx):
+    s = connect(ctx.port)
+    reqs = [request_bytes("POST", "/tokenize", {"prompt": "word%d" % i}) for i in range(3)]
+    reqs.insert(1, request_bytes("GET", "/health"))
+    s.sendall(b"".join(reqs))  # one write: they arrive in one packet
+    f = s.makefile("rb")
+    answers = [read_response(f) for _ in range(4)]
+    f.close()
+    s.close()
+    assert all(a is not None for a in answers), answers
+    assert [a[0] for a in answers] == [200, 200, 200, 200], [a[0] for a in answers]
+    toks = [json.loads(answers[i][2]) for i in (0, 2, 3)]
+    for a, b in zip(toks, toks[1:]):
+        assert a != b
+    # The same three prompts one by one give the same answers, in the same order.
+    for i, want in zip(range(3), toks):
+        assert json.loads(call(ctx.port, "POST", "/tokenize", {"prompt": "word%d" % i})[2]) == want
+
+
+@case
+def bad_framing_is_refused_at_once(ctx):
+    cases = [
+        b"POST /tokenize HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n{\"a\":1}",
+        b"POST /tokenize HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n{\"a\"}",
+        b"POST /tokenize HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\n Folded: yes\r\n\r\n",
+        b"GARBAGE\r\n\r\n",
+        b"GET /health HTTP/2.0\r\n\r\n",
+    ]
+    for raw in cases:
+        s = connect(ctx.port, 10)
+        t0 = time.monotonic()
+        s.sendall(raw)
+        r = read_response(s)
+        s.close()
+        assert r is not None and 400 <= r[0] < 600 and r[0] != 408, (raw, r and r[:2])
+        assert r[1].get("connection", "").lower() == "close", (raw, r[1])
+        assert time.monotonic() - t0 < 5 * SCALE, "refused only after %.1f s" % (time.monotonic() - t0)
+    # Identical repeated lengths and chunked bodies are fine.
+    body = b'{"prompt": "hello"}'
+    r = call(ctx.port, "POST", "/tokenize", None, None)
+    s = connect(ctx.port)
+    s.sendall(b"POST /tokenize HTTP/1.1\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)) + body)
+    r = read_response(s)
+    s.close()
+    assert r[0] == 200, r[:2]
+    chunked = b"POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n" + body[:5] + b"\r\n" + \
+        (b"%x\r\n" % (len(body) - 5)) + body[5:] + b"\r\n0\r\n\r\n"
+    s = connect(ctx.port)
+    s.sendall(chunked)
+    r2 = read_response(s)
+    s.close()
+    assert r2[0] == 200 and r2[2] == r[2], (r2[:2], r2[2], r[2])
+
+
+@case
+def trickling_clients_lock_nobody_out(ctx):
+    n = 270
+    socks = []
+    for _ in range(n):
+        s = connect(ctx.port, 30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            for s in socks:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+            time.sleep(0.5)
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        for _ in range(3):
+            r = call(ctx.port, "GET", "/health", timeout=10)
+            assert r[0] == 200, r
+        r = call(ctx.port, "POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0}, timeout=60)
+        assert r[0] == 200, r[:2]
+        assert time.monotonic() - t0 < 30 * SCALE
+        # The header deadline (--header-timeout 2 here) drops the tricklers with a 408.
+        time.sleep(4 * SCALE)
+        timed_out = 0
+        for s in socks[:20]:
+            s.settimeout(5 * SCALE)
+            try:
+                r = read_response(s)
+                if r is not None and r[0] == 408:
+                    timed_out += 1
+            except (OSError, AssertionError):
+                pass
+        assert timed_out == 20, "only %d of 20 tricklers got a 408" % timed_out
+    finally:
+        stop.set()
+        t.join()
+        for s in socks:
+            s.close()
+    assert_alive(ctx)
+
+
+@case
+def connection_cap_per_client_is_a_503_but_health_works(ctx):
+    cap = 300  # --max-connections-per-client below
+    socks = [connect(ctx.port, 30) for _ in range(cap)]
+    try:
+        time.sleep(0.5 * SCALE)
+        r = call(ctx.port, "POST", "/tokenize", {"prompt": "x"})
+        assert r[0] == 503 and "retry-after" in r[1], r[:2]
+        r = call(ctx.port, "GET", "/health")
+        assert r[0] == 200, r[:2]
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0.5 * SCALE)
+    assert_alive(ctx)
+
+
+@case
+def body_size_is_bounded_per_route(ctx):
+    big = json.dumps({"prompt": "a" * (14 << 20)}).encode()
+    results = []
+
+    def one():
+        s = connect(ctx.port)
+        try:
+            s.sendall(request_bytes("POST", "/tokenize", big))
+        except OSError:
+            pass  # the server may close before all of it went out
+        try:
+            results.append(read_response(s))
+        except OSError as e:
+            results.append(e)
+        s.close()
+    ts = [threading.Thread(target=one) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert all(isinstance(r, tuple) and r[0] == 413 for r in results), [r if not isinstance(r, tuple) else r[:2] for r in results]
+    rss = rss_mb(ctx.server.proc.pid)
+    assert rss < 1024, "RSS %d MB after four 14 MB bodies" % rss
+    assert_alive(ctx)
+
+
+def rss_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def metric(ctx, name, label=""):
+    """Sum of the samples of a metric whose labels contain `label`."""
+    text = call(ctx.port, "GET", "/metrics")[2].decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and label in line and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@case
+def disconnected_non_streaming_request_is_cancelled(ctx):
+    before = metric(ctx, "deepinfer_request_success_total", 'finished_reason="abort"')
+    gen_before = metric(ctx, "deepinfer_generation_tokens_total")
+    s = connect(ctx.port)
+    s.sendall(request_bytes("POST", "/v1/completions",
+                            {"prompt": [1, 2, 3], "max_tokens": 3000, "ignore_eos": True, "temperature": 0}))
+    time.sleep(0.5 * SCALE)
+    s.close()
+    deadline = time.monotonic() + 20 * SCALE
+    while time.monotonic() < deadline and metric(ctx, "deepinfer_request_success_total", 'finished_reason="abort"') <= before:
+        time.sleep(0.2)
+    assert metric(ctx, "deepinfer_request_success_total", 'finished_reason="abort"') > before, "not cancelled"
+    made = metric(ctx, "deepinfer_generation_tokens_total") - gen_before
+    assert made < 3000, "ran on to max_tokens (%d tokens)" % made
+
+
+@case
+def cors_preflight_and_headers(ctx):
+    r = call(ctx.port, "OPTIONS", "/v1/chat/completions", None,
+             {"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
+              "Access-Control-Request-Headers": "authorization, content-type"})
+    assert r[0] == 204, r[:2]
+    assert r[1].get("access-control-allow-origin") == "http://localhost:5173", r[1]
+    assert "POST" in r[1].get("access-control-allow-methods", ""), r[1]
+    r = call(ctx.port, "OPTIONS", "/v1/chat/completions", None,
+             {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+    assert r[0] == 403, r[:2]
+    r = call(ctx.port, "GET", "/v1/models", None, {"Origin": "http://localhost:5173"})
+    assert r[0] == 200 and r[1].get("access-control-allow-origin") == "http://localhost:5173", r[1]
+    r = call(ctx.port, "GET", "/v1/models", None, {"Origin": "http://evil.example"})
+    assert "access-control-allow-origin" not in r[1], r[1]
+
+
+def mutate(rng, data):
+    data = bytearray(data)
+    for _ in range(rng.randint(1, 6)):
+        op = rng.randrange(6)
+        pos = rng.randrange(len(data) + 1)
+        if op == 0 and data:
+            del data[pos:pos + rng.randint(1, 8)]
+        elif op == 1:
+            data[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        elif op == 2 and data:
+            data[min(pos, len(data) - 1)] = rng.randrange(256)
+        elif op == 3:
+            data[pos:pos] = rng.choice([b"\r\n", b"\r\n\r\n", b"{", b"[", b'"', b"\\", b"\x00", b"\xff",
+                                        b"Content-Length: 3\r\n", b"Transfer-Encoding: chunked\r\n", b"-1",
+                                        b"1e999", b"null", b'"\\ud800"'])
+        elif op == 4 and data:
+            a = rng.randrange(len(data))
+            data[pos:pos] = data[a:a + rng.randint(1, 32)]
+        else:
+            data = data[:pos]
+    return bytes(data)
+
+
+@case
+def fuzz_the_request_path(ctx):
+    rng = random.Random(20261201)
+    seeds = [
+        request_bytes("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "temperature": 0.5, "seed": 1,
+                                                  "stop": ["x"], "logprobs": 2, "stream": False}),
+        request_bytes("POST", "/v1/completions", {"prompt": [1, 2], "max_tokens": 2, "stream": True,
+                                                  "stream_options": {"include_usage": True}}),
+        request_bytes("POST", "/v1/chat/completions", {"messages": [{"role": "system", "content": "s"},
+                                                                    {"role": "user", "content": "hi"}],
+                                                       "max_tokens": 2, "tools": [{"type": "function", "function": {
+                                                           "name": "f", "parameters": {"type": "object", "properties": {
+                                                               "a": {"type": "integer"}}}}}]}),
+        request_bytes("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                                       "response_format": {"type": "json_schema", "json_schema": {
+                                                           "name": "x", "schema": {"type": "object", "properties": {
+                                                               "k": {"type": "string"}}}}}}),
+        request_bytes("POST", "/v1/messages", {"model": "tiny", "max_tokens": 2, "system": "s",
+                                               "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+        request_bytes("POST", "/tokenize", {"prompt": "hello world"}),
+        request_bytes("POST", "/detokenize", {"tokens": [1, 2, 3]}),
+        request_bytes("GET", "/v1/models"),
+        request_bytes("GET", "/metrics"),
+    ]
+    answered = closed = 0
+    n = int(os.environ.get("HTTP_FUZZ_CASES", "400"))
+    for i in range(n):
+        data = mutate(rng, rng.choice(seeds))
+        s = connect(ctx.port, 60)
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)  # the request is all there is
+            r = read_response(s)
+        except (OSError, AssertionError) as e:
+            raise AssertionError("case %d %r: %r" % (i, data[:200], e))
+        finally:
+            s.close()
+        if r is None:
+            closed += 1
+            continue
+        answered += 1
+        status, headers, body = r
+        assert 100 <= status < 600 and status != 500, "case %d: status %d for %r: %r" % (i, status, data[:300], body[:300])
+        if status >= 400 and body:
+            err = json.loads(body)
+            assert "error" in err and isinstance(err["error"]["message"], str), body[:200]
+        if i % 50 == 0:
+            assert call(ctx.port, "GET", "/health", timeout=10)[0] == 200
+    print("     fuzz: %d answered, %d closed without an answer" % (answered, closed))
+    assert answered > n // 2
+    assert_alive(ctx)
+
+
+@case
+def sigterm_drains_then_exits(ctx):
+    # A fresh server: a long stream in flight, SIGTERM with --shutdown-timeout 2.
+    srv = local_server.LocalServer(ctx.binary, ctx.model, ["--threads", "1", "--shutdown-timeout", "2"],
+                                   timeout=120 * SCALE)
+    port = int(srv.url.rsplit(":", 1)[1])
+    s = connect(port)
+    s.sendall(request_bytes("POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 100000,
+                                                        "ignore_eos": True, "stream": True}))
+    f = s.makefile("rb")
+    assert b" 200 " in f.readline()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    refused = False
+    try:
+        c = connect(port, 2)
+        c.sendall(request_bytes("GET", "/health"))
+        r = read_response(c)
+        refused = r is None or r[0] == 503
+    except OSError:
+        refused = True
+    assert refused, "accepted a request after SIGTERM"
+    rc = srv.proc.wait(timeout=30 * SCALE)
+    took = time.monotonic() - t0
+    s.close()
+    assert rc == 0, "exit status %r" % rc
+    assert took < 2 + 10 * SCALE, "exit took %.1f s with a 2 s grace" % took
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--serve", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    server = local_server.LocalServer(args.serve, args.model,
+                                      ["--threads", "1", "--header-timeout", "2", "--max-body-bytes", str(4 << 20),
+                                       "--max-connections-per-client", "300", "--allowed-origins",
+                                       "http://localhost:5173"],
+                                      timeout=120 * SCALE)
+    ctx = Ctx(server)
+    ctx.binary, ctx.model = args.serve, args.model
+    try:
+        for c in [deep_json_is_a_400_everywhere, pipelined_requests_are_answered_in_order, bad_framing_is_refused_at_once,
+                  cors_preflight_and_headers, body_size_is_bounded_per_route, disconnected_non_streaming_request_is_cancelled,
+                  connection_cap_per_client_is_a_503_but_health_works, trickling_clients_lock_nobody_out,
+                  fuzz_the_request_path, sigterm_drains_then_exits]:
+            c(ctx)
+        alive = server.proc.poll() is None
+        rc = server.stop(timeout=60 * SCALE)
+        if not alive or rc != 0:
+            FAILED.append("server exit")
+            print("FAIL server: alive=%s exit=%r\n%s" % (alive, rc, "".join(server.log[-30:])))
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    print("%d passed, %d failed" % (len(PASSED), len(FAILED)))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
