@@ -138,7 +138,7 @@ struct Server::Impl {
           return true;
         }
         res.status = 204;
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         const std::string asked = req.get_header_value("Access-Control-Request-Headers");
         res.set_header("Access-Control-Allow-Headers",
                        asked.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : asked);
@@ -146,7 +146,7 @@ struct Server::Impl {
         return true;
       }
       res.status = 204;
-      res.set_header("Allow", "GET, POST, OPTIONS");
+      res.set_header("Allow", "GET, POST, DELETE, OPTIONS");
       return true;
     }
     return false;
@@ -189,6 +189,12 @@ void Server::Impl::install_routes() {
       [this](const Request& req, Response& res) { handle_chat(ready(), opt, req, res); });
   add("POST", "/v1/messages", false, big,
       [this](const Request& req, Response& res) { handle_messages(ready(), opt, req, res); });
+  add("POST", "/v1/responses", false, big,
+      [this](const Request& req, Response& res) { handle_responses(ready(), opt, req, res); });
+  add("GET", "/v1/responses/", true, kSmallBodyBytes,
+      [this](const Request& req, Response& res) { handle_response_get(*ready(), req.path.substr(14), res); });
+  add("DELETE", "/v1/responses/", true, kSmallBodyBytes,
+      [this](const Request& req, Response& res) { handle_response_delete(*ready(), req.path.substr(14), res); });
   add("POST", "/tokenize", false, small, [this](const Request& req, Response& res) { handle_tokenize(*ready(), req, res); });
   add("POST", "/detokenize", false, small,
       [this](const Request& req, Response& res) { handle_detokenize(*ready(), req, res); });

@@ -28,6 +28,8 @@ namespace deepinfer::server {
 
 class TokenIndexCache;  // token_constraint.h
 std::shared_ptr<TokenIndexCache> make_token_index_cache();
+class ResponseStore;  // responses.cpp: stored Responses API conversations
+std::shared_ptr<ResponseStore> make_response_store();
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -57,6 +59,8 @@ struct Backend {
   std::string model_id;     // reported by /v1/models, accepted in "model"
   // The tokenizer's vocabulary sorted by bytes, built on the first constrained request.
   std::shared_ptr<TokenIndexCache> token_index = make_token_index_cache();
+  // Responses kept for previous_response_id (in memory, least recently used out first).
+  std::shared_ptr<ResponseStore> responses = make_response_store();
 };
 
 class Server {

@@ -1,0 +1,536 @@
+// POST /v1/responses (OpenAI's Responses API), GET / DELETE /v1/responses/{id}.
+//
+// A Responses request is translated into the chat request it means (input items -> messages,
+// flat function tools -> chat tools, text.format -> response_format, reasoning.effort ->
+// reasoning_effort, max_output_tokens -> max_tokens) and runs through the same prompt
+// builder, constraints and output parser as /v1/chat/completions. The answer is a list of
+// output items: reasoning, message (output_text), function_call. Conversations continue with
+// previous_response_id from an in-memory store (least recently used out first); a restart
+// forgets them.
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/log.h"
+#include "server/chat_prompt.h"
+#include "server/common.h"
+#include "server/errors.h"
+#include "server/params.h"
+#include "server/routes.h"
+#include "tokenizer/chat/output_parser.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server {
+
+using chat::Json;
+
+// id -> the conversation up to and including that response (chat messages, no
+// instructions), and the response object for GET.
+class ResponseStore {
+ public:
+  struct Entry {
+    Json messages;
+    json response;
+  };
+  void put(const std::string& id, Entry e) {
+    const size_t bytes = e.messages.dump().size() + e.response.dump().size();
+    std::lock_guard<std::mutex> lk(mu_);
+    erase_locked(id);
+    order_.push_front(id);
+    map_[id] = Slot{std::move(e), bytes, order_.begin()};
+    bytes_ += bytes;
+    while (!order_.empty() && (map_.size() > kMaxEntries || bytes_ > kMaxBytes)) erase_locked(order_.back());
+  }
+  std::optional<Entry> get(const std::string& id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(id);
+    if (it == map_.end()) return std::nullopt;
+    order_.splice(order_.begin(), order_, it->second.pos);
+    return it->second.entry;
+  }
+  bool erase(const std::string& id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return erase_locked(id);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;
+  static constexpr size_t kMaxBytes = size_t(256) << 20;
+  struct Slot {
+    Entry entry;
+    size_t bytes;
+    std::list<std::string>::iterator pos;
+  };
+  bool erase_locked(const std::string& id) {
+    auto it = map_.find(id);
+    if (it == map_.end()) return false;
+    bytes_ -= it->second.bytes;
+    order_.erase(it->second.pos);
+    map_.erase(it);
+    return true;
+  }
+  std::mutex mu_;
+  std::list<std::string> order_;  // most recent first
+  std::unordered_map<std::string, Slot> map_;
+  size_t bytes_ = 0;
+};
+
+std::shared_ptr<ResponseStore> make_response_store() { return std::make_shared<ResponseStore>(); }
+
+namespace {
+
+[[noreturn]] void bad(const std::string& msg, const std::string& param) { bad_request(msg, param); }
+
+// Text of a content value: a string, or a list of text parts.
+std::string content_text(const Json& c, const std::string& where) {
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) bad(where + " must be a string or an array of content parts", "input");
+  std::string text;
+  for (const Json& part : c) {
+    const Json* type = find_field(part, "type");
+    if (!type || !type->is_string()) bad(where + ": every content part needs a type", "input");
+    if (*type == "input_text" || *type == "output_text" || *type == "text") {
+      const Json* t = find_field(part, "text");
+      if (!t || !t->is_string()) bad(where + ": a text part needs a string 'text'", "input");
+      text += t->get<std::string>();
+    } else if (*type == "refusal") {
+      if (const Json* t = find_field(part, "refusal"); t && t->is_string()) text += t->get<std::string>();
+    } else {
+      bad(where + ": content part type '" + type->get<std::string>() + "' is not supported by this model", "input");
+    }
+  }
+  return text;
+}
+
+// Input items appended to `messages` as chat messages.
+void append_input(const Json& input, Json& messages) {
+  if (input.is_string()) {
+    messages.push_back(Json{{"role", "user"}, {"content", input}});
+    return;
+  }
+  if (!input.is_array()) bad("'input' must be a string or an array of items", "input");
+  for (size_t i = 0; i < input.size(); ++i) {
+    const Json& item = input[i];
+    const std::string where = "input[" + std::to_string(i) + "]";
+    if (!item.is_object()) bad(where + " must be an object", "input");
+    const Json* type = find_field(item, "type");
+    const std::string t = type && type->is_string() ? type->get<std::string>() : "message";
+    if (t == "message" || (!type && find_field(item, "role"))) {
+      const Json* role = find_field(item, "role");
+      if (!role || !role->is_string()) bad(where + ".role must be a string", "input");
+      std::string r = role->get<std::string>();
+      if (r == "developer") r = "system";
+      if (r != "system" && r != "user" && r != "assistant") bad(where + ": unknown role '" + r + "'", "input");
+      const Json* c = find_field(item, "content");
+      messages.push_back(Json{{"role", r}, {"content", c ? content_text(*c, where + ".content") : std::string()}});
+    } else if (t == "function_call") {
+      const Json* name = find_field(item, "name");
+      const Json* args = find_field(item, "arguments");
+      const Json* call_id = find_field(item, "call_id");
+      if (!name || !name->is_string() || !call_id || !call_id->is_string())
+        bad(where + ": a function_call needs string 'name' and 'call_id'", "input");
+      Json call = {{"id", *call_id},
+                   {"type", "function"},
+                   {"function", {{"name", *name}, {"arguments", args && args->is_string() ? *args : Json("{}")}}}};
+      // Consecutive calls belong to one assistant turn.
+      if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls") &&
+          !messages.back()["tool_calls"].empty()) {
+        messages.back()["tool_calls"].push_back(std::move(call));
+      } else if (!messages.empty() && messages.back()["role"] == "assistant" && !messages.back().contains("tool_calls")) {
+        messages.back()["tool_calls"] = Json::array({std::move(call)});
+      } else {
+        messages.push_back(Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array({std::move(call)})}});
+      }
+    } else if (t == "function_call_output") {
+      const Json* call_id = find_field(item, "call_id");
+      const Json* out = find_field(item, "output");
+      if (!call_id || !call_id->is_string()) bad(where + ": a function_call_output needs a string 'call_id'", "input");
+      messages.push_back(Json{{"role", "tool"},
+                              {"tool_call_id", *call_id},
+                              {"content", out ? content_text(*out, where + ".output") : std::string()}});
+    } else if (t == "reasoning") {
+      // Earlier reasoning is dropped from the prompt, as the encoders drop it from history.
+    } else {
+      bad(where + ": input item type '" + t + "' is not supported", "input");
+    }
+  }
+}
+
+// The chat request a Responses request means.
+Json chat_body_of(const Json& body, const Json& history) {
+  Json chat = Json::object();
+  Json messages = Json::array();
+  if (const Json* ins = find_field(body, "instructions")) {
+    if (!ins->is_string()) bad("'instructions' must be a string", "instructions");
+    messages.push_back(Json{{"role", "system"}, {"content", *ins}});
+  }
+  for (const Json& m : history) messages.push_back(m);
+  const Json* input = find_field(body, "input");
+  if (!input) bad("'input' is required", "input");
+  append_input(*input, messages);
+  // Several system messages (instructions, then one from the input) become one, in order.
+  if (messages.size() > 1 && messages[0]["role"] == "system" && messages[1]["role"] == "system") {
+    messages[0]["content"] = messages[0]["content"].get<std::string>() + "\n\n" + messages[1]["content"].get<std::string>();
+    messages.erase(messages.begin() + 1);
+  }
+  chat["messages"] = messages;
+  if (const Json* tools = find_field(body, "tools")) {
+    if (!tools->is_array()) bad("'tools' must be an array", "tools");
+    Json out = Json::array();
+    for (const Json& t : *tools) {
+      const Json* type = find_field(t, "type");
+      if (!type || *type != "function")
+        bad("only function tools are supported (got '" + (type && type->is_string() ? type->get<std::string>() : "?") + "')",
+            "tools");
+      Json fn = Json::object();
+      for (const char* k : {"name", "description", "parameters", "strict"})
+        if (const Json* v = find_field(t, k)) fn[k] = *v;
+      if (!fn.contains("name") || !fn["name"].is_string()) bad("a function tool needs a string 'name'", "tools");
+      out.push_back(Json{{"type", "function"}, {"function", fn}});
+    }
+    chat["tools"] = out;
+  }
+  if (const Json* tc = find_field(body, "tool_choice")) {
+    if (tc->is_object()) {
+      const Json* name = find_field(*tc, "name");
+      if (!name || !name->is_string()) bad("tool_choice must name a function", "tool_choice");
+      chat["tool_choice"] = Json{{"type", "function"}, {"function", {{"name", *name}}}};
+    } else {
+      chat["tool_choice"] = *tc;
+    }
+  }
+  if (const Json* text = find_field(body, "text")) {
+    if (const Json* f = find_field(*text, "format")) {
+      const Json* type = find_field(*f, "type");
+      if (!type || !type->is_string()) bad("text.format.type must be a string", "text");
+      if (*type == "json_schema") {
+        Json js = Json::object();
+        for (const char* k : {"name", "schema", "strict", "description"})
+          if (const Json* v = find_field(*f, k)) js[k] = *v;
+        chat["response_format"] = Json{{"type", "json_schema"}, {"json_schema", js}};
+      } else if (*type == "json_object") {
+        chat["response_format"] = Json{{"type", "json_object"}};
+      } else if (*type != "text") {
+        bad("text.format.type must be text, json_object or json_schema", "text");
+      }
+    }
+  }
+  if (const Json* r = find_field(body, "reasoning")) {
+    if (!r->is_object()) bad("'reasoning' must be an object", "reasoning");
+    if (const Json* e = find_field(*r, "effort")) chat["reasoning_effort"] = *e;
+  }
+  if (const Json* m = find_field(body, "max_output_tokens")) chat["max_tokens"] = *m;
+  for (const char* k : {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+                        "repetition_penalty", "stream", "thinking", "chat_template_kwargs", "model"})
+    if (const Json* v = find_field(body, k)) chat[k] = *v;
+  return chat;
+}
+
+// Output items under construction, for the final response object and the stream.
+struct OutputBuilder {
+  json items = json::array();
+  json assistant;  // the chat message to store for previous_response_id
+  std::string text, reasoning;
+
+  static json reasoning_item(const std::string& id, const std::string& text) {
+    return json{{"type", "reasoning"},
+                {"id", id},
+                {"summary", json::array()},
+                {"content", json::array({json{{"type", "reasoning_text"}, {"text", text}}})}};
+  }
+  static json message_item(const std::string& id, const std::string& text, const char* status) {
+    return json{{"type", "message"},
+                {"id", id},
+                {"status", status},
+                {"role", "assistant"},
+                {"content", json::array({json{{"type", "output_text"}, {"text", text}, {"annotations", json::array()},
+                                              {"logprobs", json::array()}}})}};
+  }
+  static json call_item(const std::string& id, const std::string& call_id, const std::string& name,
+                        const std::string& args, const char* status) {
+    return json{{"type", "function_call"}, {"id", id},           {"call_id", call_id},
+                {"name", name},            {"arguments", args},  {"status", status}};
+  }
+};
+
+json usage_of(const Usage& u, int64_t reasoning_tokens) {
+  return json{{"input_tokens", u.prompt_tokens},
+              {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"output_tokens", u.completion_tokens},
+              {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+// The response object (without output / usage / status, which the caller sets).
+json response_shell(const Backend& b, const std::string& id, int64_t created, const json& body) {
+  auto get = [&](const char* k, json fallback) {
+    auto it = body.find(k);
+    return it == body.end() || it->is_null() ? fallback : *it;
+  };
+  return json{{"id", id},
+              {"object", "response"},
+              {"created_at", created},
+              {"status", "in_progress"},
+              {"model", b.model_id},
+              {"output", json::array()},
+              {"error", nullptr},
+              {"incomplete_details", nullptr},
+              {"instructions", get("instructions", nullptr)},
+              {"previous_response_id", get("previous_response_id", nullptr)},
+              {"tools", get("tools", json::array())},
+              {"tool_choice", get("tool_choice", "auto")},
+              {"parallel_tool_calls", get("parallel_tool_calls", true)},
+              {"temperature", get("temperature", 1.0)},
+              {"top_p", get("top_p", 1.0)},
+              {"max_output_tokens", get("max_output_tokens", nullptr)},
+              {"text", get("text", json{{"format", {{"type", "text"}}}})},
+              {"reasoning", get("reasoning", json{{"effort", nullptr}, {"summary", nullptr}})},
+              {"store", get("store", true)},
+              {"metadata", get("metadata", json::object())},
+              {"usage", nullptr}};
+}
+
+void finish_response(json& r, const StreamEvent& last, const json& output, int64_t reasoning_tokens) {
+  r["output"] = output;
+  r["usage"] = usage_of(last.usage, reasoning_tokens);
+  if (last.finish_reason == FinishReason::kLength) {
+    r["status"] = "incomplete";
+    r["incomplete_details"] = json{{"reason", "max_output_tokens"}};
+  } else {
+    r["status"] = "completed";
+  }
+}
+
+json assistant_message(const std::string& content, const std::string& reasoning, const json& calls) {
+  json m = {{"role", "assistant"}, {"content", content}};
+  if (!reasoning.empty()) m["reasoning_content"] = reasoning;
+  if (!calls.empty()) m["tool_calls"] = calls;
+  return m;
+}
+
+// Streaming: the open output item and the event counter.
+struct ResponseStream {
+  std::unique_ptr<chat::OutputParser> parser;
+  std::unique_ptr<TextDecoder> decoder;
+  json response;  // the shell, updated at the end
+  int64_t seq = 0;
+  enum class Open { kNone, kReasoning, kMessage, kCall } open = Open::kNone;
+  std::string item_id, call_id, call_name, text;
+  json output = json::array();
+  std::string content_all, reasoning_all;
+  json calls = json::array();  // chat tool_calls for the store
+  int64_t reasoning_tokens = 0;
+};
+
+}  // namespace
+
+void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
+  const Backend& b = *bp;
+  const json body = parse_body(req.body);
+  check_model(body, b);
+  const Json obody = Json::parse(req.body);
+  Json history = Json::array();
+  if (const Json* prev = find_field(obody, "previous_response_id")) {
+    if (!prev->is_string()) bad("'previous_response_id' must be a string", "previous_response_id");
+    auto e = b.responses->get(prev->get<std::string>());
+    if (!e)
+      throw ApiError(ErrorCode::kNotFound, "no stored response '" + prev->get<std::string>() + "'", "previous_response_id");
+    history = e->messages;
+  }
+  if (const Json* bg = find_field(obody, "background"); bg && bg->is_boolean() && bg->get<bool>())
+    bad("background responses are not supported", "background");
+  const Json chat = chat_body_of(obody, history);
+  const json chat_plain = json::parse(chat.dump());
+  const RequestOptions ro = parse_request_options(chat_plain, Api::kChat);
+  const ChatPrompt cp = build_chat_prompt(b, chat);
+  GenerateRequest g{cp.ids, ro.sampling};
+  g.params.constraint = cp.constraint;
+  const Status s = b.engine->validate(g);
+  if (!s.ok()) throw ApiError(s);
+  const std::vector<std::string> stops = g.params.stop;
+  auto stream = b.engine->submit(std::move(g));
+  const std::string id = random_id("resp_");
+  const bool store = !(body.contains("store") && body["store"].is_boolean() && !body["store"].get<bool>());
+  // The conversation without instructions: they apply to one request only.
+  Json convo = chat["messages"];
+  if (find_field(obody, "instructions") && !convo.empty() && convo[0]["role"] == "system") convo.erase(convo.begin());
+  auto store_ptr = b.responses;
+
+  if (!ro.stream) {
+    Collected c = collect(*stream);
+    TextDecoder dec(b, stops, false);
+    std::string text = dec.push(c.tokens);
+    text += dec.finish();
+    const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
+    json output = json::array();
+    json calls = json::array();
+    if (!out.reasoning_content.empty())
+      output.push_back(OutputBuilder::reasoning_item(random_id("rs_"), out.reasoning_content));
+    if (!out.content.empty() || out.tool_calls.empty())
+      output.push_back(OutputBuilder::message_item(random_id("msg_"), out.content, "completed"));
+    for (const auto& call : out.tool_calls) {
+      const std::string call_id = random_id("call_");
+      output.push_back(OutputBuilder::call_item(random_id("fc_"), call_id, call.name, call.arguments, "completed"));
+      calls.push_back(json{{"id", call_id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    json r = response_shell(b, id, unix_time(), body);
+    finish_response(r, c.last, output, 0);
+    if (store) {
+      Json saved = convo;
+      saved.push_back(Json::parse(assistant_message(out.content, out.reasoning_content, calls).dump()));
+      store_ptr->put(id, ResponseStore::Entry{std::move(saved), r});
+    }
+    send_json(res, r);
+    return;
+  }
+
+  auto st = std::make_shared<ResponseStream>();
+  st->parser = std::make_unique<chat::OutputParser>(cp.family, cp.thinking);
+  st->decoder = std::make_unique<TextDecoder>(b, stops, false);
+  st->response = response_shell(b, id, unix_time(), body);
+  auto emit = [st](httplib::DataSink& sink, const char* type, json ev) {
+    ev["type"] = type;
+    ev["sequence_number"] = st->seq++;
+    return sse_write_raw(sink, std::string("event: ") + type + "\ndata: " + dump(ev) + "\n\n");
+  };
+  // Closes the open item: its .done events and output_item.done.
+  auto close_item = [st, emit](httplib::DataSink& sink) {
+    const int64_t index = int64_t(st->output.size());
+    bool ok = true;
+    json item;
+    switch (st->open) {
+      case ResponseStream::Open::kNone: return true;
+      case ResponseStream::Open::kReasoning:
+        item = OutputBuilder::reasoning_item(st->item_id, st->text);
+        ok = emit(sink, "response.reasoning_text.done",
+                  {{"item_id", st->item_id}, {"output_index", index}, {"content_index", 0}, {"text", st->text}});
+        break;
+      case ResponseStream::Open::kMessage: {
+        item = OutputBuilder::message_item(st->item_id, st->text, "completed");
+        const json part = item["content"][0];
+        ok = emit(sink, "response.output_text.done",
+                  {{"item_id", st->item_id}, {"output_index", index}, {"content_index", 0}, {"text", st->text},
+                   {"logprobs", json::array()}}) &&
+             emit(sink, "response.content_part.done",
+                  {{"item_id", st->item_id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+        break;
+      }
+      case ResponseStream::Open::kCall:
+        item = OutputBuilder::call_item(st->item_id, st->call_id, st->call_name, st->text, "completed");
+        st->calls.push_back(json{{"id", st->call_id}, {"type", "function"},
+                                 {"function", {{"name", st->call_name}, {"arguments", st->text}}}});
+        ok = emit(sink, "response.function_call_arguments.done",
+                  {{"item_id", st->item_id}, {"output_index", index}, {"name", st->call_name}, {"arguments", st->text}});
+        break;
+    }
+    ok = ok && emit(sink, "response.output_item.done", {{"output_index", index}, {"item", item}});
+    st->output.push_back(item);
+    st->open = ResponseStream::Open::kNone;
+    st->text.clear();
+    return ok;
+  };
+  // Opens an item of `kind` unless one is open already.
+  auto open_item = [st, emit, close_item](httplib::DataSink& sink, ResponseStream::Open kind, const std::string& name) {
+    if (st->open == kind && kind != ResponseStream::Open::kCall) return true;
+    if (!close_item(sink)) return false;
+    const int64_t index = int64_t(st->output.size());
+    st->open = kind;
+    st->text.clear();
+    json item;
+    if (kind == ResponseStream::Open::kReasoning) {
+      st->item_id = random_id("rs_");
+      item = json{{"type", "reasoning"}, {"id", st->item_id}, {"summary", json::array()}, {"content", json::array()}};
+      return emit(sink, "response.output_item.added", {{"output_index", index}, {"item", item}});
+    }
+    if (kind == ResponseStream::Open::kMessage) {
+      st->item_id = random_id("msg_");
+      item = json{{"type", "message"}, {"id", st->item_id}, {"status", "in_progress"}, {"role", "assistant"},
+                  {"content", json::array()}};
+      return emit(sink, "response.output_item.added", {{"output_index", index}, {"item", item}}) &&
+             emit(sink, "response.content_part.added",
+                  {{"item_id", st->item_id}, {"output_index", index}, {"content_index", 0},
+                   {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}, {"logprobs", json::array()}}}});
+    }
+    st->item_id = random_id("fc_");
+    st->call_id = random_id("call_");
+    st->call_name = name;
+    item = OutputBuilder::call_item(st->item_id, st->call_id, name, "", "in_progress");
+    return emit(sink, "response.output_item.added", {{"output_index", index}, {"item", item}});
+  };
+
+  auto job = std::make_shared<SseJob>();
+  job->stream = stream;
+  job->on_start = [st, emit](httplib::DataSink& sink) {
+    return emit(sink, "response.created", {{"response", st->response}}) &&
+           emit(sink, "response.in_progress", {{"response", st->response}});
+  };
+  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev) {
+    if (ev.finish_reason == FinishReason::kError) {
+      json r = st->response;
+      r["status"] = "failed";
+      r["error"] = json{{"code", error_code_name(ev.error.code)}, {"message", ev.error.message}};
+      return emit(sink, "response.failed", {{"response", r}});
+    }
+    std::string text = st->decoder->push(ev.tokens);
+    if (ev.finished) text += st->decoder->finish();
+    std::vector<chat::ChatEvent> events = st->parser->feed(text);
+    if (ev.finished) st->parser->finish(events);
+    for (const chat::ChatEvent& e : events) {
+      const int64_t index = int64_t(st->output.size());
+      bool ok = true;
+      switch (e.kind) {
+        case chat::ChatEventKind::Reasoning:
+          ok = open_item(sink, ResponseStream::Open::kReasoning, "") &&
+               emit(sink, "response.reasoning_text.delta",
+                    {{"item_id", st->item_id}, {"output_index", index}, {"content_index", 0}, {"delta", e.text}});
+          st->text += e.text;
+          st->reasoning_all += e.text;
+          break;
+        case chat::ChatEventKind::Content:
+          ok = open_item(sink, ResponseStream::Open::kMessage, "") &&
+               emit(sink, "response.output_text.delta",
+                    {{"item_id", st->item_id}, {"output_index", index}, {"content_index", 0}, {"delta", e.text},
+                     {"logprobs", json::array()}});
+          st->text += e.text;
+          st->content_all += e.text;
+          break;
+        case chat::ChatEventKind::ToolCallBegin: ok = open_item(sink, ResponseStream::Open::kCall, e.text); break;
+        case chat::ChatEventKind::ToolCallArguments:
+          ok = emit(sink, "response.function_call_arguments.delta",
+                    {{"item_id", st->item_id}, {"output_index", index}, {"delta", e.text}});
+          st->text += e.text;
+          break;
+        case chat::ChatEventKind::ToolCallEnd: ok = close_item(sink); break;
+        case chat::ChatEventKind::Error: log_warn("responses output: %s", e.text.c_str()); break;
+      }
+      if (!ok) return false;
+    }
+    if (!ev.finished) return true;
+    if (st->output.empty() && st->open == ResponseStream::Open::kNone &&
+        !open_item(sink, ResponseStream::Open::kMessage, ""))
+      return false;  // an empty answer is still one (empty) message, as without streaming
+    if (!close_item(sink)) return false;
+    json r = st->response;
+    finish_response(r, ev, st->output, st->reasoning_tokens);
+    if (store) {
+      Json saved = convo;
+      saved.push_back(Json::parse(assistant_message(st->content_all, st->reasoning_all, st->calls).dump()));
+      store_ptr->put(id, ResponseStore::Entry{std::move(saved), r});
+    }
+    return emit(sink, r["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", r}});
+  };
+  start_sse(res, job, o.sse_keepalive);
+}
+
+void handle_response_get(const Backend& b, const std::string& id, httplib::Response& res) {
+  auto e = b.responses->get(id);
+  if (!e) throw ApiError(ErrorCode::kNotFound, "no stored response '" + id + "'");
+  send_json(res, e->response);
+}
+
+void handle_response_delete(const Backend& b, const std::string& id, httplib::Response& res) {
+  if (!b.responses->erase(id)) throw ApiError(ErrorCode::kNotFound, "no stored response '" + id + "'");
+  send_json(res, json{{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+}
+
+}  // namespace deepinfer::server
