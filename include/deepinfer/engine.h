@@ -101,7 +101,9 @@ class Engine {
   // max_model_len, sampling parameters valid.
   virtual Status validate(const GenerateRequest& request) const = 0;
   // Never throws: an invalid request yields a stream whose only event is a kError finish.
-  virtual std::shared_ptr<RequestStream> submit(GenerateRequest request) = 0;
+  std::shared_ptr<RequestStream> submit(GenerateRequest request) { return submit(std::move(request), nullptr); }
+  // The same, and every event of the request also wakes `waiter` (null: none).
+  virtual std::shared_ptr<RequestStream> submit(GenerateRequest request, std::shared_ptr<StreamWaiter> waiter) = 0;
   virtual EngineStats stats() const = 0;
 };
 

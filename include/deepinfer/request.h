@@ -1,6 +1,10 @@
 // A generation request and the events streamed back for it.
 #pragma once
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -8,6 +12,21 @@
 #include "deepinfer/status.h"
 
 namespace deepinfer {
+
+// Lets one reader wait on several requests at once (n > 1 choices, a list of prompts):
+// every event delivered to a request submitted with this waiter (Engine::submit) also
+// wakes wait().
+class StreamWaiter {
+ public:
+  void notify();
+  // True once notify() was called since the previous wait() returned; false on timeout.
+  bool wait(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool pending_ = false;
+};
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included if wanted
@@ -39,6 +58,9 @@ struct Usage {
 // has finished == true; after it the stream delivers nothing more.
 struct StreamEvent {
   std::vector<GeneratedToken> tokens;
+  // prompt_logprobs requests: prompt tokens 1, 2, ... with their logprobs, in order over the
+  // events (token 0 has none); all of them come before the first generated token.
+  std::vector<GeneratedToken> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_string;  // the stop string that ended generation, if any

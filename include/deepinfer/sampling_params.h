@@ -40,7 +40,7 @@ class TokenConstraint {
 };
 
 struct SamplingParams {
-  int64_t max_tokens = -1;  // -1: until the context is full
+  int64_t max_tokens = -1;  // -1: until the context is full; 0: run the prompt only (prompt_logprobs)
   float temperature = 1.0f;  // 0: greedy
   float top_p = 1.0f;        // (0, 1]
   int32_t top_k = 0;         // 0 or -1: off
@@ -54,6 +54,11 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = -1;  // -1: none; N >= 0: the sampled token's logprob and N alternatives (N <= 20)
+  // -1: none; N >= 0: every prompt token after the first gets its logprob under the model
+  // (the raw log-softmax of the logits row before it, no sampling steps applied) and the N
+  // most likely alternatives (N <= 20), as vLLM's prompt_logprobs. Such a request computes
+  // the logits of every prompt row and never resumes from a prefix-cache snapshot.
+  int32_t prompt_logprobs = -1;
   std::shared_ptr<TokenConstraint> constraint;  // null: none (the server builds these)
 
   Status validate(int64_t vocab_size) const;

@@ -43,8 +43,7 @@ bool finite(float v) { return std::isfinite(v); }
 }  // namespace
 
 Status SamplingParams::validate(int64_t vocab_size) const {
-  if (max_tokens != -1 && max_tokens < 1)
-    return bad("max_tokens", "max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  if (max_tokens < -1) return bad("max_tokens", "max_tokens must be at least 0, got " + std::to_string(max_tokens));
   if (!finite(temperature) || temperature < 0.0f)
     return bad("temperature", "temperature must be a finite number >= 0");
   if (!finite(top_p) || top_p <= 0.0f || top_p > 1.0f) return bad("top_p", "top_p must be in (0, 1]");
@@ -65,7 +64,24 @@ Status SamplingParams::validate(int64_t vocab_size) const {
     if (tok < 0 || tok >= vocab_size)
       return bad("stop_token_ids", "stop token id " + std::to_string(tok) + " is outside the vocabulary");
   if (logprobs < -1 || logprobs > 20) return bad("logprobs", "logprobs must be between 0 and 20");
+  if (prompt_logprobs < -1 || prompt_logprobs > 20)
+    return bad("prompt_logprobs", "prompt_logprobs must be between 0 and 20");
   return {};
+}
+
+void StreamWaiter::notify() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool StreamWaiter::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const bool got = cv_.wait_for(lk, timeout, [&] { return pending_; });
+  pending_ = false;
+  return got;
 }
 
 void Histogram::observe(double v) {

@@ -37,6 +37,7 @@ struct Inbox {
 
 void merge_into(StreamEvent& out, StreamEvent&& ev) {
   for (auto& t : ev.tokens) out.tokens.push_back(std::move(t));
+  for (auto& t : ev.prompt_logprobs) out.prompt_logprobs.push_back(std::move(t));
   out.finished = ev.finished;
   out.finish_reason = ev.finish_reason;
   if (!ev.stop_string.empty()) out.stop_string = std::move(ev.stop_string);
@@ -47,7 +48,8 @@ void merge_into(StreamEvent& out, StreamEvent&& ev) {
 
 class Stream final : public RequestStream, public EventSink {
  public:
-  Stream(uint64_t id, std::weak_ptr<Inbox> inbox) : id_(id), inbox_(std::move(inbox)) {}
+  Stream(uint64_t id, std::weak_ptr<Inbox> inbox, std::shared_ptr<StreamWaiter> waiter)
+      : id_(id), inbox_(std::move(inbox)), waiter_(std::move(waiter)) {}
 
   void push(StreamEvent&& ev) override {
     {
@@ -55,6 +57,7 @@ class Stream final : public RequestStream, public EventSink {
       queue_.push_back(std::move(ev));
     }
     cv_.notify_all();
+    if (waiter_) waiter_->notify();
   }
 
   std::optional<StreamEvent> next(std::chrono::milliseconds timeout) override {
@@ -84,6 +87,7 @@ class Stream final : public RequestStream, public EventSink {
  private:
   const uint64_t id_;
   std::weak_ptr<Inbox> inbox_;
+  std::shared_ptr<StreamWaiter> waiter_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> queue_;
@@ -110,9 +114,10 @@ class EngineImpl final : public Engine {
   const EngineInfo& info() const override { return info_; }
   Status validate(const GenerateRequest& request) const override { return core_.validate(request); }
 
-  std::shared_ptr<RequestStream> submit(GenerateRequest request) override {
+  using Engine::submit;
+  std::shared_ptr<RequestStream> submit(GenerateRequest request, std::shared_ptr<StreamWaiter> waiter) override {
     const uint64_t id = next_id_.fetch_add(1);
-    auto stream = std::make_shared<Stream>(id, inbox_);
+    auto stream = std::make_shared<Stream>(id, inbox_, std::move(waiter));
     {
       std::lock_guard<std::mutex> lk(inbox_->mu);
       inbox_->submits.push_back({id, std::move(request), stream, Clock::now()});

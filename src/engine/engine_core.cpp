@@ -188,8 +188,11 @@ int64_t EngineCore::step() {
       r.t_scheduled = now;
       stats_.queue_seconds.observe(seconds(now - r.t_arrival));
     }
+    // Prompt rows whose logprobs are still owed need every row of the chunk.
+    const bool all_rows = r.params.prompt_logprobs >= 0 && r.next_prompt_logprob < r.n_prompt &&
+                          r.num_computed < r.n_prompt;
     chunks_.push_back({r.id, r.tokens.data() + r.num_computed, s.n_tokens, r.num_computed,
-                       r.num_computed + s.n_tokens == r.num_tokens(), scheduler_.kv().pages(r.id),
+                       r.num_computed + s.n_tokens == r.num_tokens(), all_rows, scheduler_.kv().pages(r.id),
                        scheduler_.kv().fixed(r.id)});
     n_run += s.n_tokens;
   }
@@ -205,11 +208,33 @@ int64_t EngineCore::step() {
   size_t row = 0;
   for (size_t i = 0; i < sched.size(); ++i) {
     Request& r = *sched[i].req;
+    const ScheduledChunk& c = chunks_[i];
     r.num_computed += sched[i].n_tokens;
-    if (!chunks_[i].want_logits) continue;
-    const float* lr = logits_.data() + row++ * V;
-    if (on_logits) on_logits(r.id, r.num_tokens(), lr);
     StreamEvent ev;
+    if (c.all_rows) {
+      // Row j follows token pos0 + j: it scores prompt token pos0 + j + 1.
+      for (int64_t j = 0; j < c.n_tokens; ++j) {
+        const int64_t target = c.pos0 + j + 1;
+        if (target != r.next_prompt_logprob || target >= r.n_prompt) continue;
+        ev.prompt_logprobs.push_back(raw_logprob(logits_.data() + (row + size_t(j)) * V, V,
+                                                 r.tokens[size_t(target)], r.params.prompt_logprobs, scratch_));
+        ++r.next_prompt_logprob;
+      }
+      row += size_t(c.n_tokens) - (c.want_logits ? 1 : 0);
+    }
+    if (!c.want_logits) {
+      if (!ev.prompt_logprobs.empty()) {
+        ev.usage = usage_of(r);
+        r.sink->push(std::move(ev));
+      }
+      continue;
+    }
+    const float* lr = logits_.data() + row++ * V;
+    if (r.max_new_tokens == 0) {  // a prompt-only request (max_tokens 0): nothing to sample
+      finish(r, FinishReason::kLength, std::move(ev));
+      continue;
+    }
+    if (on_logits) on_logits(r.id, r.num_tokens(), lr);
     if (sample_next(r, lr, ev)) {
       finish(r, ev.finish_reason, std::move(ev));
     } else {

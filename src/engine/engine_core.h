@@ -67,6 +67,7 @@ class EngineCore {
   uint64_t next_arrival_ = 0;
   std::vector<float> logits_;
   std::vector<ScheduledChunk> chunks_;
+  std::vector<int32_t> scratch_;
   EngineStats stats_;
 };
 

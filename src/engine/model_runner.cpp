@@ -59,7 +59,7 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
   if (!arena_) throw std::logic_error("runner: run before bind_kv");
   const int64_t V = vocab_size();
   size_t n_want = 0;
-  for (const ScheduledChunk& c : chunks) n_want += c.want_logits ? 1 : 0;
+  for (const ScheduledChunk& c : chunks) n_want += c.all_rows ? size_t(c.n_tokens) : c.want_logits ? 1 : 0;
   logits_rows.resize(n_want * size_t(V));
   std::vector<v4::SequenceChunk> batch;
   batch.reserve(chunks.size());
@@ -79,8 +79,10 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
                              std::to_string(c.pages.size()) + " KV pages for " + std::to_string(c.pos0 + c.n_tokens) +
                              " tokens");
     st.adopt_pages(c.pages);
-    float* out = c.want_logits ? logits_rows.data() + (row++) * size_t(V) : nullptr;
-    batch.push_back(v4::SequenceChunk{c.tokens, c.n_tokens, &st, out, false});
+    const size_t n_rows = c.all_rows ? size_t(c.n_tokens) : c.want_logits ? 1 : 0;
+    float* out = n_rows ? logits_rows.data() + row * size_t(V) : nullptr;
+    row += n_rows;
+    batch.push_back(v4::SequenceChunk{c.tokens, c.n_tokens, &st, out, c.all_rows});
   }
   model_->forward_batch(batch, num_);
 }

@@ -39,6 +39,7 @@ struct Request {
   int64_t num_cached = 0;        // prompt tokens that came from a prefix-cache snapshot
   bool prefix_checked = false;   // looked up once per admission
   int64_t n_preemptions = 0;
+  int64_t next_prompt_logprob = 1;  // prompt_logprobs: the next prompt position to report (kept over preemption)
 
   Rng rng;
   PenaltyState penalties;

@@ -24,6 +24,7 @@ struct ScheduledChunk {
   int64_t n_tokens = 0;
   int64_t pos0 = 0;                 // == the tokens the sequence's state holds already
   bool want_logits = false;         // the chunk reaches the end of the known tokens: sample after it
+  bool all_rows = false;            // a logits row after every token of the chunk (prompt logprobs)
   std::span<const int32_t> pages;   // the sequence's page table (block ids), pages_for(pos0 + n_tokens) or more
   std::span<const int32_t> fixed;   // its fixed blocks (spec.fixed_blocks ids, the same for the life of its state)
 };
@@ -59,8 +60,10 @@ class Runner {
     (void)n_blocks;
   }
   // Advances each chunk's sequence (a sequence seen for the first time starts empty) and
-  // writes one logits row per chunk with want_logits, in chunk order: logits_rows becomes
-  // [n_wanted, vocab]. Throws on failure; the engine then fails the step's requests.
+  // writes its logits rows, in chunk order: n_tokens rows for a chunk with all_rows (row j
+  // after token j; the last one is the sampling row if want_logits), else one row for a
+  // chunk with want_logits, else none. Throws on failure; the engine then fails the step's
+  // requests.
   virtual void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) = 0;
   virtual void apply(const StateOp& op) = 0;
 };

@@ -16,6 +16,29 @@ struct ByValueDesc {
 };
 }  // namespace
 
+GeneratedToken raw_logprob(const float* logits, int64_t vocab, int32_t token, int32_t n_top,
+                           std::vector<int32_t>& scratch) {
+  auto val = [&](int64_t i) { return std::isnan(logits[i]) ? kNegInf : logits[i]; };
+  float m = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) m = std::max(m, val(i));
+  double z = 0.0;
+  if (m != kNegInf)
+    for (int64_t i = 0; i < vocab; ++i) z += std::exp(double(val(i)) - double(m));
+  const double lse = m == kNegInf ? 0.0 : double(m) + std::log(z);
+  auto lp = [&](int64_t i) { return val(i) == kNegInf ? kNegInf : float(double(val(i)) - lse); };
+  GeneratedToken g;
+  g.token = token;
+  g.logprob = lp(token);
+  const int64_t n = std::min<int64_t>(std::max(n_top, 0), vocab);
+  if (n == 0) return g;
+  scratch.resize(size_t(vocab));
+  for (int32_t i = 0; i < vocab; ++i) scratch[size_t(i)] = i;
+  auto better = [&](int32_t a, int32_t b) { return val(a) > val(b) || (val(a) == val(b) && a < b); };
+  std::partial_sort(scratch.begin(), scratch.begin() + n, scratch.end(), better);
+  for (int64_t k = 0; k < n; ++k) g.top.push_back({scratch[size_t(k)], lp(scratch[size_t(k)])});
+  return g;
+}
+
 double rng_uniform(Rng& rng) { return double(rng() >> 11) * 0x1.0p-53; }
 
 Sampler::Sampler(int64_t vocab_size)

@@ -32,6 +32,12 @@ struct SampleResult {
   std::vector<TokenLogprob> top;
 };
 
+// The raw logprob of `token` under one logits row (log-softmax, nothing applied) and the
+// n_top most likely tokens, best first (ties to the lower id). NaN logits count as -inf.
+// `scratch` is reused between calls.
+GeneratedToken raw_logprob(const float* logits, int64_t vocab, int32_t token, int32_t n_top,
+                           std::vector<int32_t>& scratch);
+
 class Sampler {
  public:
   explicit Sampler(int64_t vocab_size);

@@ -145,7 +145,8 @@ void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bo
 // snapshots other than its hit frees); never preempts running requests for a newcomer.
 bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
   std::optional<kv::PrefixCache::Hit> hit;
-  if (cache_.max_entries() > 0 && r->num_computed == 0) hit = cache_.lookup(r->tokens);
+  // A prompt_logprobs request needs every prompt row computed, so it starts from scratch.
+  if (cache_.max_entries() > 0 && r->num_computed == 0 && r->params.prompt_logprobs < 0) hit = cache_.lookup(r->tokens);
   std::optional<uint64_t> keep;
   if (hit) keep = hit->snapshot_id;
   const int64_t start = hit ? hit->n_tokens : 0;

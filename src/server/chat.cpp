@@ -7,6 +7,7 @@
 #include "server/errors.h"
 #include "server/params.h"
 #include "server/routes.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat/output_parser.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +44,7 @@ struct ChatStreamState {
   std::unique_ptr<TextDecoder> decoder;
   std::vector<std::string> call_ids;
   bool any_call = false;
+  Usage usage;
 };
 
 json delta_of(ChatStreamState& st, const std::vector<chat::ChatEvent>& events) {
@@ -95,15 +97,28 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   const json body = parse_body(req.body);
   check_model(body, b);
   const RequestOptions ro = parse_request_options(body, Api::kChat);
-  const bool skip_special = get_bool(body, "skip_special_tokens").value_or(false);  // the parser needs </think>
-  const ChatPrompt cp = build_chat_prompt(b, chat::Json::parse(req.body));
-  GenerateRequest g{cp.ids, ro.sampling};
-  g.params.constraint = cp.constraint;
-  const Status s = b.engine->validate(g);
-  if (!s.ok()) throw ApiError(s);
-  const std::vector<std::string> stops = g.params.stop;
-  const bool logprobs = g.params.logprobs >= 0;
-  auto stream = b.engine->submit(std::move(g));
+  // Special tokens are hidden by default (vLLM's default); the parser's own markers
+  // (</think>, DSML) are never hidden (chat_hidden_tokens).
+  const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
+  const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
+  const chat::Json cbody = chat::Json::parse(req.body);
+  const ChatPrompt cp = build_chat_prompt(b, cbody);
+  const int64_t n = ro.n;
+  std::vector<GenerateRequest> gens;
+  auto waiter = std::make_shared<StreamWaiter>();
+  for (int64_t j = 0; j < n; ++j) {
+    GenerateRequest g{cp.ids, ro.sampling};
+    // A constraint holds one request's state: each choice gets its own.
+    g.params.constraint = j == 0 ? cp.constraint : output_constraint(b, cbody, cp.family, cp.thinking);
+    if (g.params.seed) g.params.seed = *g.params.seed + uint64_t(j);
+    const Status s = b.engine->validate(g);
+    if (!s.ok()) throw ApiError(s);
+    gens.push_back(std::move(g));
+  }
+  const std::vector<std::string> stops = ro.sampling.stop;
+  const bool logprobs = ro.sampling.logprobs >= 0;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (auto& g : gens) streams.push_back(b.engine->submit(std::move(g), waiter));
   const std::string id = random_id("chatcmpl-");
   const int64_t created = unix_time();
   auto envelope = [bp, id, created](const char* object) {
@@ -111,59 +126,78 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   };
 
   if (!ro.stream) {
-    Collected c = collect(*stream);
-    TextDecoder dec(b, stops, skip_special);
-    std::string text = dec.push(c.tokens);
-    text += dec.finish();  // after push: the order of operands of + is unspecified
-    const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
-    for (const auto& e : out.errors) log_warn("chat output: %s", e.c_str());
-    json choice = {{"index", 0},
-                   {"message", message_of(out, cp.thinking)},
-                   {"logprobs", logprobs ? chat_logprobs(b, c.tokens) : json(nullptr)},
-                   {"finish_reason", finish_name(c.last, !out.tool_calls.empty())}};
+    std::vector<Collected> all = collect_all(streams);
+    json choices = json::array();
+    Usage total;
+    for (size_t j = 0; j < all.size(); ++j) {
+      const Collected& c = all[j];
+      TextDecoder dec(b, stops, skip_special, hidden);
+      std::string text = dec.push(c.tokens);
+      text += dec.finish();  // after push: the order of operands of + is unspecified
+      const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
+      for (const auto& e : out.errors) log_warn("chat output: %s", e.c_str());
+      choices.push_back({{"index", j},
+                         {"message", message_of(out, cp.thinking)},
+                         {"logprobs", logprobs ? chat_logprobs(b, c.tokens) : json(nullptr)},
+                         {"finish_reason", finish_name(c.last, !out.tool_calls.empty())}});
+      if (j == 0) total = c.last.usage;
+      else total.completion_tokens += c.last.usage.completion_tokens;  // the prompt counts once
+    }
     json r = envelope("chat.completion");
-    r["choices"] = json::array({choice});
-    r["usage"] = usage_json(c.last.usage);
+    r["choices"] = std::move(choices);
+    r["usage"] = usage_json(total);
     send_json(res, r);
     return;
   }
 
-  auto st = std::make_shared<ChatStreamState>();
-  st->parser = std::make_unique<chat::OutputParser>(cp.family, cp.thinking);
-  st->decoder = std::make_unique<TextDecoder>(b, stops, skip_special);
+  auto states = std::make_shared<std::vector<ChatStreamState>>(size_t(n));
+  for (auto& st : *states) {
+    st.parser = std::make_unique<chat::OutputParser>(cp.family, cp.thinking);
+    st.decoder = std::make_unique<TextDecoder>(b, stops, skip_special, hidden);
+  }
   auto job = std::make_shared<SseJob>();
-  job->stream = stream;
-  auto chunk = [envelope](json delta, json finish, json lp) {
+  job->streams = streams;
+  job->waiter = waiter;
+  auto chunk = [envelope](size_t index, json delta, json finish, json lp) {
     json c = envelope("chat.completion.chunk");
-    c["choices"] = json::array({json{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(lp)},
+    c["choices"] = json::array({json{{"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(lp)},
                                      {"finish_reason", std::move(finish)}}});
     return c;
   };
-  job->on_start = [chunk](httplib::DataSink& sink) {
-    return sse_write(sink, chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+  job->on_start = [chunk, n](httplib::DataSink& sink) {
+    for (size_t j = 0; j < size_t(n); ++j)
+      if (!sse_write(sink, chunk(j, json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return false;
+    return true;
+  };
+  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev, size_t j) {
+    ChatStreamState& st = (*states)[j];
+    std::string text = st.decoder->push(ev.tokens);
+    if (ev.finished) text += st.decoder->finish();
+    std::vector<chat::ChatEvent> events = st.parser->feed(text);
+    if (ev.finished) st.parser->finish(events);
+    json delta = delta_of(st, events);
+    const json lp = logprobs ? chat_logprobs(*bp, ev.tokens) : json(nullptr);
+    if (ev.finished) st.usage = ev.usage;
+    if (!delta.empty() || ev.finished || logprobs) {
+      const json finish = ev.finished ? json(finish_name(ev, st.any_call)) : json(nullptr);
+      if (!sse_write(sink, chunk(j, std::move(delta), finish, lp))) return false;
+    }
+    return true;
   };
   const bool usage = ro.include_usage;
-  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev) {
-    if (ev.finish_reason == FinishReason::kError)
-      return sse_write_raw(sink, "data: " + error_json(ev.error) + "\n\n") && sse_write_raw(sink, "data: [DONE]\n\n");
-    std::string text = st->decoder->push(ev.tokens);
-    if (ev.finished) text += st->decoder->finish();
-    std::vector<chat::ChatEvent> events = st->parser->feed(text);
-    if (ev.finished) st->parser->finish(events);
-    json delta = delta_of(*st, events);
-    const json lp = logprobs ? chat_logprobs(*bp, ev.tokens) : json(nullptr);
-    if (!delta.empty() || ev.finished || logprobs) {
-      const json finish = ev.finished ? json(finish_name(ev, st->any_call)) : json(nullptr);
-      if (!sse_write(sink, chunk(std::move(delta), finish, lp))) return false;
-    }
-    if (!ev.finished) return true;
+  job->on_end = [=](httplib::DataSink& sink) {
     if (usage) {
+      Usage total = (*states)[0].usage;
+      for (size_t j = 1; j < states->size(); ++j) total.completion_tokens += (*states)[j].usage.completion_tokens;
       json u = envelope("chat.completion.chunk");
       u["choices"] = json::array();
-      u["usage"] = usage_json(ev.usage);
+      u["usage"] = usage_json(total);
       if (!sse_write(sink, u)) return false;
     }
     return sse_write_raw(sink, "data: [DONE]\n\n");
+  };
+  job->on_error = [](httplib::DataSink& sink, const Status& s) {
+    return sse_write_raw(sink, "data: " + error_json(s) + "\n\n") && sse_write_raw(sink, "data: [DONE]\n\n");
   };
   start_sse(res, job, o.sse_keepalive);
 }

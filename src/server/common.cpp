@@ -1,11 +1,13 @@
 #include "server/common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "core/log.h"
 #include "server/errors.h"
 #include "server/http_io.h"
+#include "tokenizer/chat/encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {
@@ -56,7 +58,9 @@ std::string token_text(const Backend& b, int32_t id) {
   return b.tokenizer->token_bytes(id);
 }
 
-TextDecoder::TextDecoder(const Backend& b, std::vector<std::string> stops, bool skip_special_tokens) {
+TextDecoder::TextDecoder(const Backend& b, std::vector<std::string> stops, bool skip_special_tokens,
+                         std::vector<int32_t> hidden)
+    : hidden_(std::move(hidden)) {
   if (b.tokenizer)
     dec_ = std::make_unique<tokenizer::StreamingDecoder>(*b.tokenizer, std::move(stops), skip_special_tokens);
 }
@@ -65,7 +69,7 @@ std::string TextDecoder::push(const std::vector<GeneratedToken>& tokens) {
   std::string out;
   if (!dec_ || stopped_) return out;
   for (const GeneratedToken& t : tokens) {
-    if (t.is_stop_token) continue;
+    if (t.is_stop_token || std::binary_search(hidden_.begin(), hidden_.end(), t.token)) continue;
     auto r = dec_->push(t.token);
     out += r.text;
     if (r.stopped) {
@@ -74,6 +78,17 @@ std::string TextDecoder::push(const std::vector<GeneratedToken>& tokens) {
     }
   }
   return out;
+}
+
+std::vector<int32_t> chat_hidden_tokens(const Backend& b) {
+  std::vector<int32_t> ids;
+  if (!b.tokenizer) return ids;
+  for (const auto& t : b.tokenizer->added_tokens()) {
+    if (t.content == chat::kThinkStart || t.content == chat::kThinkEnd || t.content == chat::kDsml) continue;
+    ids.push_back(t.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 std::string TextDecoder::finish() {
@@ -93,6 +108,7 @@ Collected collect(RequestStream& stream) {
     }
     if (!ev) continue;
     for (auto& t : ev->tokens) c.tokens.push_back(std::move(t));
+    for (auto& t : ev->prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
     if (!ev->finished) continue;
     if (ev->finish_reason == FinishReason::kError) throw ApiError(ev->error);
     c.last = std::move(*ev);
@@ -100,11 +116,59 @@ Collected collect(RequestStream& stream) {
   }
 }
 
+std::vector<Collected> collect_all(const std::vector<std::shared_ptr<RequestStream>>& streams) {
+  std::vector<Collected> out;
+  try {
+    for (const auto& s : streams) out.push_back(collect(*s));
+  } catch (...) {
+    for (const auto& s : streams) s->cancel();  // finished ones ignore it
+    throw;
+  }
+  return out;
+}
+
 bool sse_write_raw(httplib::DataSink& sink, const std::string& s) { return sink.write(s.data(), s.size()); }
 
 bool sse_write(httplib::DataSink& sink, const json& j) { return sse_write_raw(sink, "data: " + dump(j) + "\n\n"); }
 
 namespace {
+
+// An event of job.streams[i]: written out, and the response ended after the last one.
+bool sse_handle(SseJob& job, httplib::DataSink& sink, StreamEvent& ev, size_t i) {
+  if (ev.finish_reason == FinishReason::kError) {
+    job.done = true;
+    job.cancel_all();
+    const bool ok = job.on_error(sink, ev.error);
+    if (ok) sink.done();
+    return ok;
+  }
+  if (!job.on_event(sink, ev, i)) {
+    job.cancel_all();
+    return false;
+  }
+  if (ev.finished) job.finished[i] = true;
+  for (bool f : job.finished)
+    if (!f) return true;
+  job.done = true;
+  if (job.on_end && !job.on_end(sink)) return false;
+  sink.done();
+  return true;
+}
+
+// The next event of any unfinished request, polling from job.next; nullopt if none is queued.
+std::optional<StreamEvent> poll(SseJob& job, size_t* index) {
+  const size_t n = job.streams.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (job.next + k) % n;
+    if (job.finished[i]) continue;
+    if (auto ev = job.streams[i]->next(std::chrono::milliseconds(0))) {
+      job.next = (i + 1) % n;
+      *index = i;
+      return ev;
+    }
+  }
+  return std::nullopt;
+}
 
 // One call of the content provider: the opening chunks, then one engine event (or a
 // keep-alive comment when none came within `keepalive`).
@@ -115,27 +179,30 @@ bool sse_step(SseJob& job, httplib::DataSink& sink, std::chrono::milliseconds ke
   }
   if (!job.started) {
     job.started = true;
+    job.finished.assign(job.streams.size(), false);
     if (job.on_start && !job.on_start(sink)) {
-      job.stream->cancel();
+      job.cancel_all();
       return false;
     }
   }
-  auto ev = job.stream->next(keepalive);
+  size_t index = 0;
+  std::optional<StreamEvent> ev;
+  if (job.streams.size() == 1 || !job.waiter) {
+    ev = job.streams[0]->next(keepalive);
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + keepalive;
+    while (!(ev = poll(job, &index))) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      job.waiter->wait(left);
+    }
+  }
   if (!ev) {
     if (sse_write_raw(sink, ": keep-alive\n\n")) return true;
-    job.stream->cancel();
+    job.cancel_all();
     return false;
   }
-  const bool last = ev->finished;
-  if (!job.on_event(sink, *ev)) {
-    job.stream->cancel();
-    return false;
-  }
-  if (last) {
-    job.done = true;
-    sink.done();
-  }
-  return true;
+  return sse_handle(job, sink, *ev, index);
 }
 
 }  // namespace
@@ -152,12 +219,12 @@ void start_sse(httplib::Response& res, std::shared_ptr<SseJob> job, std::chrono:
           return sse_step(*job, sink, keepalive);
         } catch (const std::exception& e) {
           log_warn("SSE stream failed: %s", e.what());
-          job->stream->cancel();
+          job->cancel_all();
           return false;
         }
       },
       [job](bool success) {
-        if (!success) job->stream->cancel();
+        if (!success) job->cancel_all();
       });
 }
 

@@ -36,35 +36,59 @@ std::string token_text(const Backend& b, int32_t id);
 
 // Token ids -> text deltas with stop strings applied (held back while they may still
 // match, cut where they match). Stop tokens (EOS, stop_token_ids) produce no text.
+// `hidden`: further ids that produce no text (sorted; chat_hidden_tokens()).
 class TextDecoder {
  public:
-  TextDecoder(const Backend& b, std::vector<std::string> stops, bool skip_special_tokens);
+  TextDecoder(const Backend& b, std::vector<std::string> stops, bool skip_special_tokens,
+              std::vector<int32_t> hidden = {});
   std::string push(const std::vector<GeneratedToken>& tokens);
   std::string finish();
 
  private:
   std::unique_ptr<tokenizer::StreamingDecoder> dec_;
+  std::vector<int32_t> hidden_;
   bool stopped_ = false;
 };
+
+// Chat and messages output with skip_special_tokens: besides the special tokens, every added
+// token the output parser does not read (role markers, FIM and placeholder tokens that the
+// tokenizer does not flag special) is hidden, so no raw control token reaches a message.
+// Sorted ids; empty without a tokenizer.
+std::vector<int32_t> chat_hidden_tokens(const Backend& b);
 
 // Runs a non-streaming request to its end. Throws ApiError if the request failed.
 struct Collected {
   std::vector<GeneratedToken> tokens;
+  std::vector<GeneratedToken> prompt_logprobs;  // prompt tokens 1.. (prompt_logprobs requests)
   StreamEvent last;  // the final event (finish reason, usage, stop string)
 };
 Collected collect(RequestStream& stream);
+// Several requests (n > 1, a list of prompts), in order. If one fails, the others are
+// cancelled and its ApiError is thrown.
+std::vector<Collected> collect_all(const std::vector<std::shared_ptr<RequestStream>>& streams);
 
-// SSE response driver. on_start writes what goes out before the first event (may be
-// nothing); on_event writes one engine event's chunks (and the closing chunks when the
-// event is the last). Both return false if a write failed: the client is gone, the request
-// is cancelled. While the engine is silent (long prefill), a ": keep-alive" comment goes
-// out every `keepalive`, which also notices a client that left.
+// SSE response driver over one or more requests (several: give them one StreamWaiter, so
+// that an event of any of them wakes the driver). on_start writes what goes out before the
+// first event (may be nothing); on_event writes one engine event of streams[index];
+// on_end writes the closing chunks once every request finished; on_error writes the error
+// when a request fails (the others are then cancelled and the response ends). Each returns
+// false if a write failed: the client is gone, the requests are cancelled. While the engine
+// is silent (long prefill), a ": keep-alive" comment goes out every `keepalive`, which also
+// notices a client that left.
 struct SseJob {
-  std::shared_ptr<RequestStream> stream;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::shared_ptr<StreamWaiter> waiter;
   std::function<bool(httplib::DataSink&)> on_start;
-  std::function<bool(httplib::DataSink&, StreamEvent&)> on_event;
+  std::function<bool(httplib::DataSink&, StreamEvent&, size_t)> on_event;
+  std::function<bool(httplib::DataSink&)> on_end;
+  std::function<bool(httplib::DataSink&, const Status&)> on_error;
+  std::vector<bool> finished;
+  size_t next = 0;  // where the next poll starts, so no request starves the others
   bool started = false;
   bool done = false;
+  void cancel_all() const {
+    for (const auto& s : streams) s->cancel();
+  }
 };
 void start_sse(httplib::Response& res, std::shared_ptr<SseJob> job, std::chrono::milliseconds keepalive);
 bool sse_write(httplib::DataSink& sink, const json& j);

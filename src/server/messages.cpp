@@ -11,6 +11,8 @@
 // The answer is content blocks (thinking, text, tool_use) with Anthropic stop reasons;
 // streaming uses the message_start / content_block_* / message_delta / message_stop events.
 // Errors use Anthropic's {"type": "error", "error": {...}} body with the usual status.
+#include <optional>
+
 #include "core/log.h"
 #include "server/chat_prompt.h"
 #include "server/common.h"
@@ -102,6 +104,25 @@ Json tool_choice(const Json& c) {
       "tool_choice");
 }
 
+// output_config.format (or the beta's top-level output_format) {"type": "json_schema",
+// "schema": S} as OpenAI's response_format, which the chat prompt renders and the structured
+// output machinery enforces. Null when the request asks for no format.
+std::optional<Json> output_format(const Json& a) {
+  const Json* f = nullptr;
+  if (const Json* oc = find_field(a, "output_config")) {
+    if (!oc->is_object()) bad("'output_config' must be an object", "output_config");
+    f = find_field(*oc, "format");
+  }
+  if (!f) f = find_field(a, "output_format");
+  if (!f) return std::nullopt;
+  const Json* type = find_field(*f, "type");
+  if (!f->is_object() || !type || !type->is_string() || *type != "json_schema")
+    bad("output_config.format must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config.format");
+  const Json* schema = find_field(*f, "schema");
+  if (!schema || !schema->is_object()) bad("output_config.format.schema must be an object", "output_config.format");
+  return Json{{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
+}
+
 // The Anthropic request as the OpenAI chat body build_chat_prompt() understands.
 Json to_openai(const Json& a) {
   Json o = Json::object();
@@ -138,6 +159,7 @@ Json to_openai(const Json& a) {
     const std::string type = a["thinking"].value("type", "");
     o["thinking"] = type == "enabled" || type == "adaptive";
   }
+  if (auto f = output_format(a)) o["response_format"] = std::move(*f);
   return o;
 }
 
@@ -215,6 +237,9 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   const json body = parse_body(req.body);
   check_model(body, b);
   const RequestOptions ro = parse_request_options(sampling_body(body), Api::kChat);
+  // Special tokens hidden unless the client asks for them (as in chat).
+  const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
+  const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
   const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
   GenerateRequest g{cp.ids, ro.sampling};
   g.params.constraint = cp.constraint;
@@ -227,7 +252,7 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
 
   if (!ro.stream) {
     Collected c = collect(*stream);
-    TextDecoder dec(b, stops, false);
+    TextDecoder dec(b, stops, skip_special, hidden);
     std::string text = dec.push(c.tokens);
     text += dec.finish();
     const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
@@ -248,9 +273,9 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   }
 
   auto job = std::make_shared<SseJob>();
-  job->stream = stream;
+  job->streams = {stream};
   auto parser = std::make_shared<chat::OutputParser>(cp.family, cp.thinking);
-  auto dec = std::make_shared<TextDecoder>(b, stops, false);
+  auto dec = std::make_shared<TextDecoder>(b, stops, skip_special, hidden);
   auto blocks = std::make_shared<BlockStream>();
   const std::string model = b.model_id;
   job->on_start = [id, model, n_prompt](httplib::DataSink& sink) {
@@ -259,9 +284,10 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
               {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}};
     return event(sink, "message_start", {{"message", m}});
   };
-  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev) {
-    if (ev.finish_reason == FinishReason::kError)
-      return event(sink, "error", {{"error", anthropic_error(ev.error)["error"]}});
+  job->on_error = [](httplib::DataSink& sink, const Status& s) {
+    return event(sink, "error", {{"error", anthropic_error(s)["error"]}});
+  };
+  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev, size_t) {
     std::string text = dec->push(ev.tokens);
     if (ev.finished) text += dec->finish();
     std::vector<chat::ChatEvent> events = parser->feed(text);
@@ -286,6 +312,20 @@ void handle_messages(BackendPtr b, const ServerOptions& o, const httplib::Reques
     messages(std::move(b), o, req, res);
   } catch (const ApiError& e) {
     // Same status as everywhere (errors.cpp); Anthropic's body shape.
+    res.status = http_status(e.status.code);
+    res.set_content(dump(anthropic_error(e.status)), "application/json");
+  }
+}
+
+void handle_count_tokens(BackendPtr bp, const ServerOptions&, const httplib::Request& req, httplib::Response& res) {
+  try {
+    const Backend& b = *bp;
+    const json body = parse_body(req.body);
+    check_model(body, b);
+    // The prompt exactly as /v1/messages would build it (tools, system, thinking, format).
+    const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
+    send_json(res, json{{"input_tokens", cp.ids.size()}});
+  } catch (const ApiError& e) {
     res.status = http_status(e.status.code);
     res.set_content(dump(anthropic_error(e.status)), "application/json");
   }

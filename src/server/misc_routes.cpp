@@ -49,7 +49,13 @@ void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Res
     const int32_t bos = b.engine->info().bos_token_id;
     if (get_bool(body, "add_special_tokens").value_or(true) && (ids.empty() || ids[0] != bos)) ids.insert(ids.begin(), bos);
   }
-  send_json(res, json{{"count", ids.size()}, {"max_model_len", b.engine->info().max_model_len}, {"tokens", ids}});
+  json out = {{"count", ids.size()}, {"max_model_len", b.engine->info().max_model_len}, {"tokens", ids}};
+  if (get_bool(body, "return_token_strs").value_or(false)) {  // vLLM's option
+    json strs = json::array();
+    for (int32_t t : ids) strs.push_back(token_text(b, t));
+    out["token_strs"] = std::move(strs);
+  }
+  send_json(res, out);
 }
 
 void handle_detokenize(const Backend& b, const httplib::Request& req, httplib::Response& res) {

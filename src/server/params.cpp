@@ -72,15 +72,29 @@ void parse_logprobs(const json& body, Api api, SamplingParams& p) {
 }
 
 void reject_unsupported(const json& body, Api api) {
-  if (auto n = get_int(body, "n"); n && *n != 1)
-    throw ApiError(ErrorCode::kInvalidRequest, "only n = 1 is supported", "n");
-  if (auto b = get_int(body, "best_of"); b && *b != 1)
-    throw ApiError(ErrorCode::kInvalidRequest, "only best_of = 1 is supported", "best_of");
   if (api == Api::kCompletions) {
-    if (get_bool(body, "echo").value_or(false))
-      throw ApiError(ErrorCode::kInvalidRequest, "echo is not supported", "echo");
     if (get_string(body, "suffix")) throw ApiError(ErrorCode::kInvalidRequest, "suffix is not supported", "suffix");
+  } else if (auto b = get_int(body, "best_of"); b && *b != 1) {
+    throw ApiError(ErrorCode::kInvalidRequest, "best_of is only supported by /v1/completions", "best_of");
   }
+}
+
+void parse_choices(const json& body, Api api, RequestOptions& r) {
+  const auto n = get_int(body, "n");
+  if (n && (*n < 1 || *n > kMaxSamplesPerRequest))
+    throw ApiError(ErrorCode::kInvalidRequest, "n must be between 1 and " + std::to_string(kMaxSamplesPerRequest), "n");
+  r.n = n.value_or(1);
+  r.best_of = r.n;
+  if (api != Api::kCompletions) return;
+  if (auto b = get_int(body, "best_of")) {
+    if (*b < r.n || *b > kMaxSamplesPerRequest)
+      throw ApiError(ErrorCode::kInvalidRequest,
+                     "best_of must be at least n (" + std::to_string(r.n) + ") and at most " +
+                         std::to_string(kMaxSamplesPerRequest),
+                     "best_of");
+    r.best_of = *b;
+  }
+  r.echo = get_bool(body, "echo").value_or(false);
 }
 
 }  // namespace
@@ -149,8 +163,10 @@ RequestOptions parse_request_options(const json& body, Api api) {
   std::optional<int64_t> max_tokens = get_int(body, "max_tokens");
   if (api == Api::kChat)
     if (auto m = get_int(body, "max_completion_tokens")) max_tokens = m;
-  if (max_tokens && *max_tokens < 1)
-    throw ApiError(ErrorCode::kInvalidRequest, "max_tokens must be at least 1, got " + std::to_string(*max_tokens),
+  const int64_t min_tokens = api == Api::kCompletions ? 0 : 1;
+  if (max_tokens && *max_tokens < min_tokens)
+    throw ApiError(ErrorCode::kInvalidRequest,
+                   "max_tokens must be at least " + std::to_string(min_tokens) + ", got " + std::to_string(*max_tokens),
                    "max_tokens");
   p.max_tokens = max_tokens.value_or(api == Api::kCompletions ? 16 : -1);
   p.temperature = get_float(body, "temperature", 1.0f);
@@ -173,6 +189,7 @@ RequestOptions parse_request_options(const json& body, Api api) {
   r.stream = get_bool(body, "stream").value_or(false);
   if (const json* so = get_object(body, "stream_options")) r.include_usage = get_bool(*so, "include_usage").value_or(false);
   r.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
+  parse_choices(body, api, r);
   return r;
 }
 

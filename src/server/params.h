@@ -35,10 +35,18 @@ struct RequestOptions {
   bool stream = false;
   bool include_usage = false;       // stream_options.include_usage
   bool skip_special_tokens = true;
+  int64_t n = 1;        // choices per prompt
+  int64_t best_of = 1;  // completions: samples drawn per prompt, the n best (cumulative logprob) kept
+  bool echo = false;    // completions: the prompt (and its logprobs) before each choice
 };
 
+// Most samples one request may ask for (prompts x best_of), so one request cannot queue
+// unbounded work.
+constexpr int64_t kMaxSamplesPerRequest = 128;
+
 // The sampling and streaming fields. Defaults: completions max_tokens 16 (OpenAI / vLLM),
-// chat max_tokens unlimited (up to the context).
+// chat max_tokens unlimited (up to the context). Completions accept max_tokens 0 (the
+// prompt is scored, nothing generated), echo and best_of; chat needs max_tokens >= 1.
 RequestOptions parse_request_options(const json& body, Api api);
 
 }  // namespace deepinfer::server

@@ -459,18 +459,18 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
   };
 
   auto job = std::make_shared<SseJob>();
-  job->stream = stream;
+  job->streams = {stream};
   job->on_start = [st, emit](httplib::DataSink& sink) {
     return emit(sink, "response.created", {{"response", st->response}}) &&
            emit(sink, "response.in_progress", {{"response", st->response}});
   };
-  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev) {
-    if (ev.finish_reason == FinishReason::kError) {
-      json r = st->response;
-      r["status"] = "failed";
-      r["error"] = json{{"code", error_code_name(ev.error.code)}, {"message", ev.error.message}};
-      return emit(sink, "response.failed", {{"response", r}});
-    }
+  job->on_error = [st, emit](httplib::DataSink& sink, const Status& error) {
+    json r = st->response;
+    r["status"] = "failed";
+    r["error"] = json{{"code", error_code_name(error.code)}, {"message", error.message}};
+    return emit(sink, "response.failed", {{"response", r}});
+  };
+  job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev, size_t) {
     std::string text = st->decoder->push(ev.tokens);
     if (ev.finished) text += st->decoder->finish();
     std::vector<chat::ChatEvent> events = st->parser->feed(text);

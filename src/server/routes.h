@@ -14,6 +14,8 @@ using BackendPtr = std::shared_ptr<const Backend>;
 void handle_completions(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
 void handle_chat(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
 void handle_messages(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
+// POST /v1/messages/count_tokens (Anthropic): {"input_tokens": N} for a messages body.
+void handle_count_tokens(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
 void handle_models(const Backend& b, httplib::Response& res);
 // GET /v1/models/{id} (the SDKs' models.retrieve): the model object, 404 for another id.
 void handle_model(const Backend& b, const std::string& id, httplib::Response& res);

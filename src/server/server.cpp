@@ -189,6 +189,8 @@ void Server::Impl::install_routes() {
       [this](const Request& req, Response& res) { handle_chat(ready(), opt, req, res); });
   add("POST", "/v1/messages", false, big,
       [this](const Request& req, Response& res) { handle_messages(ready(), opt, req, res); });
+  add("POST", "/v1/messages/count_tokens", false, big,
+      [this](const Request& req, Response& res) { handle_count_tokens(ready(), opt, req, res); });
   add("POST", "/v1/responses", false, big,
       [this](const Request& req, Response& res) { handle_responses(ready(), opt, req, res); });
   add("GET", "/v1/responses/", true, kSmallBodyBytes,

@@ -52,7 +52,7 @@ class FakeRunner final : public Runner {
     last_step.clear();
     std::set<uint64_t> seen;
     int64_t n_want = 0;
-    for (const auto& c : chunks) n_want += c.want_logits;
+    for (const auto& c : chunks) n_want += c.all_rows ? c.n_tokens : c.want_logits;
     rows.assign(size_t(n_want * vocab_), 0.0f);
     int64_t row = 0;
     for (const auto& c : chunks) {
@@ -79,7 +79,12 @@ class FakeRunner final : public Runner {
       stamp(st);
       last_step.push_back({c.seq_id, c.n_tokens});
       tokens_run += c.n_tokens;
-      if (c.want_logits) fill_row(read(st), rows.data() + row++ * vocab_);
+      if (c.all_rows) {  // rows before the last: the history up to each token
+        ++all_rows_chunks;
+        for (int64_t t = 0; t + 1 < c.n_tokens; ++t)
+          fill_row(std::vector<int32_t>(st.tokens.begin(), st.tokens.begin() + c.pos0 + t + 1), rows.data() + row++ * vocab_);
+      }
+      if (c.want_logits || c.all_rows) fill_row(read(st), rows.data() + row++ * vocab_);
     }
   }
 
@@ -101,7 +106,7 @@ class FakeRunner final : public Runner {
   }
 
   int64_t vocab_;
-  int64_t steps = 0, tokens_run = 0, forks = 0;
+  int64_t steps = 0, tokens_run = 0, forks = 0, all_rows_chunks = 0;
   int64_t block_tokens = 0, fixed_blocks = 0, n_pages = 0;
   std::map<uint64_t, Seq> seqs, snaps;
   std::map<int32_t, std::vector<int32_t>> pages;  // the arena: page id -> its block_tokens slots

@@ -174,7 +174,9 @@ TEST(SamplingParams, Validation) {
     mutate(q);
     return q.validate(10).param;
   };
-  EXPECT_EQ(bad([](SamplingParams& q) { q.max_tokens = 0; }), "max_tokens");
+  EXPECT_EQ(bad([](SamplingParams& q) { q.max_tokens = -2; }), "max_tokens");
+  EXPECT_EQ(bad([](SamplingParams& q) { q.prompt_logprobs = 21; }), "prompt_logprobs");
+  EXPECT_EQ(bad([](SamplingParams& q) { q.prompt_logprobs = -2; }), "prompt_logprobs");
   EXPECT_EQ(bad([](SamplingParams& q) { q.max_tokens = -5; }), "max_tokens");
   EXPECT_EQ(bad([](SamplingParams& q) { q.top_p = 1.01f; }), "top_p");
   EXPECT_EQ(bad([](SamplingParams& q) { q.top_p = 0.0f; }), "top_p");

@@ -130,6 +130,30 @@ class Completions(Case):
         nested = self.c.completions.create(model=MODEL, prompt=[ids], max_tokens=8, temperature=0)
         self.assertEqual(nested.choices[0].text, by_text.choices[0].text)
 
+    def test_echo_logprobs_max_tokens_zero_and_prompt_lists(self):
+        # lm-evaluation-harness's loglikelihood request: echo + logprobs + max_tokens 0, a batch.
+        ids = raw_post("/tokenize", {"prompt": "Once upon a time"})["tokens"]
+        r = self.c.completions.create(model=MODEL, prompt=[ids, ids[:3]], echo=True, logprobs=1, max_tokens=0)
+        self.assertEqual([c.index for c in r.choices], [0, 1])
+        for ch, p in zip(r.choices, [ids, ids[:3]]):
+            self.assertEqual(len(ch.logprobs.token_logprobs), len(p))
+            self.assertIsNone(ch.logprobs.token_logprobs[0])
+            self.assertTrue(all(isinstance(v, float) and v <= 0 for v in ch.logprobs.token_logprobs[1:]))
+        # A prefix's scores are the same alone and in the longer prompt.
+        self.assertEqual(r.choices[1].logprobs.token_logprobs[1:], r.choices[0].logprobs.token_logprobs[1:3])
+        self.assertEqual(r.usage.completion_tokens, 0)
+
+    def test_n_and_best_of(self):
+        r = self.c.completions.create(model=MODEL, prompt=["Hello", "Once upon"], n=2, best_of=3, max_tokens=4,
+                                      temperature=1.0, seed=3)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2, 3])
+        streamed = {}
+        for chunk in self.c.completions.create(model=MODEL, prompt=["Hello", "Once upon"], n=2, max_tokens=4,
+                                               temperature=1.0, seed=3, stream=True):
+            for c in chunk.choices:
+                streamed[c.index] = streamed.get(c.index, "") + c.text
+        self.assertEqual(sorted(streamed), [0, 1, 2, 3])
+
     def test_logprobs(self):
         r = self.c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6, temperature=0, logprobs=3)
         lp = r.choices[0].logprobs
@@ -204,6 +228,16 @@ class Chat(Case):
         self.assertFalse(ch.message.tool_calls)
         self.assertEqual(ch.finish_reason, "length")
         self.assertEqual(r.usage.completion_tokens, 8)
+
+    def test_n_choices(self):
+        r = self.c.chat.completions.create(model=MODEL, messages=HI, max_tokens=6, temperature=1.0, seed=1, n=2)
+        self.assertEqual([c.index for c in r.choices], [0, 1])
+        self.assertEqual(r.usage.completion_tokens, 12)
+        seen = set()
+        for chunk in self.c.chat.completions.create(model=MODEL, messages=HI, max_tokens=6, temperature=1.0, seed=1,
+                                                    n=2, stream=True):
+            seen.update(c.index for c in chunk.choices)
+        self.assertEqual(seen, {0, 1})
 
     def test_streaming_with_usage_matches(self):
         whole = self.c.chat.completions.create(model=MODEL, messages=HI, max_tokens=12, temperature=0)
@@ -454,7 +488,7 @@ class Errors(Case):
 
     def test_bad_parameters(self):
         self.bad("max_tokens", max_tokens=0)
-        self.bad("n", n=2)
+        self.bad("n", n=0)
         self.bad("top_logprobs", logprobs=True, top_logprobs=50)
         self.bad("tool_choice", tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
         with self.assertRaises(openai.BadRequestError) as cm:

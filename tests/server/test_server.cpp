@@ -199,7 +199,8 @@ TEST_F(ServerTest, ErrorsHaveStatusAndShape) {
   check(R"({"prompt": "x", "temperature": "hot"})", 400, "invalid_request", "temperature");
   check(R"({"prompt": "x", "stop": 5})", 400, "invalid_request", "stop");
   check(R"({"prompt": [1, 99999]})", 400, "invalid_request", "prompt");
-  check(R"({"prompt": "x", "n": 2})", 400, "invalid_request", "n");
+  check(R"({"prompt": "x", "n": 0})", 400, "invalid_request", "n");
+  check(R"({"prompt": "x", "n": 2, "best_of": 1})", 400, "invalid_request", "best_of");
   check(R"({})", 400, "invalid_request", "prompt");
   check(json{{"prompt", ids(5000, 1)}}.dump(), 400, "context_length_exceeded");
   check(json{{"prompt", ids(100, 1)}, {"max_tokens", 4000}}.dump(), 400, "context_length_exceeded", "max_tokens");

@@ -5,6 +5,10 @@
 // sampling, at most `concurrency` in flight. Reports request and token throughput and
 // TTFT, TPOT (per request: (latency - TTFT) / (output tokens - 1)), ITL (time between
 // streamed chunks carrying tokens) and end-to-end latency: mean, median, p99.
+// Any OpenAI-compatible server can be measured: where chunks carry no token ids (llama-server,
+// vLLM without return_token_ids), a chunk with text counts as one token, and the output
+// token count comes from the final usage (stream_options.include_usage) when the server
+// sends it, else from those chunks.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -49,6 +53,7 @@ Outcome run_one(const std::string& url, const httplib::Headers& headers, const j
   req.body = body.dump();
   std::string buf;
   bool done = false;
+  int64_t counted = 0, usage_output = -1;
   const Clock::time_point t0 = Clock::now();
   Clock::time_point last = t0;
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
@@ -70,12 +75,22 @@ Outcome run_one(const std::string& url, const httplib::Headers& headers, const j
         continue;
       }
       if (j.contains("usage") && j["usage"].is_object()) {
-        o.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
-        o.prompt_tokens = j["usage"].value("prompt_tokens", int64_t(0));
+        const json& u = j["usage"];
+        if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
+          usage_output = u["completion_tokens"].get<int64_t>();
+        if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+          o.prompt_tokens = u["prompt_tokens"].get<int64_t>();
       }
-      if (!j.contains("choices") || j["choices"].empty()) continue;
-      const json& ids = j["choices"][0]["token_ids"];
-      if (!ids.is_array() || ids.empty()) continue;
+      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
+      const json& choice = j["choices"][0];
+      int64_t n_tokens = 0;
+      if (choice.contains("token_ids") && choice["token_ids"].is_array()) {
+        n_tokens = int64_t(choice["token_ids"].size());
+      } else if (choice.contains("text") && choice["text"].is_string() && !choice["text"].get<std::string>().empty()) {
+        n_tokens = 1;  // no ids: one chunk, one token (as vllm bench serve counts)
+      }
+      if (n_tokens == 0) continue;
+      counted += n_tokens;
       const Clock::time_point now = Clock::now();
       if (o.ttft == 0) o.ttft = secs(now - t0);
       else o.itl.push_back(secs(now - last));
@@ -85,8 +100,11 @@ Outcome run_one(const std::string& url, const httplib::Headers& headers, const j
   };
   auto res = cli.send(req);
   o.latency = secs(Clock::now() - t0);
+  o.output_tokens = usage_output >= 0 ? usage_output : counted;
   if (!res) o.error = "connection failed: " + httplib::to_string(res.error());
   else if (res->status != 200 && o.error.empty()) o.error = "HTTP " + std::to_string(res->status) + ": " + res->body;
+  if (o.prompt_tokens == 0 && body.contains("prompt") && body["prompt"].is_array())
+    o.prompt_tokens = int64_t(body["prompt"].size());
   o.ok = o.error.empty() && done && o.ttft > 0;
   if (!o.ok && o.error.empty()) o.error = "stream ended early";
   return o;
@@ -128,11 +146,13 @@ struct Load {
   std::string url;
   httplib::Headers headers;
   long concurrency = 8, n = 64, in_len = 128, out_len = 64;
+  int64_t vocab = 0;  // 0: the server's vocab_size, else 32000
 };
 
 // Random prompts, drawn up front so the timed loop only sends.
 std::vector<json> make_bodies(const Load& l, const json& model, uint64_t seed) {
-  const int64_t vocab = model.value("vocab_size", int64_t(32000));
+  // Servers other than ours do not report the vocabulary size: --vocab-size, else 32000.
+  const int64_t vocab = l.vocab > 0 ? l.vocab : model.value("vocab_size", int64_t(32000));
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> tok(std::min<int64_t>(100, vocab / 10), vocab - 1);
   std::vector<json> bodies;
@@ -212,7 +232,8 @@ void print_table(const json& r) {
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key"},
+  Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key",
+             "--vocab-size"},
             {"--json"});
   Load l;
   l.url = args.get_or("--url", "http://127.0.0.1:8000");
@@ -223,6 +244,8 @@ int run(const std::vector<std::string>& argv) {
   if (l.concurrency < 1 || l.n < 1 || l.in_len < 1 || l.out_len < 1)
     throw ArgError("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
   if (auto k = args.get("--api-key")) l.headers.emplace("Authorization", "Bearer " + *k);
+  l.vocab = args.get_int("--vocab-size", 0);
+  if (l.vocab < 0 || l.vocab == 1) throw ArgError("--vocab-size must be at least 2");
   const std::vector<json> bodies = make_bodies(l, fetch_model(l.url, l.headers), uint64_t(args.get_int("--seed", 0)));
 
   std::vector<Outcome> outcomes(static_cast<size_t>(l.n));
@@ -249,6 +272,8 @@ CommandRegistration reg("bench-serve", "online serving benchmark against a runni
                         "  --output-len N               generated tokens per request (default 64)\n"
                         "  --seed N                     seed of the random prompts (default 0)\n"
                         "  --api-key KEY                sent as a Bearer token\n"
+                        "  --vocab-size N               prompt ids are drawn below N (default: the server's\n"
+                        "                               vocab_size from /v1/models, else 32000)\n"
                         "  --json                       JSON report instead of the table\n");
 
 }  // namespace

@@ -1,0 +1,99 @@
+// `deepinfer bench-serve` against servers that send no token ids in their chunks (as
+// llama-server and vLLM without return_token_ids): a small in-process fake OpenAI server
+// streams text chunks, with or without a final usage chunk, and the benchmark must count
+// the tokens (from usage when sent, else one per text chunk) instead of failing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+using json = nlohmann::json;
+
+namespace {
+
+struct FakeServer {
+  httplib::Server srv;
+  std::thread thread;
+  int port = 0;
+  // usage: send the final usage chunk when asked (include_usage); tokens_per_chunk: how many
+  // tokens each text chunk stands for (usage then tells the truth, the chunks cannot).
+  FakeServer(bool usage, int tokens_per_chunk) {
+    srv.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object": "list", "data": [{"id": "fake", "object": "model"}]})", "application/json");
+    });
+    srv.Post("/v1/completions", [usage, tokens_per_chunk](const httplib::Request& req, httplib::Response& res) {
+      const json body = json::parse(req.body);
+      const int max_tokens = body.value("max_tokens", 16);
+      const bool include = body.contains("stream_options") && body["stream_options"].value("include_usage", false);
+      const int prompt = int(body["prompt"].size());
+      res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
+        for (int i = 0; i < max_tokens; i += tokens_per_chunk) {
+          const json c = {{"id", "x"}, {"object", "text_completion"},
+                          {"choices", {{{"index", 0}, {"text", std::string(size_t(tokens_per_chunk), 'a')},
+                                        {"finish_reason", nullptr}}}}};
+          const std::string ev = "data: " + c.dump() + "\n\n";
+          if (!sink.write(ev.data(), ev.size())) return false;
+        }
+        if (usage && include) {
+          const json u = {{"choices", json::array()},
+                          {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", max_tokens}}}};
+          const std::string ev = "data: " + u.dump() + "\n\n";
+          sink.write(ev.data(), ev.size());
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+      });
+    });
+    port = srv.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { srv.listen_after_bind(); });
+    for (int i = 0; i < 400 && !srv.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ~FakeServer() {
+    srv.stop();
+    thread.join();
+  }
+};
+
+json bench(int port, int n, int out_len) {
+  const std::string cmd = std::string(DI_CLI_PATH) + " bench-serve --url http://127.0.0.1:" + std::to_string(port) +
+                          " --concurrency 2 --num-prompts " + std::to_string(n) + " --input-len 8 --output-len " +
+                          std::to_string(out_len) + " --json 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+  pclose(p);
+  const size_t brace = out.find('{');
+  json j = json::parse(brace == std::string::npos ? std::string() : out.substr(brace), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j;
+}
+
+}  // namespace
+
+TEST(BenchServe, CountsChunksWhenNoTokenIdsOrUsage) {
+  FakeServer fake(false, 1);
+  const json r = bench(fake.port, 5, 12);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["successful_requests"], 5) << r.dump();
+  EXPECT_EQ(r["failed_requests"], 0) << r.dump();
+  EXPECT_EQ(r["total_output_tokens"], 5 * 12);
+  EXPECT_EQ(r["total_input_tokens"], 5 * 8);
+  EXPECT_GT(r["ttft_ms"]["mean"].get<double>(), 0.0);
+}
+
+TEST(BenchServe, UsageWinsOverChunkCounts) {
+  FakeServer fake(true, 3);  // 4 chunks of 3 tokens each: usage says 12
+  const json r = bench(fake.port, 4, 12);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["successful_requests"], 4) << r.dump();
+  EXPECT_EQ(r["total_output_tokens"], 4 * 12);
+}
