@@ -275,14 +275,14 @@ TEST(TokenConstraint, ReasoningIsFreeThenForcedTokensThenGrammar) {
 TEST(TokenConstraint, IndexIsSortedWithPrefixLengths) {
   const auto& tok = tiny_tokenizer();
   auto ix = TokenIndex::build(tok);
-  ASSERT_GT(ix->ids.size(), 1000u);
+  ASSERT_GT(ix->all.ids.size(), 1000u);
   EXPECT_EQ(ix->entry_of[1], -1);  // EOS
-  for (size_t i = 1; i < ix->ids.size(); ++i) {
-    const std::string_view a = ix->token(ix->ids[i - 1]), b = ix->token(ix->ids[i]);
+  for (size_t i = 1; i < ix->all.ids.size(); ++i) {
+    const std::string_view a = ix->token(ix->all.ids[i - 1]), b = ix->token(ix->all.ids[i]);
     ASSERT_LE(a, b);
     size_t l = 0;
     while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
-    ASSERT_EQ(ix->lcp[i], l);
+    ASSERT_EQ(ix->all.lcp[i], l);
   }
 }
 
