@@ -105,7 +105,7 @@ struct JsonSchemaNode {
   bool bounded = false;
   __int128 lo = 0, hi = 0;
   // the fewest containers a value must open (enforced per opening), kMaxDepth + 1: impossible
-  uint8_t need_object = 0, need_array = 0, need = 0;
+  uint8_t need_object = 1, need_array = 1, need = 0;
 
   int32_t element_schema(uint32_t index) const {
     return index < prefix_items.size() ? prefix_items[index] : items;
