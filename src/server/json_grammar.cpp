@@ -1,6 +1,7 @@
 #include "server/json_grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -63,7 +64,7 @@ uint8_t value_types(const Json& v) {
   if (v.is_null()) return Node::kNull;
   if (v.is_number_integer() || v.is_number_unsigned()) return Node::kInteger;
   const double d = v.get<double>();
-  return d == double(int64_t(d)) ? (Node::kInteger | Node::kFraction) : Node::kFraction;
+  return std::isfinite(d) && std::floor(d) == d ? (Node::kInteger | Node::kFraction) : Node::kFraction;
 }
 
 int type_bit_index(uint8_t bit) { return __builtin_ctz(bit); }

@@ -5,6 +5,7 @@
 // pattern (std::regex, ECMAScript, searched; ASCII patterns), format date / uuid, and the
 // numeric bounds (compared as doubles). Returns "" when `v` is valid, else what failed.
 #pragma once
+#include <cmath>
 #include <regex>
 #include <string>
 
@@ -57,7 +58,7 @@ inline bool type_is(const Json& v, const std::string& t) {
   if (t == "number") return v.is_number();
   if (t == "integer")
     return v.is_number_integer() || v.is_number_unsigned() ||
-           (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())));
+           (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
   return false;
 }
 
