@@ -40,6 +40,8 @@
 // {n,} {n,m} (lazy forms too). ^ and $ only at the start / end of a top-level alternative.
 // Not supported (400): backreferences, lookaround, \b \B, \p{...}, flags. In a string with a
 // pattern, the escapes \" \\ \/ \b \f \n \r \t stand for their characters and \u is refused.
+// (Where chat markers are forbidden, a pattern whose only continuation spells one, e.g.
+// "^<think>$", could still dead-end; no other case does.)
 //
 // Limits that keep a sampled document finite and parseable everywhere: nesting depth <= 32
 // (a schema value is only opened where what it requires still fits, so the grammar never
