@@ -1,5 +1,7 @@
 #include "server/structured_output.h"
 
+#include <optional>
+
 #include "server/chat_prompt.h"
 #include "server/token_constraint.h"
 #include "tokenizer/tokenizer.h"
@@ -75,7 +77,13 @@ std::shared_ptr<TokenConstraint> tool_constraint(const Backend& b, const Json& b
   }
   const Json* par = find(body, "parallel_tool_calls");
   const bool parallel = named < 0 && !(par && par->is_boolean() && !par->get<bool>());
-  ToolGrammar g(family, specs, parallel);
+  std::optional<ToolGrammar> built;
+  try {
+    built.emplace(family, specs, parallel);
+  } catch (const SchemaError& e) {
+    bad(std::string("tools: ") + e.what(), "tools");
+  }
+  ToolGrammar g = std::move(*built);
   ConstraintStart s = start_of(b, thinking);
   s.forced = b.tokenizer->encode(g.forced_prefix(named), true);
   return make_tool_constraint(std::move(s), std::move(g), named);
@@ -94,7 +102,11 @@ std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& f
     if (const Json* schema = find(*js, "schema")) {
       if (!schema->is_object() && !schema->is_boolean())
         bad("response_format.json_schema.schema must be an object", "response_format");
-      root = g.add_schema(*schema);
+      try {
+        root = g.add_schema(*schema);
+      } catch (const SchemaError& e) {
+        bad(std::string("response_format.json_schema.schema: ") + e.what(), "response_format");
+      }
     }
   }
   return make_json_constraint(start_of(b, thinking), std::move(g), root);

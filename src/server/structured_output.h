@@ -6,8 +6,9 @@
 //     (and the invoke tag of X) is forced, the rest follows tool_grammar.h. "auto" and
 //     "none" constrain nothing ("none" also keeps the tools out of the prompt).
 //   * response_format {"type": "json_object"}: the answer is a JSON object;
-//     {"type": "json_schema", "json_schema": {"schema": S}}: a JSON document following the
-//     subset of S that json_grammar.h enforces.
+//     {"type": "json_schema", "json_schema": {"schema": S}}: a JSON document following S
+//     (json_grammar.h lists the keywords enforced; any other keyword is a 400 naming it,
+//     param "response_format"; for tool parameters, param "tools").
 // With thinking on, the reasoning is free and the constraint starts after "</think>".
 // tool_choice wins over response_format when both ask for something.
 #pragma once
@@ -20,7 +21,9 @@
 
 namespace deepinfer::server {
 
-// Throws ApiError (400): malformed tool_choice / response_format, "required" or a named
+// Throws ApiError (400): malformed tool_choice / response_format, a schema keyword the
+// grammar does not enforce (only where the schema constrains the output: tool parameters
+// under tool_choice "auto" are not compiled), "required" or a named
 // function without tools, a named function that is not among the tools. Null when the
 // request constrains nothing.
 std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const chat::Json& body, chat::ChatFamily family,

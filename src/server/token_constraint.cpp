@@ -10,6 +10,62 @@ namespace deepinfer::server {
 
 // ------------------------------------------------------------------ token index
 
+namespace {
+
+// Fills a trie from token ids already in byte order.
+void fill_trie(TokenTrie& t, const std::vector<int32_t>& ids, const tokenizer::Tokenizer& tok,
+               const std::vector<uint32_t>& offset_of) {
+  std::string_view prev;
+  for (int32_t id : ids) {
+    const std::string& b = tok.token_bytes(id);
+    size_t l = 0;
+    while (l < prev.size() && l < b.size() && prev[l] == b[l]) ++l;
+    t.ids.push_back(id);
+    t.offset.push_back(offset_of[size_t(id)]);
+    t.length.push_back(uint16_t(b.size()));
+    t.lcp.push_back(uint16_t(l));
+    t.added.push_back(tok.is_added_token(id) ? 1 : 0);
+    prev = b;  // (tok.token_bytes returns a stable reference)
+  }
+  // Backwards: next[d] is the first later entry whose common prefix with its predecessor is
+  // at most d bytes, i.e. the first that leaves the subtree of the current d + 1 bytes.
+  const size_t n = t.ids.size();
+  size_t max_len = 0;
+  for (uint16_t l : t.length) max_len = std::max<size_t>(max_len, l);
+  std::vector<uint32_t> next(max_len + 1, uint32_t(n));
+  std::vector<uint32_t> count(n);
+  for (size_t i = 0; i < n; ++i) count[i] = t.length[i] > t.lcp[i] ? uint32_t(t.length[i] - t.lcp[i]) : 0;
+  t.skip_off.resize(n);
+  uint32_t total = 0;
+  for (size_t i = 0; i < n; ++i) t.skip_off[i] = total, total += count[i];
+  t.skip.resize(total);
+  for (size_t i = n; i-- > 0;) {
+    for (uint32_t k = 0; k < count[i]; ++k) t.skip[t.skip_off[i] + k] = next[t.lcp[i] + k];
+    for (size_t d = t.lcp[i]; d <= max_len; ++d) next[d] = uint32_t(i);
+  }
+}
+
+bool complete_utf8(std::string_view b) {
+  uint8_t need = 0, lo = 0x80, hi = 0xBF;
+  for (char c : b)
+    if (!utf8_step(uint8_t(c), need, lo, hi)) return false;
+  return need == 0;
+}
+
+bool json_string_chars(std::string_view b) {
+  for (char c : b)
+    if (uint8_t(c) < 0x20 || c == '"' || c == '\\') return false;
+  return complete_utf8(b) && !contains_marker(b);
+}
+
+bool dsml_text_chars(std::string_view b) {
+  for (char c : b)
+    if (c == '<' || (uint8_t(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')) return false;
+  return complete_utf8(b);
+}
+
+}  // namespace
+
 std::shared_ptr<const TokenIndex> TokenIndex::build(const tokenizer::Tokenizer& tok) {
   auto ix = std::make_shared<TokenIndex>();
   const int32_t n = tok.vocab_size();
@@ -21,20 +77,24 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const tokenizer::Tokenizer& 
     const std::string &x = tok.token_bytes(a), &y = tok.token_bytes(b);
     return x != y ? x < y : a < b;
   });
-  std::string_view prev;
+  std::vector<uint32_t> offset_of(size_t(n), 0);
   for (int32_t id : ids) {
-    const std::string& b = tok.token_bytes(id);
-    size_t l = 0;
-    while (l < prev.size() && l < b.size() && prev[l] == b[l]) ++l;
-    ix->entry_of[size_t(id)] = int32_t(ix->ids.size());
-    ix->ids.push_back(id);
-    ix->offset.push_back(uint32_t(ix->bytes.size()));
-    ix->length.push_back(uint16_t(b.size()));
-    ix->lcp.push_back(uint16_t(l));
-    ix->added.push_back(tok.is_added_token(id) ? 1 : 0);
-    ix->max_length = std::max(ix->max_length, b.size());
-    ix->bytes += b;
-    prev = b;  // (tok.token_bytes returns a stable reference)
+    offset_of[size_t(id)] = uint32_t(ix->bytes.size());
+    ix->bytes += tok.token_bytes(id);
+    ix->max_length = std::max(ix->max_length, tok.token_bytes(id).size());
+  }
+  fill_trie(ix->all, ids, tok, offset_of);
+  for (size_t e = 0; e < ids.size(); ++e) ix->entry_of[size_t(ids[e])] = int32_t(e);
+  for (int k = 0; k < kClasses; ++k) {
+    ix->class_bits[k].assign(size_t((n + 63) / 64), 0);
+    std::vector<int32_t> rest;
+    for (int32_t id : ids) {
+      const std::string& b = tok.token_bytes(id);
+      const bool in = !tok.is_added_token(id) && (k == 0 ? json_string_chars(b) : dsml_text_chars(b));
+      if (in) ix->class_bits[k][size_t(id) / 64] |= uint64_t(1) << (id % 64);
+      else rest.push_back(id);
+    }
+    fill_trie(ix->rest[k], rest, tok, offset_of);
   }
   return ix;
 }
@@ -42,7 +102,7 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const tokenizer::Tokenizer& 
 std::string_view TokenIndex::token(int32_t id) const {
   if (id < 0 || size_t(id) >= entry_of.size() || entry_of[size_t(id)] < 0) return {};
   const size_t e = size_t(entry_of[size_t(id)]);
-  return std::string_view(bytes).substr(offset[e], length[e]);
+  return std::string_view(bytes).substr(all.offset[e], all.length[e]);
 }
 
 std::shared_ptr<TokenIndexCache> make_token_index_cache() { return std::make_shared<TokenIndexCache>(); }
@@ -68,6 +128,7 @@ class GrammarConstraint final : public TokenConstraint {
         grammar_(std::move(grammar)),
         state_(state),
         added_tokens_(added_tokens),
+        fast_(start.fast_masks),
         stack_(index_->max_length + 1) {
     phase_ = start.after_reasoning ? kReasoning : forced_.empty() ? kGrammar : kForced;
   }
@@ -85,33 +146,74 @@ class GrammarConstraint final : public TokenConstraint {
     }
     const TokenIndex& ix = *index_;
     const size_t arena = grammar_.arena_size();
-    const size_t n = ix.ids.size();
-    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(ix.bytes.data());
-    stack_[0] = state_;
-    size_t ok_depth = 0;  // stack_[0..ok_depth] hold the states of the current prefix
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* b = bytes + ix.offset[i];
-      const size_t len = ix.length[i];
-      size_t d = std::min<size_t>(ix.lcp[i], ok_depth);
-      bool ok = true;
-      for (; d < len; ++d) {
-        stack_[d + 1] = stack_[d];
-        if (!grammar_.feed(stack_[d + 1], b[d])) {
-          ok = false;
-          break;
-        }
-      }
-      if (ok) {
-        ok_depth = len;
-        if (added_tokens_ || !ix.added[i]) set(ix.ids[i]);
-        continue;
-      }
-      ok_depth = d;  // bytes [0, d] are refused: skip every token starting with them
-      while (i + 1 < n && ix.lcp[i + 1] > d) ++i;
+    const int cls = fast_ ? grammar_.fast_class(state_) : -1;
+    if (cls >= 0) {
+      // Every token of the class is allowed here: copy its bits, walk only the others.
+      const std::vector<uint64_t>& bits = ix.class_bits[cls];
+      const size_t words = std::min<size_t>(bits.size(), size_t((vocab + 63) / 64));
+      for (size_t w = 0; w < words; ++w) mask[w] |= bits[w];
+      if (vocab % 64 && words == size_t((vocab + 63) / 64)) mask[words - 1] &= (uint64_t(1) << (vocab % 64)) - 1;
+      walk_skipping(ix.rest[cls], mask, vocab);
+    } else if (fast_) {
+      walk_skipping(ix.all, mask, vocab);
+    } else {
+      walk_linear(ix.all, mask, vocab);
     }
     grammar_.truncate(arena);
     if (grammar_.complete(state_)) set(eos_);
     return true;
+  }
+
+  void set_bit(uint64_t* mask, int64_t vocab, int32_t t) const {
+    if (t >= 0 && t < vocab) mask[t >> 6] |= uint64_t(1) << (t & 63);
+  }
+
+  // Feeds entry i's bytes from depth d on (stack_[0..d] hold the states of its first d
+  // bytes); returns the depth of the first refused byte, or its length when all pass.
+  size_t feed_entry(const TokenTrie& t, size_t i, size_t d) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(index_->bytes.data()) + t.offset[i];
+    const size_t len = t.length[i];
+    for (; d < len; ++d) {
+      stack_[d + 1] = stack_[d];
+      if (!grammar_.feed(stack_[d + 1], b[d])) return d;
+    }
+    return len;
+  }
+
+  // The walk with skip tables: a refused prefix jumps past its subtree at once.
+  void walk_skipping(const TokenTrie& t, uint64_t* mask, int64_t vocab) {
+    const size_t n = t.ids.size();
+    stack_[0] = state_;
+    size_t ok_depth = 0;
+    for (size_t i = 0; i < n;) {
+      const size_t d0 = std::min<size_t>(t.lcp[i], ok_depth);
+      const size_t d = feed_entry(t, i, d0);
+      if (d == t.length[i]) {
+        ok_depth = d;
+        if (added_tokens_ || !t.added[i]) set_bit(mask, vocab, t.ids[i]);
+        ++i;
+        continue;
+      }
+      ok_depth = d;
+      i = t.skip[t.skip_off[i] + (d - t.lcp[i])];
+    }
+  }
+
+  // The reference walk: refused subtrees are passed over entry by entry.
+  void walk_linear(const TokenTrie& t, uint64_t* mask, int64_t vocab) {
+    const size_t n = t.ids.size();
+    stack_[0] = state_;
+    size_t ok_depth = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t d = feed_entry(t, i, std::min<size_t>(t.lcp[i], ok_depth));
+      if (d == t.length[i]) {
+        ok_depth = d;
+        if (added_tokens_ || !t.added[i]) set_bit(mask, vocab, t.ids[i]);
+        continue;
+      }
+      ok_depth = d;
+      while (i + 1 < n && t.lcp[i + 1] > d) ++i;
+    }
   }
 
   void accept(int32_t token) override {
@@ -160,6 +262,7 @@ class GrammarConstraint final : public TokenConstraint {
   G grammar_;
   typename G::State state_;
   bool added_tokens_;
+  bool fast_;
   Phase phase_;
   std::string think_tail_;
   std::vector<typename G::State> stack_;

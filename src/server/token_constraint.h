@@ -34,15 +34,32 @@ class Tokenizer;
 
 namespace deepinfer::server {
 
-// The token byte strings of a tokenizer, sorted, with the shared-prefix length of each with
-// the one before. Built once per tokenizer (TokenIndexCache).
-struct TokenIndex {
+// Token byte strings sorted, with the shared-prefix length of each with the one before, and
+// where to jump when a prefix is refused: skip[skip_off[i] + d - lcp[i]] is the first entry
+// after i that does not start with entry i's first d + 1 bytes. So a mask walk costs one
+// grammar byte per trie edge it tries, never a pass over the refused tokens.
+struct TokenTrie {
   std::vector<int32_t> ids;     // token ids in byte order
-  std::vector<uint32_t> offset; // into `bytes`
+  std::vector<uint32_t> offset; // into TokenIndex::bytes
   std::vector<uint16_t> length;
   std::vector<uint16_t> lcp;    // common prefix with the previous entry
   std::vector<uint8_t> added;   // a non-special added token
-  std::vector<int32_t> entry_of;  // token id -> entry, -1 for special / empty tokens
+  std::vector<uint32_t> skip_off, skip;
+};
+
+// The tokens of a tokenizer as tries (TokenTrie), built once per tokenizer (TokenIndexCache):
+// all of them, and per fast class the tokens outside it. Fast classes (the grammars'
+// fast_class()): tokens every state of that class accepts whatever it is, so their mask bits
+// are copied and only the rest is walked.
+//   0: JSON string characters: complete UTF-8 without '"', '\\', control bytes or a chat
+//      marker ("<｜", "｜DSML", "<think>", "</think>");
+//   1: DSML parameter text: complete UTF-8 without '<' or control bytes other than \t \n \r.
+struct TokenIndex {
+  static constexpr int kClasses = 2;
+  TokenTrie all;
+  TokenTrie rest[kClasses];
+  std::vector<uint64_t> class_bits[kClasses];  // over token ids
+  std::vector<int32_t> entry_of;  // token id -> entry of `all`, -1 for special / empty tokens
   std::string bytes;
   size_t max_length = 0;
 
@@ -64,6 +81,9 @@ struct ConstraintStart {
   int32_t eos_token_id = 1;
   bool after_reasoning = false;  // wait for "</think>"
   std::vector<int32_t> forced;   // tokens forced before the grammar
+  // false: every mask walks the whole vocabulary trie byte by byte, without fast classes or
+  // skip tables (the reference the fast masks are tested against).
+  bool fast_masks = true;
 };
 
 std::shared_ptr<TokenConstraint> make_json_constraint(ConstraintStart start, JsonGrammar grammar, int32_t root_schema);

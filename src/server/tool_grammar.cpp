@@ -28,7 +28,18 @@ ToolGrammar::ToolGrammar(chat::ChatFamily family, const std::vector<ToolSpec>& t
   free_names_ = tools.size() > 64;
   for (const ToolSpec& t : tools) {
     names_.push_back(t.name);
-    params_.push_back(json_.add_schema(t.parameters));
+    try {
+      params_.push_back(json_.add_schema(t.parameters));
+    } catch (const SchemaError& e) {
+      throw SchemaError("function '" + t.name + "' parameters: " + e.what());
+    }
+  }
+  for (int32_t p : params_) {
+    const JsonSchemaNode& n = json_.schema().nodes[size_t(p)];
+    uint64_t ok = 0;
+    for (size_t i = 0; i < n.keys.size(); ++i)
+      if (json_.schema().nodes[size_t(n.key_schema[i])].need <= JsonGrammar::kMaxDepth) ok |= uint64_t(1) << i;
+    usable_.push_back(ok);
   }
   const std::string param_open = "<" + tag_param_ + " name=\"";
   const std::string invoke_close = "\n</" + tag_invoke_ + ">";
@@ -74,15 +85,15 @@ void ToolGrammar::enter(ToolState& s, uint8_t point) {
   switch (point) {
     case kParamsFirst:
     case kAfterParam: {
-      const bool more_keys = keys_declared(n) ? (low_bits(n.keys.size()) & ~s.used) != 0 : s.n_free < 4;
+      const bool more_keys = free_keys(n) ? s.n_free < 4 : (usable(s) & ~s.used) != 0;
       const bool may_close = (n.required & ~s.used) == 0;
       s.alive = uint8_t((more_keys ? 1 : 0) | (may_close ? 2 : 0));
       break;
     }
     case kKeyEnd: {
-      const uint8_t types = json_.schema().nodes[size_t(s.value_schema)].types;
-      const bool text = types & JsonSchemaNode::kString;
-      const bool json = types & ~JsonSchemaNode::kString;
+      const JsonSchemaNode& v = json_.schema().nodes[size_t(s.value_schema)];
+      const bool text = v.plain_string();
+      const bool json = (v.types & ~JsonSchemaNode::kString) || ((v.types & JsonSchemaNode::kString) && !text);
       s.alive = uint8_t((text ? 1 : 0) | (json ? 2 : 0));
       break;
     }
@@ -103,7 +114,7 @@ void ToolGrammar::go(ToolState& s, const Choice& c) {
       return;
     case kKey:
       s.phase = kKey;
-      s.cand = low_bits(params_of(s).keys.size()) & ~s.used;
+      s.cand = usable(s) & ~s.used;
       s.len = 0;
       s.hash = kFnvOffset;
       return;
@@ -175,7 +186,7 @@ bool ToolGrammar::name_byte(ToolState& s, uint8_t c) {
 bool ToolGrammar::key_byte(ToolState& s, uint8_t c) {
   const JsonSchemaNode& n = params_of(s);
   if (c == '"') {
-    if (keys_declared(n)) {
+    if (!free_keys(n)) {
       int match = -1;
       for (uint64_t bits = s.cand; bits; bits &= bits - 1) {
         const int p = __builtin_ctzll(bits);
@@ -189,12 +200,12 @@ bool ToolGrammar::key_byte(ToolState& s, uint8_t c) {
       for (uint8_t i = 0; i < s.n_free; ++i)
         if (s.free_keys[i] == s.hash) return false;  // (a hash collision only refuses a key)
       s.free_keys[s.n_free++] = s.hash;
-      s.value_schema = 0;
+      s.value_schema = n.extra;
     }
     enter(s, kKeyEnd);
     return true;
   }
-  if (keys_declared(n)) {
+  if (!free_keys(n)) {
     uint64_t cand = s.cand;
     for (uint64_t bits = cand; bits; bits &= bits - 1) {
       const int p = __builtin_ctzll(bits);
@@ -227,6 +238,12 @@ bool ToolGrammar::text_byte(ToolState& s, uint8_t c) {
   if (!utf8_step(c, s.utf8_need, s.utf8_lo, s.utf8_hi)) return false;
   if (c == '<') s.tm = 1;
   return true;
+}
+
+int ToolGrammar::fast_class(const ToolState& s) const {
+  if (s.phase == kJson) return json_.in_free_string(s.json) ? 0 : -1;
+  if (s.phase == kText) return s.tm == 0 && s.utf8_need == 0 ? 1 : -1;
+  return -1;
 }
 
 bool ToolGrammar::feed(ToolState& s, uint8_t c) {

@@ -13,12 +13,16 @@
 //
 // NAME is one of the request's tools (up to 64; with more, any [A-Za-z0-9_.-] name). KEY is
 // a property of that tool's "parameters" schema, each at most once, and "</invoke>" needs
-// every "required" one; a tool without declared properties takes up to 4 distinct
-// [A-Za-z0-9_.-] keys. A property whose schema type is only "string" is written
-// string="true"; one without "string" among its types string="false"; others either way.
-// JSON values follow the property's schema (json_grammar.h). TEXT is valid UTF-8 without
-// control bytes other than \t \n \r and without "<｜" (which would open DSML markup or an
-// end-of-sentence marker in the parser's eyes). Parallel calls: at most 8 invokes.
+// every "required" one. A tool whose parameters declare no properties takes up to 4
+// distinct [A-Za-z0-9_.-] keys (their values follow additionalProperties), unless it is
+// closed: "properties": {} or additionalProperties false give exactly {} (no parameter).
+// A property whose schema is a plain string (no enum, pattern, format or length bound) may
+// be written string="true"; anything else that is not a string, and strings with those
+// constraints, string="false" as JSON that follows the property's schema (json_grammar.h:
+// the schema is enforced there, so constrained strings are JSON strings). TEXT is valid
+// UTF-8 without control bytes other than \t \n \r and without "<｜" (which would open DSML
+// markup or an end-of-sentence marker in the parser's eyes). Parallel calls: at most 8
+// invokes. The constructor throws SchemaError for a schema the JSON grammar cannot enforce.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -67,6 +71,9 @@ class ToolGrammar {
   ToolState start(int named);
   bool feed(ToolState& s, uint8_t c);
   bool complete(const ToolState& s) const { return s.phase == kEnd; }
+  // The fast token class of this state (token_constraint.cpp): 0 inside a free JSON string,
+  // 1 inside a TEXT value after no '<', -1 none.
+  int fast_class(const ToolState& s) const;
 
   size_t arena_size() const { return json_.arena_size(); }
   void truncate(size_t n) { json_.truncate(n); }
@@ -86,7 +93,9 @@ class ToolGrammar {
   bool key_byte(ToolState& s, uint8_t c);
   bool text_byte(ToolState& s, uint8_t c);
   const JsonSchemaNode& params_of(const ToolState& s) const;
-  bool keys_declared(const JsonSchemaNode& n) const { return !n.keys.empty(); }
+  uint64_t usable(const ToolState& s) const { return s.tool >= 0 ? usable_[size_t(s.tool)] : 0; }
+  // Undeclared keys may be invented (no properties declared, not closed).
+  static bool free_keys(const JsonSchemaNode& n) { return n.keys.empty() && !n.closed && !n.has_properties; }
 
   std::string tag_block_, tag_invoke_, tag_param_;
   std::vector<Choice> points_[kNumPoints];
@@ -94,6 +103,7 @@ class ToolGrammar {
   size_t terminator_fixed_ = 0;  // bytes of "</｜DSML｜" (a mismatch after them is an error)
   std::vector<std::string> names_;
   std::vector<int32_t> params_;  // schema node per tool
+  std::vector<uint64_t> usable_; // per tool: declared keys whose values fit the nesting limit
   bool free_names_ = false;
   bool parallel_;
   JsonGrammar json_;

@@ -5,7 +5,8 @@
 //   - every prefix of an accepted text was accepted byte by byte (feeding never recovers
 //     from a refused byte, so a token mask built on it cannot paint itself into a corner
 //     the checker later disagrees with);
-//   - under a schema, an accepted document has the schema's top-level type and required keys.
+//   - under a schema, an accepted document has the schema's top-level type and required keys,
+//     and satisfies the compiled schema (JsonSchema::admits: enum values, patterns, bounds).
 // The first input byte picks the schema; the rest is the text.
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,8 @@ const char* const kSchemas[] = {
     R"({"type":"array","items":{"type":"boolean"}})",
     R"({"type":["number","null"]})",
     R"({"type":"object","properties":{"x":{"type":"array","items":{"type":"object"}}},"required":["x"]})",
+    R"({"type":"object","properties":{"e":{"enum":["a","ab",1,12,null,{"k":[1]}]},"p":{"type":"string","pattern":"^[a-c]{1,3}-\\d$"},"n":{"type":"integer","minimum":-5,"maximum":120},"x":{"type":"number","exclusiveMinimum":0,"maximum":1.5},"s":{"type":"string","minLength":1,"maxLength":3}},"additionalProperties":false})",
+    R"({"$defs":{"T":{"type":"object","properties":{"v":{"const":1},"k":{"type":"array","items":{"$ref":"#/$defs/T"},"maxItems":2}},"required":["v"],"additionalProperties":false}},"anyOf":[{"$ref":"#/$defs/T"},{"type":"null"},{"type":"string","format":"date"}]})",
 };
 
 }  // namespace
@@ -52,6 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (fed < text.size() || !g.complete(s)) return 0;
   if (!nlohmann::json::accept(text)) std::abort();
   const nlohmann::json doc = nlohmann::json::parse(text);
+  if (!g.schema().admits(node, deepinfer::chat::Json::parse(text))) std::abort();
   switch (pick) {
     case 1:
       if (!doc.is_object() || !doc.contains("a") || !doc["a"].is_number_integer()) std::abort();

@@ -14,6 +14,7 @@
 #include "server/server.h"
 #include "server/token_constraint.h"
 #include "server/tool_grammar.h"
+#include "schema_check.h"
 #include "server_harness.h"
 #include "tokenizer/chat/output_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -115,6 +116,57 @@ TEST(ToolGrammar, V41Spelling) {
       chat::parse_output(chat::ChatFamily::V41, g.forced_prefix(1) + "\n</｜DSML｜ invoke>\n</｜DSML｜ calls>", false);
   ASSERT_EQ(out.tool_calls.size(), 1u);
   EXPECT_EQ(out.tool_calls[0].name, "noop");
+}
+
+TEST(ToolGrammar, ClosedZeroArgumentToolsTakeNoParameters) {
+  const std::vector<ToolSpec> tools = {
+      {"empty_props", Json::parse(R"({"type": "object", "properties": {}})")},
+      {"closed", Json::parse(R"({"type": "object", "additionalProperties": false})")},
+      {"open", Json::parse(R"({"type": "object"})")}};
+  for (int named : {0, 1}) {
+    ToolGrammar g(chat::ChatFamily::V4, tools, false);
+    ToolState s = g.start(named);
+    EXPECT_EQ(feed_tools(g, s, "<"), 0) << named;  // no parameter opener, only "\n</...invoke>"
+    ToolState t = g.start(named);
+    ASSERT_EQ(feed_tools(g, t, "\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"), -1);
+    EXPECT_TRUE(g.complete(t));
+    const chat::ParsedOutput out = chat::parse_output(
+        chat::ChatFamily::V4, g.forced_prefix(named) + "\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>", false);
+    ASSERT_EQ(out.tool_calls.size(), 1u);
+    EXPECT_EQ(Json::parse(out.tool_calls[0].arguments), Json::object());
+  }
+  ToolGrammar g(chat::ChatFamily::V4, tools, false);
+  ToolState s = g.start(2);  // no "properties": free keys stay possible
+  EXPECT_EQ(feed_tools(g, s, "<｜DSML｜parameter name=\"x\" string=\"true\">1</｜DSML｜parameter>"), -1);
+}
+
+TEST(ToolGrammar, ConstrainedStringsAreWrittenAsJson) {
+  const std::vector<ToolSpec> tools = {{"f", Json::parse(R"({"type": "object", "properties": {
+      "unit": {"enum": ["celsius", "fahrenheit"]}, "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+      "note": {"type": "string"}, "n": {"type": "integer", "minimum": 1, "maximum": 5}},
+      "required": ["unit"], "additionalProperties": false})")}};
+  auto refused_at = [&](std::string_view text) {
+    ToolGrammar g(chat::ChatFamily::V4, tools, false);
+    ToolState s = g.start(0);
+    return feed_tools(g, s, text);
+  };
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"unit\" string=\"t"), 41);  // an enum: JSON only
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"unit\" string=\"false\">\"kelvin"), 49);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"code\" string=\"false\">\"ABCD"), 52);
+  EXPECT_EQ(refused_at("<｜DSML｜parameter name=\"n\" string=\"false\">6"), 45);
+  const std::string text =
+      "<｜DSML｜parameter name=\"unit\" string=\"false\">\"celsius\"</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"code\" string=\"false\">\"EUR\"</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"note\" string=\"true\">a \"b\"</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"n\" string=\"false\">5</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  ASSERT_EQ(refused_at(text), -1);
+  ToolGrammar g(chat::ChatFamily::V4, tools, false);
+  const chat::ParsedOutput out = chat::parse_output(chat::ChatFamily::V4, g.forced_prefix(0) + text, false);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(Json::parse(out.tool_calls[0].arguments),
+            Json::parse(R"({"unit": "celsius", "code": "EUR", "note": "a \"b\"", "n": 5})"));
+  EXPECT_THROW(ToolGrammar(chat::ChatFamily::V4, {{"g", Json::parse(R"({"type": "object", "not": {}})")}}, false),
+               SchemaError);
 }
 
 // ------------------------------------------------------------------ token constraint
@@ -244,6 +296,132 @@ TEST(TokenConstraint, RandomWalksGiveParsedToolCalls) {
   EXPECT_GT(ended, 15);
 }
 
+namespace {
+
+const tokenizer::Tokenizer& v4_tokenizer() {
+  static const tokenizer::Tokenizer tok =
+      tokenizer::Tokenizer::from_file(std::string(DI_TEST_DATA_DIR) + "/tokenizer/v4_tokenizer.json");
+  return tok;
+}
+
+std::vector<int32_t> allowed_ids(const std::vector<uint64_t>& mask, int64_t V) {
+  std::vector<int32_t> ids;
+  for (int32_t t = 0; t < V; ++t)
+    if ((mask[size_t(t) / 64] >> (t % 64)) & 1) ids.push_back(t);
+  return ids;
+}
+
+// Steps a fast constraint and a reference one (fast_masks = false) with the same random
+// tokens; at every step their masks must be equal. Returns the steps compared.
+int compare_masks(TokenConstraint& fast, TokenConstraint& slow, const tokenizer::Tokenizer& tok, std::mt19937& rng,
+                  int steps, int32_t eos) {
+  const int64_t V = tok.vocab_size();
+  std::vector<uint64_t> a(size_t((V + 63) / 64)), b(a.size());
+  std::string text;
+  int compared = 0;
+  for (int step = 0; step < steps; ++step) {
+    std::fill(a.begin(), a.end(), 0);
+    std::fill(b.begin(), b.end(), 0);
+    fast.allowed(a.data(), V);
+    slow.allowed(b.data(), V);
+    ++compared;
+    if (a != b) {
+      const std::vector<int32_t> x = allowed_ids(a, V), y = allowed_ids(b, V);
+      std::vector<int32_t> diff;
+      std::set_symmetric_difference(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(diff));
+      ADD_FAILURE() << "masks differ after '" << text << "': " << diff.size() << " tokens, first "
+                    << tok.token_bytes(diff[0]) << " (fast allows " << std::count(x.begin(), x.end(), diff[0]) << ")";
+      return compared;
+    }
+    const std::vector<int32_t> ok = allowed_ids(a, V);
+    if (ok.empty()) {
+      ADD_FAILURE() << "nothing allowed after '" << text << "'";
+      return compared;
+    }
+    std::vector<int32_t> structural;
+    for (int32_t t : ok)
+      if (tok.token_bytes(t).find_first_of("\"\\<}],:") != std::string::npos) structural.push_back(t);
+    int32_t t = ok[rng() % ok.size()];
+    if (!structural.empty() && rng() % 3 == 0) t = structural[rng() % structural.size()];
+    if (std::count(ok.begin(), ok.end(), eos) && rng() % 8 == 0) t = eos;
+    fast.accept(t);
+    slow.accept(t);
+    if (t == eos) break;
+    text += tok.token_bytes(t);
+  }
+  return compared;
+}
+
+const char* kMixedSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string"}, "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{0,3}$"},
+    "level": {"type": "integer", "minimum": -20, "maximum": 300}, "ratio": {"type": "number", "minimum": 0, "maximum": 1},
+    "color": {"enum": ["red", "green", "blue", null]}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 8},
+    "maxItems": 3}, "when": {"type": "string", "format": "date"}, "extra": {"$ref": "#/$defs/E"}},
+    "required": ["name", "level"], "additionalProperties": false,
+    "$defs": {"E": {"anyOf": [{"type": "object", "properties": {"note": {"type": "string"}}}, {"type": "null"}]}}})";
+
+}  // namespace
+
+TEST(TokenConstraint, FastMasksEqualTheReferenceWalk) {
+  int compared = 0;
+  for (const tokenizer::Tokenizer* tok : {&tiny_tokenizer(), &v4_tokenizer()}) {
+    const bool big = tok->vocab_size() > 100000;
+    TokenIndexCache cache;
+    std::mt19937 rng(big ? 5 : 6);
+    for (int iter = 0; iter < (big ? 6 : 30); ++iter) {
+      ConstraintStart st;
+      st.index = cache.get(*tok);
+      st.eos_token_id = 1;
+      ConstraintStart ref = st;
+      ref.fast_masks = false;
+      std::shared_ptr<TokenConstraint> fast, slow;
+      if (iter % 3 == 2) {
+        ToolGrammar g(chat::ChatFamily::V4, weather_tools(), true);
+        st.forced = ref.forced = tok->encode(g.forced_prefix(-1), true);
+        fast = make_tool_constraint(st, ToolGrammar(chat::ChatFamily::V4, weather_tools(), true), -1);
+        slow = make_tool_constraint(ref, ToolGrammar(chat::ChatFamily::V4, weather_tools(), true), -1);
+      } else {
+        const Json schema = iter % 3 ? Json::parse(kMixedSchema) : Json{{"type", "object"}};
+        JsonGrammar g1(JsonSchema{}, true), g2(JsonSchema{}, true);
+        const int32_t r1 = g1.add_schema(schema), r2 = g2.add_schema(schema);
+        fast = make_json_constraint(st, std::move(g1), r1);
+        slow = make_json_constraint(ref, std::move(g2), r2);
+      }
+      compared += compare_masks(*fast, *slow, *tok, rng, big ? 40 : 120, 1);
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
+TEST(TokenConstraint, TokenWalksHoldToTheSchema) {
+  const auto& tok = tiny_tokenizer();
+  std::mt19937 rng(21);
+  const Json schemas[] = {
+      Json::parse(kMixedSchema),
+      Json::parse(R"({"type": "array", "items": {"enum": ["alpha", "beta", 7, true]}, "minItems": 1, "maxItems": 4})"),
+      Json::parse(R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+          "n": {"type": "integer", "exclusiveMinimum": 0, "maximum": 99}}, "required": ["id", "n"]})"),
+      Json::parse(R"({"$defs": {"T": {"type": "object", "properties": {"v": {"type": "integer"},
+          "kids": {"type": "array", "items": {"$ref": "#/$defs/T"}, "maxItems": 2}}, "required": ["v"],
+          "additionalProperties": false}}, "$ref": "#/$defs/T"})")};
+  int ended = 0;
+  for (int iter = 0; iter < 48; ++iter) {
+    const Json& schema = schemas[iter % 4];
+    JsonGrammar g(JsonSchema{}, true);
+    const int32_t root = g.add_schema(schema);
+    auto c = make_json_constraint(tiny_start(), std::move(g), root);
+    const Walk w = random_walk(*c, tok, rng, 600);
+    if (::testing::Test::HasFailure()) return;
+    if (!w.ended) continue;
+    ++ended;
+    const std::string text = tok.decode(w.tokens);
+    ASSERT_TRUE(json_valid(text)) << text;
+    ASSERT_EQ(schema_check::check(schema, Json::parse(text)), "") << text;
+  }
+  EXPECT_GT(ended, 20);
+}
+
 TEST(TokenConstraint, ReasoningIsFreeThenForcedTokensThenGrammar) {
   const auto& tok = tiny_tokenizer();
   ToolGrammar g(chat::ChatFamily::V4, weather_tools(), false);
@@ -275,14 +453,14 @@ TEST(TokenConstraint, ReasoningIsFreeThenForcedTokensThenGrammar) {
 TEST(TokenConstraint, IndexIsSortedWithPrefixLengths) {
   const auto& tok = tiny_tokenizer();
   auto ix = TokenIndex::build(tok);
-  ASSERT_GT(ix->ids.size(), 1000u);
+  ASSERT_GT(ix->all.ids.size(), 1000u);
   EXPECT_EQ(ix->entry_of[1], -1);  // EOS
-  for (size_t i = 1; i < ix->ids.size(); ++i) {
-    const std::string_view a = ix->token(ix->ids[i - 1]), b = ix->token(ix->ids[i]);
+  for (size_t i = 1; i < ix->all.ids.size(); ++i) {
+    const std::string_view a = ix->token(ix->all.ids[i - 1]), b = ix->token(ix->all.ids[i]);
     ASSERT_LE(a, b);
     size_t l = 0;
     while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
-    ASSERT_EQ(ix->lcp[i], l);
+    ASSERT_EQ(ix->all.lcp[i], l);
   }
 }
 
@@ -516,6 +694,59 @@ TEST_F(StructuredHttp, JsonSchemaResponseFormat) {
   }
 }
 
+TEST_F(StructuredHttp, UnsupportedSchemaKeywordsAre400) {
+  json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
+               {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"},
+                 {"schema", json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "not": {}}}})")}}}}}};
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "response_format");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("'not'"), std::string::npos) << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("/properties/a"), std::string::npos) << r.dump();
+  json tools = chat_body("required", 0);
+  tools["tools"][0]["function"]["parameters"]["properties"]["level"]["multipleOf"] = 5;
+  r = post(srv(), "/v1/chat/completions", tools.dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "tools");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("multipleOf"), std::string::npos) << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("set_level"), std::string::npos) << r.dump();
+  // Under tool_choice "auto" nothing is enforced, so nothing is refused.
+  tools["tool_choice"] = "auto";
+  tools["max_tokens"] = 5;
+  post(srv(), "/v1/chat/completions", tools.dump(), &st);
+  EXPECT_EQ(st, 200);
+}
+
+TEST_F(StructuredHttp, ZeroArgumentToolGetsEmptyArguments) {
+  const json named = {{"type", "function"}, {"function", {{"name", "ping"}}}};
+  for (int seed = 0; seed < 3; ++seed) {
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", chat_body(named, seed).dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& calls = r["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 1u) << r.dump();
+    EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>()), json::object()) << r.dump();
+  }
+}
+
+TEST_F(StructuredHttp, JsonSchemaValuesHoldOverHttp) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
+      "n": {"type": "integer", "minimum": 3, "maximum": 7}, "code": {"type": "string", "pattern": "^[a-z]{2}$"}},
+      "required": ["unit", "n", "code"], "additionalProperties": false})");
+  for (int seed = 0; seed < 3; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}}},
+                 {"seed", seed}, {"max_tokens", 200}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    EXPECT_EQ(schema_check::check(Json::parse(schema.dump()), Json::parse(content)), "") << content;
+  }
+}
+
 // The mask cost on the real V4 vocabulary (129280 ids), when setup.sh has put its
 // tokenizer in models/default: printed, not asserted (machines differ).
 TEST(TokenConstraint, MaskCostOnTheRealVocabulary) {
@@ -527,7 +758,7 @@ TEST(TokenConstraint, MaskCostOnTheRealVocabulary) {
   ConstraintStart st;
   st.index = cache.get(tok);
   const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("token index: %zu tokens, %.1f ms\n", st.index->ids.size(), build_ms);
+  std::printf("token index: %zu tokens, %.1f ms\n", st.index->all.ids.size(), build_ms);
   const int64_t V = tok.vocab_size();
   std::vector<uint64_t> mask(size_t((V + 63) / 64));
   for (const char* prefix : {"{", "{\"a\": \"hello wor", "{\"a\": 12"}) {
