@@ -58,8 +58,8 @@ int run(const std::vector<std::string>& argv) {
   while (std::fprintf(stdout, "> "), std::fflush(stdout), std::getline(std::cin, line)) {
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
-    const std::string prompt = chat::encode_messages(family, messages, opts);
-    std::vector<int32_t> ids = tok.encode(prompt);
+    // What was typed is text: only the encoder's own markers are control tokens.
+    std::vector<int32_t> ids = chat::tokenize_prompt(tok, chat::render_messages(family, messages, opts));
     // Reuse the state when the new prompt extends what was already fed.
     size_t common = 0;
     while (common < fed.size() && common < ids.size() && fed[common] == ids[common]) ++common;
