@@ -232,7 +232,7 @@ int64_t EngineCore::step() {
       const std::string kind = std::isnan(lr[bad]) ? "NaN" : "Inf";
       finish(r, FinishReason::kError, StreamEvent{},
              Status::error(ErrorCode::kInternal, "the model produced non-finite logits (" + kind + ") at position " +
-                                                     std::to_string(r.num_tokens() - 1) + " (token id " +
+                                                     std::to_string(r.num_tokens() - 1) + " (first in the logit of token id " +
                                                      std::to_string(bad) + "); the checkpoint's weights may be corrupt"));
       continue;
     }
