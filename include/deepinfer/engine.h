@@ -31,6 +31,7 @@ struct EngineOptions {
   int64_t max_batch_tokens = 512;     // token budget of one step (prefill chunks + decode tokens)
   int64_t max_running = 32;           // sequences in one step at most
   int64_t prefix_cache_entries = 8;   // finished-sequence snapshots kept for reuse (0 = off)
+  bool verify_weights = false;        // scan every weight for NaN / Inf codes at load (v4::LoadOptions)
   // Bytes one token id contributes to the text that stop strings are matched against
   // (special tokens should give ""). Unset: requests with stop strings are rejected.
   std::function<std::string(int32_t)> token_text;
@@ -66,6 +67,7 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;  // cached = held by prefix snapshots
   uint64_t requests_finished_stop = 0, requests_finished_length = 0, requests_finished_abort = 0,
            requests_finished_error = 0;
+  uint64_t requests_failed_nonfinite = 0;  // of the errors: a logits row held NaN or Inf (corrupt weights)
   uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   uint64_t tokens_computed_total = 0;  // tokens run through the model (prefill, recompute, decode)
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_hit_tokens = 0;

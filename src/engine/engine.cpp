@@ -205,7 +205,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   if (o.model_dir.empty()) throw std::runtime_error("no model directory given");
   if (o.kv_memory_bytes > 0 && o.num_kv_blocks > 0)
     throw std::runtime_error("give the KV budget either in bytes or in blocks, not both");
-  auto model = v4::Model::load(o.model_dir);
+  auto model = v4::Model::load(o.model_dir, v4::LoadOptions{o.verify_weights});
   const v4::Config cfg = model->config();
   const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
   auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);

@@ -1,12 +1,29 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <random>
 
 namespace deepinfer::engine {
 
 namespace {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Index of the first NaN / Inf in row[0..n), or -1. A branch-free exponent test over the
+// bits, so the common all-finite case is one vectorised pass.
+int64_t first_nonfinite(const float* row, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t b;
+    std::memcpy(&b, row + j, 4);
+    any |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!any) return -1;
+  for (int64_t j = 0; j < n; ++j)
+    if (!std::isfinite(row[j])) return j;
+  return -1;
+}
 
 uint64_t fresh_seed() {
   std::random_device rd;
@@ -212,6 +229,18 @@ int64_t EngineCore::step() {
     r.num_computed += sched[i].n_tokens;
     StreamEvent ev;
     if (c.all_rows) {
+      // Prompt logprobs from non-finite rows would be garbage: fail the request instead.
+      int64_t bad_row = -1;
+      for (int64_t j = 0; j < c.n_tokens - (c.want_logits ? 1 : 0) && bad_row < 0; ++j)
+        if (first_nonfinite(logits_.data() + (row + size_t(j)) * V, V) >= 0) bad_row = c.pos0 + j;
+      if (bad_row >= 0) {
+        row += size_t(c.n_tokens);
+        ++stats_.requests_failed_nonfinite;
+        finish(r, FinishReason::kError, StreamEvent{},
+               Status::error(ErrorCode::kInternal, "the model produced non-finite logits at prompt position " +
+                                                       std::to_string(bad_row) + "; the checkpoint's weights may be corrupt"));
+        continue;
+      }
       // Row j follows token pos0 + j: it scores prompt token pos0 + j + 1.
       for (int64_t j = 0; j < c.n_tokens; ++j) {
         const int64_t target = c.pos0 + j + 1;
@@ -230,11 +259,21 @@ int64_t EngineCore::step() {
       continue;
     }
     const float* lr = logits_.data() + row++ * V;
+    if (on_logits) on_logits(r.id, r.num_tokens(), lr);
+    // Corrupt weights give NaN / Inf logits; they must fail this request, not become a token.
+    if (const int64_t bad = first_nonfinite(lr, V); bad >= 0) {
+      ++stats_.requests_failed_nonfinite;
+      const std::string kind = std::isnan(lr[bad]) ? "NaN" : "Inf";
+      finish(r, FinishReason::kError, StreamEvent{},
+             Status::error(ErrorCode::kInternal, "the model produced non-finite logits (" + kind + ") at position " +
+                                                     std::to_string(r.num_tokens() - 1) + " (first in the logit of token id " +
+                                                     std::to_string(bad) + "); the checkpoint's weights may be corrupt"));
+      continue;
+    }
     if (r.max_new_tokens == 0) {  // a prompt-only request (max_tokens 0): nothing to sample
       finish(r, FinishReason::kLength, std::move(ev));
       continue;
     }
-    if (on_logits) on_logits(r.id, r.num_tokens(), lr);
     if (sample_next(r, lr, ev)) {
       finish(r, ev.finish_reason, std::move(ev));
     } else {

@@ -1,6 +1,7 @@
 #include "loader/safetensors.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -196,6 +197,75 @@ void TensorStore::populate(const std::function<void(size_t, size_t)>& progress) 
       done += std::min(kStep, f->mapped().size() - off);
       if (progress) progress(done, all);
     }
+}
+
+namespace {
+
+// Index of the first element of n whose bits, masked, equal the mask (an exponent field of
+// all ones: NaN or Inf), or -1. One pass with no early exit, so it vectorises; the index is
+// found in a second pass only for a corrupt tensor.
+template <class U>
+int64_t first_all_ones(const uint8_t* data, int64_t n, U mask) {
+  U any = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    U v;
+    std::memcpy(&v, data + i * int64_t(sizeof(U)), sizeof(U));
+    any |= U((v & mask) == mask);
+  }
+  if (!any) return -1;
+  for (int64_t i = 0; i < n; ++i) {
+    U v;
+    std::memcpy(&v, data + i * int64_t(sizeof(U)), sizeof(U));
+    if ((v & mask) == mask) return i;
+  }
+  return -1;
+}
+
+std::string index_str(const std::vector<int64_t>& shape, int64_t flat) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  std::ostringstream os;
+  os << '[';
+  for (size_t d = 0; d < idx.size(); ++d) os << (d ? ", " : "") << idx[d];
+  os << ']';
+  return os.str();
+}
+
+}  // namespace
+
+void verify_finite(const TensorView& t) {
+  const int64_t n = t.numel();
+  int64_t bad = -1;
+  switch (t.dtype) {
+    case DType::F8_E4M3: bad = first_all_ones<uint8_t>(t.data, n, 0x7f); break;  // e4m3fn: only S.1111.111 is NaN
+    case DType::F8_E8M0: bad = first_all_ones<uint8_t>(t.data, n, 0xff); break;
+    case DType::BF16: bad = first_all_ones<uint16_t>(t.data, n, 0x7f80); break;
+    case DType::F16: bad = first_all_ones<uint16_t>(t.data, n, 0x7c00); break;
+    case DType::F32: bad = first_all_ones<uint32_t>(t.data, n, 0x7f800000u); break;
+    case DType::F64: bad = first_all_ones<uint64_t>(t.data, n, 0x7ff0000000000000ull); break;
+    default: return;
+  }
+  if (bad < 0) return;
+  const size_t sz = dtype_size(t.dtype);
+  uint64_t code = 0;
+  std::memcpy(&code, t.data + size_t(bad) * sz, sz);  // little-endian host, as the loader assumes
+  // NaN when the mantissa is non-zero (e4m3 / e8m0 have no infinities).
+  const uint64_t man_mask = t.dtype == DType::BF16 ? 0x7f : t.dtype == DType::F16 ? 0x3ff
+                          : t.dtype == DType::F32  ? 0x7fffff
+                          : t.dtype == DType::F64  ? 0xfffffffffffffull : 0xff;
+  const char* kind = (code & man_mask) ? "NaN" : "Inf";
+  std::ostringstream os;
+  os << t.file << ": tensor '" << t.name << "' (" << dtype_name(t.dtype) << ' ' << t.shape_str() << ") holds " << kind
+     << " at element " << index_str(t.shape, bad) << " (code 0x" << std::hex << code << std::dec
+     << "): the checkpoint's weights are corrupt";
+  throw LoadError(os.str());
+}
+
+void TensorStore::verify_finite() const {
+  for (const auto& [_, t] : tensors_) deepinfer::verify_finite(t);
 }
 
 size_t TensorStore::total_bytes() const {

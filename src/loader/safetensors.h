@@ -56,6 +56,11 @@ class SafetensorsFile {
   std::map<std::string, TensorView> tensors_;
 };
 
+// Throws LoadError naming the tensor, its file and its first element whose code is NaN or
+// Inf (e4m3 0x7f / 0xff, ue8m0 0xff, bf16 / f16 / f32 / f64 exponent all ones). Integer
+// tensors (FP4 codes are packed in I8 / U8) have no such codes.
+void verify_finite(const TensorView& t);
+
 // Every tensor of a checkpoint directory, by name.
 class TensorStore {
  public:
@@ -63,6 +68,8 @@ class TensorStore {
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, TensorView>& all() const { return tensors_; }
   size_t total_bytes() const;
+  // verify_finite over every tensor (reads all of the data once).
+  void verify_finite() const;
   // Brings every shard into memory and into the page table (MappedFile::populate), in
   // steps; progress(bytes done, bytes in all) after each.
   void populate(const std::function<void(size_t, size_t)>& progress) const;

@@ -123,7 +123,7 @@ Json family_effort(chat::ChatFamily family, const Json& effort) {
   return effort;
 }
 
-ChatPrompt build_chat_prompt(const Backend& b, const Json& body) {
+ChatPrompt build_chat_prompt(const Backend& b, const Json& body, bool trusted_special_tokens) {
   if (b.chat_family.empty() || !b.tokenizer)
     throw ApiError(ErrorCode::kInvalidRequest, "this model has no chat template or tokenizer; use /v1/completions");
   ChatPrompt p;
@@ -137,16 +137,16 @@ ChatPrompt build_chat_prompt(const Backend& b, const Json& body) {
   opt.reasoning_effort = family_effort(p.family, effort);
   if (const Json* k = find(body, "chat_template_kwargs"))
     if (const Json* d = find(*k, "drop_thinking")) opt.drop_thinking = *d;
-  std::string text;
+  chat::RenderedPrompt rendered;
   try {
-    text = chat::encode_messages(p.family, messages, opt);
+    rendered = chat::render_messages(p.family, messages, opt);
   } catch (const std::invalid_argument& e) {
     throw ApiError(ErrorCode::kInvalidRequest, std::string("the chat template rejected the messages: ") + e.what(),
                    "messages");
   } catch (const nlohmann::json::exception& e) {
     throw ApiError(ErrorCode::kInvalidRequest, std::string("malformed messages: ") + e.what(), "messages");
   }
-  p.ids = b.tokenizer->encode(text, true);
+  p.ids = chat::tokenize_prompt(*b.tokenizer, rendered, trusted_special_tokens || b.trusted_special_tokens);
   p.constraint = output_constraint(b, body, p.family, p.thinking);
   return p;
 }

@@ -16,6 +16,11 @@
 //  * response_format (json_object / json_schema) is rendered into the system prompt, as
 //    the reference encoder does, and enforced by constrained decoding as well.
 //  * content given as a list of parts is joined from its text parts.
+//  * special-token strings in anything the client sent (content, tool results, tool schemas,
+//    tool call arguments, ...) are tokenized as plain text: only the encoder's own markers
+//    are control tokens, so a message cannot forge a turn. trusted_special_tokens restores
+//    the old behaviour (the whole rendered prompt matched for special tokens), for clients
+//    that put control tokens into content on purpose.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -42,6 +47,6 @@ const chat::Json* find_field(const chat::Json& o, const char* key);
 
 // body: the request parsed with key order kept (tool schemas are rendered in order).
 // Throws ApiError (400) for malformed messages or what the encoder rejects.
-ChatPrompt build_chat_prompt(const Backend& b, const chat::Json& body);
+ChatPrompt build_chat_prompt(const Backend& b, const chat::Json& body, bool trusted_special_tokens = false);
 
 }  // namespace deepinfer::server

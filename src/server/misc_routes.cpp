@@ -125,6 +125,7 @@ std::string metrics_text(const EngineStats& s, const std::string& model_id) {
                                                       {"error", s.requests_finished_error}};
   for (const auto& [r, n] : reasons)
     o << "deepinfer_request_success_total{" << l << ",finished_reason=\"" << r << "\"} " << n << "\n";
+  counter(o, "deepinfer_requests_failed_nonfinite_total", "Requests failed because the model produced NaN/Inf logits.", s.requests_failed_nonfinite, l);
   counter(o, "deepinfer_prefix_cache_queries_total", "Admitted requests looked up in the prefix cache.",
           s.prefix_cache_queries, l);
   counter(o, "deepinfer_prefix_cache_hits_total", "Requests that resumed a prefix-cache snapshot.", s.prefix_cache_hits,

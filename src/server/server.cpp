@@ -268,8 +268,10 @@ void Server::set_backend(std::shared_ptr<const Backend> backend) {
   impl_->backend = std::move(backend);
 }
 
-std::shared_ptr<const Backend> load_backend(EngineOptions options, const std::string& model_id) {
+std::shared_ptr<const Backend> load_backend(EngineOptions options, const std::string& model_id,
+                                            bool trusted_special_tokens) {
   auto b = std::make_shared<Backend>();
+  b->trusted_special_tokens = trusted_special_tokens;
   const std::string dir = options.model_dir;
   if (std::filesystem::exists(dir + "/tokenizer.json")) {
     auto tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(dir));

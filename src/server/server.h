@@ -59,6 +59,9 @@ struct Backend {
   std::string model_id;     // reported by /v1/models, accepted in "model"
   // The tokenizer's vocabulary sorted by bytes, built on the first constrained request.
   std::shared_ptr<TokenIndexCache> token_index = make_token_index_cache();
+  // Special-token strings in client content are matched as control tokens (serve
+  // --allow-special-tokens-in-content, for trusted clients); normally they are plain text.
+  bool trusted_special_tokens = false;
   // Responses kept for previous_response_id (in memory, least recently used out first).
   std::shared_ptr<ResponseStore> responses = make_response_store();
 };
@@ -91,6 +94,7 @@ class Server {
 
 // A Backend for a checkpoint directory: engine, DIR/tokenizer.json if present (its text for
 // stop strings), the chat family detected from the checkpoint. Throws on load failure.
-std::shared_ptr<const Backend> load_backend(EngineOptions options, const std::string& model_id);
+std::shared_ptr<const Backend> load_backend(EngineOptions options, const std::string& model_id,
+                                            bool trusted_special_tokens = false);
 
 }  // namespace deepinfer::server

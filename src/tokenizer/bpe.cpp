@@ -210,6 +210,12 @@ thread_local std::vector<Cand> tl_heap;
 
 }  // namespace
 
+namespace {
+thread_local uint64_t tl_bpe_work = 0;
+}  // namespace
+
+uint64_t bpe_work() { return tl_bpe_work; }
+
 void BpeModel::merge_word(std::string_view raw, std::vector<int32_t>& out) const {
   std::vector<Sym>& syms = tl_syms;
   syms.clear();
@@ -256,7 +262,9 @@ void BpeModel::merge_word(std::string_view raw, std::vector<int32_t>& out) const
       }
     }
     std::make_heap(heap.begin(), heap.end(), CandAfter{});
+    uint64_t work = syms.size() + heap.size();
     while (!heap.empty()) {
+      ++work;
       std::pop_heap(heap.begin(), heap.end(), CandAfter{});
       const Cand top = heap.back();
       heap.pop_back();
@@ -284,6 +292,7 @@ void BpeModel::merge_word(std::string_view raw, std::vector<int32_t>& out) const
         }
       }
     }
+    tl_bpe_work += work;
   }
   for (const Sym& s : syms) {
     if (s.len > 0) out.push_back(s.id);

@@ -26,6 +26,10 @@ std::string byte_level_encode(std::string_view raw);
 // Inverse for a string made only of byte-level characters; nullopt otherwise.
 std::optional<std::string> byte_level_decode(std::string_view mapped);
 
+// Merge work done by this thread so far: symbols set up plus merge candidates popped from
+// the queue (each pop is O(log n)). For tests that check work grows linearly with a word.
+uint64_t bpe_work();
+
 struct BpeOptions {
   std::optional<std::string> unk_token;
   bool fuse_unk = false;

@@ -934,6 +934,7 @@ struct Frame {
 };
 
 thread_local std::vector<Frame> tl_stack;
+thread_local uint64_t tl_work = 0;  // regex_work(): instructions run + characters tested
 
 inline bool word_at(const RegexSubject& s, std::size_t pos) {
   return pos >= s.begin && pos < s.end && is_regex_word(s.cps[pos]);
@@ -943,7 +944,13 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
   const std::size_t base = st.size();
   const char32_t* cps = s.cps;
   const uint8_t* cats = s.cats;
+  uint64_t work = 0;  // added to tl_work on the way out
+  struct Flush {
+    uint64_t& w;
+    ~Flush() { tl_work += w; }
+  } flush{work};
   for (;;) {
+    ++work;
     const Inst& in = P.code[pc];
     switch (in.op) {
       case Op::kChar:
@@ -968,6 +975,7 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
         if (in.flag) {
           std::size_t k = 0;
           while (pos + k < limit && c.matches(cps[pos + k], cats[pos + k])) ++k;
+          work += k;
           if (k < min) goto fail;
           if (!in.possessive && k > min) st.push_back(Frame{Frame::kRepGreedy, pc + 1, pos, k - 1, min});
           pos += k;
@@ -976,6 +984,7 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
         }
         std::size_t k = 0;
         while (k < min && pos + k < limit && c.matches(cps[pos + k], cats[pos + k])) ++k;
+        work += k;
         if (k < min) goto fail;
         pos += k;
         if (!in.possessive && (in.max == kInfinite || k < static_cast<std::size_t>(in.max))) {
@@ -1025,6 +1034,7 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
     }
   fail:
     for (;;) {
+      ++work;
       if (st.size() == base) return kNoMatch;
       Frame& f = st.back();
       if (f.kind == Frame::kPlain) {
@@ -1069,6 +1079,8 @@ Regex::Regex(std::string_view pattern) : pattern_(pattern), prog_(std::make_uniq
   prog_->first = f;
 }
 
+uint64_t regex_work() { return tl_work; }
+
 Regex::~Regex() = default;
 Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
@@ -1086,6 +1098,7 @@ bool Regex::search(const RegexSubject& s, std::size_t from, std::size_t& match_b
   st.clear();
   const bool filter = !P.can_be_empty;
   for (std::size_t start = from; start <= s.end; ++start) {
+    ++tl_work;
     if (start == s.end) {
       if (!P.can_be_empty) return false;
     } else if (filter) {

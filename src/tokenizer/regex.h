@@ -39,6 +39,11 @@ struct RegexSubject {
   std::size_t end = 0;
 };
 
+// Matching work done by this thread so far: instructions executed, characters tested by
+// repetitions, backtracking steps and start positions tried. A machine-independent measure
+// of cost, so tests can check that work grows linearly with the input instead of timing it.
+uint64_t regex_work();
+
 class Regex {
  public:
   // Compiles a pattern given as UTF-8. Throws std::runtime_error on a syntax error or an

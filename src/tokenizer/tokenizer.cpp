@@ -35,6 +35,11 @@ struct Tokenizer::Impl {
   }
 
   void encode_into(std::string_view text, SpecialTokenMode mode, std::vector<int32_t>& ids) const;
+  // Added-token split of text[begin, end) appended to spans (what encode_into does to a whole text).
+  void split_added(std::string_view text, std::size_t begin, std::size_t end, SpecialTokenMode mode,
+                   std::vector<TextSpan>& spans) const;
+  // Pre-tokenizer and BPE over the text spans, added-token ids for the others.
+  void encode_spans(std::string_view text, const std::vector<TextSpan>& spans, std::vector<int32_t>& ids) const;
 };
 
 namespace {
@@ -285,21 +290,31 @@ void Tokenizer::Impl::encode_into(std::string_view input, SpecialTokenMode mode,
   }
 
   std::vector<TextSpan> spans;
+  split_added(text, 0, text.size(), mode, spans);
+  encode_spans(text, spans, ids);
+}
+
+void Tokenizer::Impl::split_added(std::string_view text, std::size_t begin, std::size_t end, SpecialTokenMode mode,
+                                  std::vector<TextSpan>& spans) const {
+  if (end <= begin) return;
   if (mode == SpecialTokenMode::kMatchNone || added.empty()) {
-    if (!text.empty()) spans.push_back(TextSpan{0, text.size(), -1});
-  } else {
-    const bool skip_special = mode == SpecialTokenMode::kMatchNonSpecial;
-    std::vector<TextSpan> first;
-    raw_matcher.split(text, 0, skip_special, first);
-    for (const TextSpan& s : first) {
-      if (s.token >= 0) {
-        spans.push_back(s);
-      } else {
-        normalized_matcher.split(text.substr(s.begin, s.end - s.begin), s.begin, skip_special, spans);
-      }
+    spans.push_back(TextSpan{begin, end, -1});
+    return;
+  }
+  const bool skip_special = mode == SpecialTokenMode::kMatchNonSpecial;
+  std::vector<TextSpan> first;
+  raw_matcher.split(text.substr(begin, end - begin), begin, skip_special, first);
+  for (const TextSpan& s : first) {
+    if (s.token >= 0) {
+      spans.push_back(s);
+    } else {
+      normalized_matcher.split(text.substr(s.begin, s.end - s.begin), s.begin, skip_special, spans);
     }
   }
+}
 
+void Tokenizer::Impl::encode_spans(std::string_view text, const std::vector<TextSpan>& spans,
+                                   std::vector<int32_t>& ids) const {
   PreTokText piece_text, scratch;
   std::vector<Piece> pieces;
   for (const TextSpan& s : spans) {
@@ -323,6 +338,36 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, SpecialTokenMode m
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   impl_->encode_into(text, mode, ids);
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::span<const TextSegment> segments) const {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> bounds;
+  for (const TextSegment& s : segments) {
+    const std::size_t b = text.size();
+    if (is_valid_utf8(s.text)) text.append(s.text);
+    else text += utf8_lossy(s.text);
+    bounds.emplace_back(b, text.size());
+  }
+  if (text.size() >= std::numeric_limits<uint32_t>::max() / 2) {
+    throw std::length_error("tokenizer: text of " + std::to_string(text.size()) + " bytes is too large (limit 2 GiB)");
+  }
+  std::vector<TextSpan> spans;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const std::size_t first = spans.size();
+    impl_->split_added(text, bounds[i].first, bounds[i].second, segments[i].mode, spans);
+    // Text running on from the previous segment is one piece, as in the joined string:
+    // a segment boundary alone must not change the pre-tokenizer's or BPE's pieces.
+    if (first > 0 && first < spans.size() && spans[first - 1].token < 0 && spans[first].token < 0 &&
+        spans[first - 1].end == spans[first].begin) {
+      spans[first - 1].end = spans[first].end;
+      spans.erase(spans.begin() + std::ptrdiff_t(first));
+    }
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  impl_->encode_spans(text, spans, ids);
   return ids;
 }
 

@@ -50,6 +50,14 @@ enum class SpecialTokenMode {
   kMatchNone,        // no added token is recognised: all text goes through BPE
 };
 
+// A piece of a text and how to encode it: a chat template's own markers are matched as
+// added tokens (kMatchAll), text from a client is not (kMatchNone), so that a client who
+// writes "<｜User｜>" into a message gets those characters, not a forged turn.
+struct TextSegment {
+  std::string_view text;
+  SpecialTokenMode mode = SpecialTokenMode::kMatchNone;
+};
+
 class Tokenizer {
  public:
   // `path` is a tokenizer.json file or a directory containing one.
@@ -60,6 +68,11 @@ class Tokenizer {
   // Thread-safe. Texts of 2 GiB or more throw std::length_error.
   std::vector<int32_t> encode(std::string_view text, bool match_specials = true) const;
   std::vector<int32_t> encode(std::string_view text, SpecialTokenMode mode) const;
+  // The segments' texts joined, with added tokens matched only inside each segment and as
+  // its mode allows. Text that runs across segment boundaries is pre-tokenized and merged
+  // as one piece, so the ids equal encode(joined text) whenever every added token of the
+  // joined text lies inside a segment that matches it.
+  std::vector<int32_t> encode(std::span<const TextSegment> segments) const;
 
   // Concatenated bytes of the tokens (exact, possibly not valid UTF-8 at token splits of
   // a multi-byte character). Unknown ids are skipped, as tokenizers does.

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "corrupt_checkpoint.h"
 #include "golden.h"
 
 namespace fs = std::filesystem;
@@ -220,4 +221,44 @@ TEST(Cli, BenchJsonAndProfile) {
   EXPECT_NE(text.find("decode profile at depth 0"), std::string::npos) << text;
   for (const char* section : {"head.linear", "moe.experts", "attention", "hc.pre"})
     EXPECT_NE(text.find(section), std::string::npos) << section << "\n" << text;
+}
+
+// Corrupt weights (a NaN e4m3 code in a shared expert's w2) never become tokens:
+// `logits` names the non-finite rows and exits 1, `generate` fails at the first position,
+// and --verify-weights refuses the checkpoint at load, naming the tensor and element.
+TEST(Cli, CorruptWeightsFailClearly) {
+  Scratch s;
+  const fs::path bad = s.dir / "nan";
+  deepinfer::testing::write_corrupt_copy(shared_model("tiny-v4-c"), bad, "layers.0.ffn.shared_experts.w2.weight", 3 * 128 + 5,
+                                         std::string(1, '\x7f'));
+  const std::string tokens = s.file("t.txt", "0 17 29 4");
+  const std::string out = (s.dir / "o.npy").string();
+
+  Result r = run("logits --model " + bad.string() + " --tokens-file " + tokens + " --out " + out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("4 of 4 logits rows are non-finite (NaN or Inf): rows 0, 1, 2, 3"), std::string::npos)
+      << r.output;
+  r = run("logits --model " + bad.string() + " --tokens-file " + tokens + " --out " + out + " --mode decode");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("4 of 4 logits rows are non-finite"), std::string::npos) << r.output;
+
+  r = run("generate --model " + bad.string() + " --tokens-file " + tokens + " -n 3");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("non-finite logits (NaN) at position 3"), std::string::npos) << r.output;
+
+  fs::remove(out);
+  r = run("logits --verify-weights --model " + bad.string() + " --tokens-file " + tokens + " --out " + out);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("tensor 'layers.0.ffn.shared_experts.w2.weight' (F8_E4M3 [256, 128]) holds NaN at element [3, 5]"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  r = run("generate --verify-weights --model " + bad.string() + " --tokens-file " + tokens + " -n 3");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("layers.0.ffn.shared_experts.w2.weight"), std::string::npos) << r.output;
+
+  // The clean checkpoint passes the scan and gives finite logits.
+  r = run("logits --verify-weights --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("no NaN / Inf codes"), std::string::npos) << r.output;
 }

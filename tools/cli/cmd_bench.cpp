@@ -110,7 +110,7 @@ struct Run {
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels"},
-            {"--json", "--csv", "--profile"});
+            {"--json", "--csv", "--profile", "--verify-weights"});
   if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
@@ -228,7 +228,7 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
                         "  --profile                    time of each forward section while decoding, on stderr\n"
-                        "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE);
+                        "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

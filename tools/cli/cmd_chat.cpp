@@ -27,7 +27,7 @@ using tokenizer::Tokenizer;
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--system", "--reasoning-effort", "--family", "-n", "--numerics", "--threads", "--kernels"},
-            {"--thinking"});
+            {"--thinking", "--verify-weights"});
   const long max_tokens = args.get_int("-n", 512);
   if (max_tokens < 1) throw ArgError("-n must be >= 1");
   const Compute compute = compute_args(args);
@@ -58,8 +58,8 @@ int run(const std::vector<std::string>& argv) {
   while (std::fprintf(stdout, "> "), std::fflush(stdout), std::getline(std::cin, line)) {
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
-    const std::string prompt = chat::encode_messages(family, messages, opts);
-    std::vector<int32_t> ids = tok.encode(prompt);
+    // What was typed is text: only the encoder's own markers are control tokens.
+    std::vector<int32_t> ids = chat::tokenize_prompt(tok, chat::render_messages(family, messages, opts));
     // Reuse the state when the new prompt extends what was already fed.
     size_t common = 0;
     while (common < fed.size() && common < ids.size() && fed[common] == ids[common]) ++common;
@@ -85,7 +85,7 @@ int run(const std::vector<std::string>& argv) {
     };
     if (thinking) std::fprintf(stdout, "[thinking] ");
     for (long i = 0; i < max_tokens; ++i) {
-      int32_t next = argmax_lowest(row.data(), cfg.vocab_size);
+      int32_t next = greedy_next(row.data(), cfg.vocab_size, int64_t(fed.size()) - 1);
       if (next == cfg.eos_token_id) break;
       show(parser.feed(detok.push(next)));
       model->forward(&next, 1, st, compute.num, row.data());
@@ -110,7 +110,7 @@ CommandRegistration reg("chat", "interactive chat with the checkpoint's DeepSeek
                         "  --thinking                   thinking mode (reasoning shown, dropped from history)\n"
                         "  --reasoning-effort E         as the prompt family accepts it (v4: high|max, ...)\n"
                         "  --family v4|v4_0731|v41      prompt format (default: detected from the checkpoint)\n"
-                        "  -n N                         most tokens per answer (default 512)\n" DI_USAGE_COMPUTE);
+                        "  -n N                         most tokens per answer (default 512)\n" DI_USAGE_COMPUTE DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -20,7 +20,8 @@ using tokenizer::IncrementalDetokenizer;
 using tokenizer::Tokenizer;
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels"});
+  Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels"},
+            {"--verify-weights"});
   const long n = args.get_int("-n", 16);
   if (n < 0) throw ArgError("-n must be >= 0");
   const bool text_mode = args.get("--prompt").has_value();
@@ -44,7 +45,7 @@ int run(const std::vector<std::string>& argv) {
   auto st = model->new_sequence();
   std::vector<float> row(V);
   model->forward_batch({v4::SequenceChunk{tokens.data(), int64_t(tokens.size()), &st, row.data(), false}}, num);
-  int32_t next = argmax_lowest(row.data(), V);
+  int32_t next = greedy_next(row.data(), V, int64_t(tokens.size()) - 1);
   std::string line;
   std::optional<IncrementalDetokenizer> detok;
   if (tok) detok.emplace(*tok, true);
@@ -59,7 +60,7 @@ int run(const std::vector<std::string>& argv) {
     }
     if (i + 1 == n) break;
     model->forward(&next, 1, st, num, row.data());
-    next = argmax_lowest(row.data(), V);
+    next = greedy_next(row.data(), V, int64_t(tokens.size()) + i);
   }
   if (detok) std::printf("%s\n", detok->flush().c_str());
   else std::printf("%s\n", line.c_str());
@@ -71,7 +72,7 @@ CommandRegistration reg("generate", "greedy continuation of token ids or a text 
                         "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
                         "  --tokens-file F              whitespace-separated prompt ids; prints ids\n"
                         "  --prompt TEXT                text prompt (BOS + tokenizer); streams text, stops at EOS\n"
-                        "  -n N                         tokens to generate (default 16)\n" DI_USAGE_COMPUTE);
+                        "  -n N                         tokens to generate (default 16)\n" DI_USAGE_COMPUTE DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

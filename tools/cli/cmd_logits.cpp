@@ -70,7 +70,8 @@ void compare_with(const std::string& path, const std::vector<float>& got, int64_
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare"});
+  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare"},
+            {"--verify-weights"});
   const std::string out = args.require("--out");
   const int64_t chunk = parse_mode(args.get_or("--mode", "prefill"));
   const Compute compute = compute_args(args);
@@ -84,6 +85,13 @@ int run(const std::vector<std::string>& argv) {
   write_npy_f32(out, logits.data(), int64_t(tokens.size()), model->config().vocab_size);
   log_info("wrote %s [%zu, %lld] (%s numerics)", out.c_str(), tokens.size(),
            (long long)model->config().vocab_size, v4::numerics_name(num.mode));
+  // Corrupt weights: the file is written for inspection, but the run fails.
+  const std::string bad = nonfinite_rows(logits.data(), int64_t(tokens.size()), model->config().vocab_size);
+  if (!bad.empty()) {
+    std::fprintf(stderr, "deepinfer logits: error: %s; the checkpoint's weights may be corrupt (--verify-weights scans them)\n",
+                 bad.c_str());
+    return 1;
+  }
   if (auto golden = args.get("--compare")) compare_with(*golden, logits, model->config().vocab_size);
   return 0;
 }
@@ -96,7 +104,7 @@ CommandRegistration reg("logits", "dump logits of a token file as .npy [T, vocab
                         "  --mode prefill|decode|chunk:N  all at once, one token per call, or N per call\n"
                         "                               (default prefill)\n"
                         "  --compare GOLDEN.npy         report the differences from a reference dump\n"
-                        DI_USAGE_COMPUTE);
+                        DI_USAGE_COMPUTE DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

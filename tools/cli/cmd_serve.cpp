@@ -65,6 +65,7 @@ EngineOptions engine_options(const Args& args) {
   o.max_batch_tokens = positive(args, "--max-batch-tokens", 512);
   o.max_running = positive(args, "--max-num-seqs", 32);
   o.prefix_cache_entries = args.get_int("--prefix-cache-entries", 8);
+  o.verify_weights = args.has("--verify-weights");
   if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
   return o;
 }
@@ -74,7 +75,8 @@ int run(const std::vector<std::string>& argv) {
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
                    "--prefix-cache-entries", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
-                   "--header-timeout"});
+                   "--header-timeout"},
+            {"--verify-weights", "--allow-special-tokens-in-content"});
   const EngineOptions eo = engine_options(args);
   server::ServerOptions so;
   so.host = args.get_or("--host", "127.0.0.1");
@@ -123,7 +125,7 @@ int run(const std::vector<std::string>& argv) {
   log_info("listening on http://%s:%d (loading %s)", so.host.c_str(), bound, eo.model_dir.c_str());
   std::shared_ptr<const server::Backend> backend;
   try {
-    backend = server::load_backend(eo, name);
+    backend = server::load_backend(eo, name, args.has("--allow-special-tokens-in-content"));
   } catch (...) {
     srv.stop();
     http.join();
@@ -174,7 +176,9 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --header-timeout S           a request head must arrive within S seconds, else 408 (default 10)\n"
                         "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
                         "  --allowed-origins LIST       CORS: comma-separated origins allowed from browsers, * = any\n"
-                        DI_USAGE_COMPUTE);
+                        "  --allow-special-tokens-in-content  match special-token strings in client text as\n"
+                        "                               control tokens (trusted clients only; default: plain text)\n"
+                        DI_USAGE_VERIFY DI_USAGE_COMPUTE);
 
 }  // namespace
 }  // namespace deepinfer::cli

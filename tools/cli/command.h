@@ -32,6 +32,10 @@ struct CommandRegistration {
   "  --threads N                  compute threads (default: all cores)\n"                   \
   "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu)\n"
 
+// The load-time weight scan of the commands that load a model.
+#define DI_USAGE_VERIFY \
+  "  --verify-weights             scan every weight for NaN / Inf codes at load (reads all of them)\n"
+
 // Checkpoint used when --model is omitted (made by the setup command; random weights).
 std::string default_model_dir();
 

@@ -1,5 +1,6 @@
 #include "model_cli.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -18,7 +19,7 @@ std::string model_dir_arg(const Args& args) {
 std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   if (!args.get("--model"))
     log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", default_model_dir().c_str());
-  return v4::Model::load(model_dir_arg(args));
+  return v4::Model::load(model_dir_arg(args), v4::LoadOptions{args.has("--verify-weights")});
 }
 
 Compute compute_args(const Args& args) {
@@ -69,6 +70,34 @@ int32_t argmax_lowest(const float* row, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (row[i] > row[best]) best = i;
   return int32_t(best);
+}
+
+int64_t first_nonfinite(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(row[i])) return i;
+  return -1;
+}
+
+std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols) {
+  constexpr int64_t kShown = 8;
+  std::vector<int64_t> bad;
+  int64_t n_bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (first_nonfinite(logits + r * cols, cols) >= 0 && n_bad++ < kShown) bad.push_back(r);
+  if (n_bad == 0) return "";
+  std::string s = std::to_string(n_bad) + " of " + std::to_string(rows) + " logits rows are non-finite (NaN or Inf): row" +
+                  (n_bad > 1 ? "s " : " ");
+  for (size_t i = 0; i < bad.size(); ++i) s += (i ? ", " : "") + std::to_string(bad[i]);
+  if (n_bad > kShown) s += ", ...";
+  return s;
+}
+
+int32_t greedy_next(const float* row, int64_t n, int64_t pos) {
+  if (const int64_t bad = first_nonfinite(row, n); bad >= 0)
+    throw std::runtime_error("the model produced non-finite logits (" + std::string(std::isnan(row[bad]) ? "NaN" : "Inf") +
+                             ") at position " + std::to_string(pos) +
+                             "; the checkpoint's weights may be corrupt (--verify-weights scans them)");
+  return argmax_lowest(row, n);
 }
 
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols) {

@@ -27,6 +27,14 @@ std::vector<int32_t> read_token_file(const std::string& path);
 void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t chunk, v4::SequenceState& st,
                  const v4::Numerics& num, std::vector<float>* logits);
 int32_t argmax_lowest(const float* row, int64_t n);
+// Index of the first NaN / Inf of row[0..n), or -1.
+int64_t first_nonfinite(const float* row, int64_t n);
+// "" when every value of logits [rows, cols] is finite, else how many rows are not and the
+// first few of them ("3 of 7 logits rows are non-finite (NaN or Inf): rows 0, 1, 2").
+std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols);
+// argmax_lowest of a row that must be finite: a NaN / Inf row (corrupt weights) throws,
+// naming the position, instead of becoming a token.
+int32_t greedy_next(const float* row, int64_t n, int64_t pos);
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
 
 }  // namespace deepinfer::cli

@@ -46,12 +46,18 @@ static void populate_weights(const TensorStore& store) {
   });
 }
 
-std::unique_ptr<Model> Model::load(const std::string& dir) {
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> m(new Model());
   m->cfg_ = load_config(dir + "/config.json");
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
+  if (options.verify_weights) {
+    const auto tv = std::chrono::steady_clock::now();
+    m->store_->verify_finite();
+    log_info("verified %zu tensors: no NaN / Inf codes (%.2f s)", m->store_->all().size(),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
+  }
   populate_weights(*m->store_);
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));

@@ -27,10 +27,16 @@ struct SequenceChunk {
 
 struct Segment;  // layer_ops.h
 
+struct LoadOptions {
+  // Scan every tensor's codes for NaN / Inf before returning (reads all weights once); a
+  // corrupt checkpoint is then a LoadError naming the tensor instead of NaN logits later.
+  bool verify_weights = false;
+};
+
 class Model {
  public:
   // Loads DIR/config.json and the safetensors shards; every tensor is checked before return.
-  static std::unique_ptr<Model> load(const std::string& dir);
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadOptions& options = {});
 
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tokenizer/tokenizer.h"
+
 namespace deepinfer::chat {
 namespace {
 
@@ -62,6 +64,34 @@ std::string join_str(const std::vector<const Json*>& parts, const char* what) {
   return out;
 }
 
+// A prompt under construction: the encoder's own text (markers, template wording) and text
+// that came from the caller, kept apart so that only the former's special-token strings
+// become control tokens (RenderedPrompt).
+class Out {
+ public:
+  Out() = default;
+  Out& tpl(std::string_view s) { return add(s, true); }
+  Out& user(std::string_view s) { return add(s, false); }
+  Out& operator+=(const Out& o) {
+    for (const auto& p : o.pieces_) add(p.text, p.from_template);
+    return *this;
+  }
+  bool empty() const { return pieces_.empty(); }
+  RenderedPrompt take() { return RenderedPrompt{std::move(pieces_)}; }
+
+ private:
+  Out& add(std::string_view s, bool from_template) {
+    if (s.empty()) return *this;
+    if (!pieces_.empty() && pieces_.back().from_template == from_template) pieces_.back().text.append(s);
+    else pieces_.push_back(PromptPiece{std::string(s), from_template});
+    return *this;
+  }
+  std::vector<PromptPiece> pieces_;
+};
+
+Out tpl(std::string_view s) { return Out().tpl(s); }
+Out user(std::string_view s) { return Out().user(s); }
+
 struct Spelling {
   const char* block;
   const char* invoke;
@@ -87,7 +117,7 @@ const std::string kEffortBeyondMax =
 
 const char* kResponseFormatHead = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n";
 
-std::string render_tools(const std::vector<Json>& functions, const Spelling& t) {
+Out render_tools(const std::vector<Json>& functions, const Spelling& t) {
   const std::string d = kDsml;
   const std::string B = d + t.block, I = d + t.invoke, P = d + t.param;
   std::string s;
@@ -102,12 +132,13 @@ std::string render_tools(const std::vector<Json>& functions, const Spelling& t) 
        "<think>...</think> BEFORE any tool calls or final response.\n\n";
   s += "Otherwise, output directly after </think> with tool calls or final response.\n\n";
   s += "### Available Tool Schemas\n\n";
+  Out out = tpl(s);
   for (size_t i = 0; i < functions.size(); ++i) {
-    if (i) s += '\n';
-    py_json_dumps_to(functions[i], s);
+    if (i) out.tpl("\n");
+    out.user(py_json_dumps(functions[i]));  // the client's tool definitions
   }
-  s += "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
-  return s;
+  out.tpl("\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+  return out;
 }
 
 // json.loads of a str; nullopt where Python raises.
@@ -122,7 +153,7 @@ class Encoder {
  public:
   Encoder(ChatFamily fam, const EncodeOptions& opt) : fam_(fam), opt_(opt) {}
 
-  std::string encode(const Json& messages_in) {
+  RenderedPrompt encode(const Json& messages_in) {
     const bool v41 = fam_ == ChatFamily::V41;
     Json context = py_truthy(opt_.context) ? opt_.context : Json::array();
     require_list(context, "context");
@@ -149,7 +180,7 @@ class Encoder {
     Json full = context;
     for (auto& m : messages) full.push_back(m);
 
-    std::string prompt = (py_truthy(opt_.add_default_bos_token) && context.empty()) ? kBos : "";
+    Out prompt = tpl((py_truthy(opt_.add_default_bos_token) && context.empty()) ? kBos : "");
 
     bool drop = py_truthy(opt_.drop_thinking);
     for (const auto& m : full)
@@ -169,7 +200,7 @@ class Encoder {
       if (index < 0 || index >= long(full.size())) fail("message index out of range");  // AssertionError
       prompt += render_message(size_t(index), full, drop);
     }
-    return prompt;
+    return prompt.take();
   }
 
  private:
@@ -477,7 +508,7 @@ class Encoder {
     return out;
   }
 
-  std::string encode_arguments(const Json& tc) const {
+  Out encode_arguments(const Json& tc) const {
     const Json& raw = tc["arguments"];
     Json args;
     switch (fam_) {
@@ -510,34 +541,57 @@ class Encoder {
     }
     if (!args.is_object()) fail("tool call arguments: '" + std::string(args.type_name()) + "' object has no attribute 'items'");
     const std::string P = std::string(kDsml) + tags().param;
-    std::string out;
+    Out out;
     bool first = true;
     for (auto it = args.begin(); it != args.end(); ++it) {
-      if (!first) out += '\n';
+      if (!first) out.tpl("\n");
       first = false;
       const bool is_str = it.value().is_string();
-      out += "<" + P + " name=\"" + it.key() + "\" string=\"" + (is_str ? "true" : "false") + "\">";
-      if (is_str) out += it.value().get_ref<const std::string&>();
-      else py_json_dumps_to(it.value(), out);
-      out += "</" + P + ">";
+      out.tpl("<" + P + " name=\"").user(it.key()).tpl(std::string("\" string=\"") + (is_str ? "true" : "false") + "\">");
+      if (is_str) out.user(it.value().get_ref<const std::string&>());
+      else out.user(py_json_dumps(it.value()));
+      out.tpl("</" + P + ">");
     }
     return out;
   }
 
-  std::string tools_and_format(const Json& msg, const std::vector<Json>* tools) const {
-    std::string s;
-    if (tools) s += "\n\n" + render_tools(*tools, tags());
-    if (truthy(get(msg, "response_format"))) s += "\n\n" + std::string(kResponseFormatHead) + py_json_dumps(msg["response_format"]);
+  Out tools_and_format(const Json& msg, const std::vector<Json>* tools) const {
+    Out s;
+    if (tools) {
+      s.tpl("\n\n");
+      s += render_tools(*tools, tags());
+    }
+    if (truthy(get(msg, "response_format")))
+      s.tpl("\n\n").tpl(kResponseFormatHead).user(py_json_dumps(msg["response_format"]));
     return s;
   }
 
-  std::string render_user_blocks(const Json& blocks) const {
-    std::vector<Json> parts;
+  // A user message's text. V4.1 puts its image placeholder into the text; the reference
+  // refuses that string in anything the client sent, so here it can only be the encoder's.
+  Out user_content(const std::string& text) const {
+    if (!v41()) return user(text);
+    Out out;
+    const std::string_view img = kImage;
+    size_t at = 0;
+    for (size_t p; (p = text.find(img, at)) != std::string::npos; at = p + img.size())
+      out.user(std::string_view(text).substr(at, p - at)).tpl(img);
+    return out.user(std::string_view(text).substr(at));
+  }
+
+  Out render_user_blocks(const Json& blocks) const {
+    // Each part rendered, and the text value to type-check at the join ("\n\n".join raises
+    // on a non-str item only after every part was built).
+    std::vector<Out> parts;
+    std::vector<Json> texts_to_check;
+    std::vector<bool> is_text;
     for (const auto& block : blocks) {
       require_dict(block, "content block");
       const Json* type = get(block, "type");
       if (str_eq(type, "text")) {
-        parts.push_back(get_or(block, "text", ""));
+        Json text = get_or(block, "text", "");
+        parts.push_back(text.is_string() ? user_content(text.get_ref<const std::string&>()) : Out());
+        texts_to_check.push_back(std::move(text));
+        is_text.push_back(true);
       } else if (str_eq(type, "tool_result")) {
         Json tc = get_or(block, "content", "");
         if (tc.is_array()) {
@@ -551,17 +605,30 @@ class Encoder {
           for (auto& t : texts) ptrs.push_back(&t);
           tc = join_str(ptrs, "tool result");
         }
-        parts.push_back("<tool_result>" + py_str(tc, "tool result content") + "</tool_result>");
+        Out part = tpl("<tool_result>");
+        part += user_content(py_str(tc, "tool result content"));
+        parts.push_back(std::move(part.tpl("</tool_result>")));
+        texts_to_check.emplace_back();
+        is_text.push_back(false);
       } else {
-        parts.push_back("[Unsupported " + py_str(type ? *type : Json(), "block type") + "]");
+        parts.push_back(tpl("[Unsupported ").user(py_str(type ? *type : Json(), "block type")).tpl("]"));
+        texts_to_check.emplace_back();
+        is_text.push_back(false);
       }
     }
     std::vector<const Json*> ptrs;
-    for (auto& p : parts) ptrs.push_back(&p);
-    return join_str(ptrs, "user content");
+    static const Json kStr = "";
+    for (size_t i = 0; i < parts.size(); ++i) ptrs.push_back(is_text[i] ? &texts_to_check[i] : &kStr);
+    join_str(ptrs, "user content");  // throws as the reference's join does
+    Out out;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i) out.tpl("\n\n");
+      out += parts[i];
+    }
+    return out;
   }
 
-  std::string render_message(size_t index, const Json& messages, bool drop) const {
+  Out render_message(size_t index, const Json& messages, bool drop) const {
     const Json& tm = opt_.thinking_mode;
     if (!(str_eq(&tm, "chat") || str_eq(&tm, "thinking"))) fail("Invalid thinking_mode `" + describe(tm) + "`");
     const bool thinking = str_eq(&tm, "thinking");
@@ -577,54 +644,61 @@ class Encoder {
     if (has_calls) tool_calls = tool_calls_from_openai(msg["tool_calls"]);
 
     const std::string effort = effort_prefix(index, thinking);
-    std::string prompt;
+    Out prompt;
     if (v41()) {
-      if (index == 0 && (!effort.empty() || str_eq(&role, "system"))) prompt += kSystem;
+      if (index == 0 && (!effort.empty() || str_eq(&role, "system"))) prompt.tpl(kSystem);
     }
-    prompt += effort;
+    prompt.tpl(effort);
 
     auto text_or_empty = [&](const Json* v, const char* what) {
       return truthy(v) ? py_str(*v, what) : std::string();
     };
 
     if (str_eq(&role, "system")) {
-      if (v41() && index > 0) prompt += kSystem;
-      prompt += text_or_empty(content, "system content");
+      if (v41() && index > 0) prompt.tpl(kSystem);
+      prompt.user(text_or_empty(content, "system content"));
       prompt += tools_and_format(msg, has_tools ? &tools : nullptr);
     } else if (str_eq(&role, "developer") && !v41()) {
       if (!truthy(content)) fail("Invalid message for role `developer`: empty content");
       if (!content->is_string()) fail("developer content must be a str");
-      prompt += kUser + content->get<std::string>() + tools_and_format(msg, has_tools ? &tools : nullptr);
+      prompt.tpl(kUser).user(content->get_ref<const std::string&>());
+      prompt += tools_and_format(msg, has_tools ? &tools : nullptr);
     } else if (str_eq(&role, "user")) {
-      prompt += kUser;
+      prompt.tpl(kUser);
       const Json* blocks = get(msg, "content_blocks");
       if (truthy(blocks)) prompt += render_user_blocks(require_list(*blocks, "content_blocks"));
-      else prompt += text_or_empty(content, "user content");
+      else prompt += user_content(text_or_empty(content, "user content"));
     } else if (str_eq(&role, "latest_reminder")) {
-      prompt += kLatestReminder + py_str(content ? *content : Json(), "latest_reminder content");
+      prompt.tpl(kLatestReminder).user(py_str(content ? *content : Json(), "latest_reminder content"));
     } else if (str_eq(&role, "tool")) {
       fail("tool messages must be merged into user messages");
     } else if (str_eq(&role, "assistant")) {
-      std::string tc_text;
+      Out tc_text;
       if (has_calls) {
         const std::string I = std::string(kDsml) + tags().invoke;
         const std::string B = std::string(kDsml) + tags().block;
-        std::string list;
+        Out list;
         for (size_t i = 0; i < tool_calls.size(); ++i) {
-          if (i) list += '\n';
-          list += "<" + I + " name=\"" + py_str(tool_calls[i]["name"], "tool call name") + "\">\n" +
-                  encode_arguments(tool_calls[i]) + "\n</" + I + ">";
+          if (i) list.tpl("\n");
+          // Name before arguments: the order the reference evaluates (and may fail) them in.
+          list.tpl("<" + I + " name=\"").user(py_str(tool_calls[i]["name"], "tool call name")).tpl("\">\n");
+          list += encode_arguments(tool_calls[i]);
+          list.tpl("\n</" + I + ">");
         }
-        tc_text = "\n\n<" + B + ">\n" + list + "\n</" + B + ">";
+        tc_text.tpl("\n\n<" + B + ">\n");
+        tc_text += list;
+        tc_text.tpl("\n</" + B + ">");
       }
       const std::string summary = text_or_empty(content, "assistant content");
       const Json* rc = get(msg, "reasoning_content");
-      std::string thinking_part;
+      Out thinking_part;
       const bool prev_has_task = index >= 1 && !is_none(get(messages[index - 1], "task"));
       if (thinking && !prev_has_task && (!drop || long(index) > last_user))
-        thinking_part = text_or_empty(rc, "reasoning_content") + kThinkEnd;
-      prompt += thinking_part + summary + tc_text;
-      if (!truthy(get(msg, "wo_eos"))) prompt += kEos;
+        thinking_part.user(text_or_empty(rc, "reasoning_content")).tpl(kThinkEnd);
+      prompt += thinking_part;
+      prompt.user(summary);
+      prompt += tc_text;
+      if (!truthy(get(msg, "wo_eos"))) prompt.tpl(kEos);
     } else {
       fail("Unknown role: " + (role.is_null() ? std::string("None") : describe(role)));
     }
@@ -642,17 +716,17 @@ class Encoder {
       auto it = task->is_string() ? kTasks.find(task->get<std::string>()) : kTasks.end();
       if (it == kTasks.end()) fail("Invalid task: '" + describe(*task) + "'");
       if (it->first != "action") {
-        prompt += it->second;
+        prompt.tpl(it->second);
       } else {
-        prompt += kAssistant;
-        prompt += thinking ? kThinkStart : kThinkEnd;
-        prompt += it->second;
+        prompt.tpl(kAssistant);
+        prompt.tpl(thinking ? kThinkStart : kThinkEnd);
+        prompt.tpl(it->second);
       }
     } else if (str_eq(&role, "user") || (v41() ? (str_eq(&role, "system") && index > 0) : str_eq(&role, "developer"))) {
-      prompt += kAssistant;
-      if (!drop && thinking) prompt += kThinkStart;
-      else if (drop && thinking && long(index) >= last_user) prompt += kThinkStart;
-      else prompt += kThinkEnd;
+      prompt.tpl(kAssistant);
+      if (!drop && thinking) prompt.tpl(kThinkStart);
+      else if (drop && thinking && long(index) >= last_user) prompt.tpl(kThinkStart);
+      else prompt.tpl(kThinkEnd);
     }
     return prompt;
   }
@@ -685,8 +759,33 @@ EncodeOptions options_from_json(const Json& kwargs) {
   return o;
 }
 
-std::string encode_messages(ChatFamily family, const Json& messages, const EncodeOptions& options) {
+std::string RenderedPrompt::text() const {
+  std::string s;
+  for (const auto& p : pieces) s += p.text;
+  return s;
+}
+
+std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const RenderedPrompt& prompt,
+                                     bool trusted_special_tokens) {
+  using tokenizer::SpecialTokenMode;
+  if (trusted_special_tokens) return tok.encode(prompt.text(), SpecialTokenMode::kMatchAll);
+  std::vector<tokenizer::TextSegment> segs;
+  segs.reserve(prompt.pieces.size());
+  for (const auto& p : prompt.pieces)
+    segs.push_back({p.text, p.from_template ? SpecialTokenMode::kMatchAll : SpecialTokenMode::kMatchNone});
+  return tok.encode(std::span<const tokenizer::TextSegment>(segs));
+}
+
+RenderedPrompt render_messages(ChatFamily family, const Json& messages, const EncodeOptions& options) {
   return Encoder(family, options).encode(messages);
+}
+
+RenderedPrompt render_messages(ChatFamily family, const nlohmann::json& messages, const EncodeOptions& options) {
+  return render_messages(family, Json::parse(messages.dump()), options);
+}
+
+std::string encode_messages(ChatFamily family, const Json& messages, const EncodeOptions& options) {
+  return render_messages(family, messages, options).text();
 }
 
 std::string encode_messages(ChatFamily family, const nlohmann::json& messages, const EncodeOptions& options) {

@@ -17,10 +17,16 @@
 //    nlohmann::json, so they cannot reproduce Python's output;
 //  * `content_blocks` that is not a list throws (the reference iterates it).
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tokenizer/chat/family.h"
 #include "tokenizer/chat/py_json.h"
+
+namespace deepinfer::tokenizer {
+class Tokenizer;
+}
 
 namespace deepinfer::chat {
 
@@ -41,6 +47,28 @@ EncodeOptions options_from_json(const Json& kwargs);
 
 // encode_messages(messages, **options) of the family's reference encoder.
 std::string encode_messages(ChatFamily family, const Json& messages, const EncodeOptions& options);
+
+// The same prompt in pieces: from_template marks the encoder's own text (its markers such
+// as <｜User｜>, <｜Assistant｜>, <think>, and its fixed wording), the rest came from the
+// caller (message content, reasoning, tool results, tool schemas, tool call names and
+// arguments, response_format). Tokenize the caller's pieces without matching special
+// tokens, so a message cannot forge a turn. text() == encode_messages(...).
+struct PromptPiece {
+  std::string text;
+  bool from_template = false;
+};
+struct RenderedPrompt {
+  std::vector<PromptPiece> pieces;  // adjacent pieces differ in from_template
+  std::string text() const;
+};
+RenderedPrompt render_messages(ChatFamily family, const Json& messages, const EncodeOptions& options);
+RenderedPrompt render_messages(ChatFamily family, const nlohmann::json& messages, const EncodeOptions& options);
+
+// A rendered prompt's ids: the encoder's pieces with special tokens matched, the caller's
+// as plain text. trusted_special_tokens matches them in the whole text (the old behaviour,
+// for callers that put control tokens into content on purpose).
+std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const RenderedPrompt& prompt,
+                                     bool trusted_special_tokens = false);
 
 // Convenience for callers holding a (key-sorted) nlohmann::json.
 std::string encode_messages(ChatFamily family, const nlohmann::json& messages, const EncodeOptions& options);
