@@ -17,6 +17,7 @@
 #include "server/chat_prompt.h"
 #include "server/common.h"
 #include "server/errors.h"
+#include "server/http_parser.h"
 #include "server/params.h"
 #include "server/routes.h"
 #include "tokenizer/chat/output_parser.h"
@@ -261,9 +262,12 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
       content.push_back({{"type", "thinking"}, {"thinking", out.reasoning_content}, {"signature", ""}});
     if (!out.content.empty()) content.push_back({{"type", "text"}, {"text", out.content}});
     for (const auto& call : out.tool_calls) {
-      json input = json::parse(call.arguments, nullptr, false);
+      // Model output, so bound its nesting like a request's before building (dumping recurses).
+      json input = http::json_nesting_depth(call.arguments, kMaxJsonDepth) > kMaxJsonDepth
+                       ? json(nullptr)
+                       : json::parse(call.arguments, nullptr, false);
       content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", call.name},
-                         {"input", input.is_discarded() ? json::object() : input}});
+                         {"input", input.is_discarded() || !input.is_object() ? json::object() : input}});
     }
     send_json(res, json{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", b.model_id},
                         {"content", content}, {"stop_reason", stop_reason(c.last, !out.tool_calls.empty())},
