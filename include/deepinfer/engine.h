@@ -60,6 +60,7 @@ struct Histogram {
   uint64_t count = 0;
   void observe(double v);
   static Histogram latency_seconds();  // 1 ms .. 60 s
+  static Histogram token_counts();     // 1 .. 1M tokens, 1-2-5 steps
 };
 
 struct EngineStats {
@@ -76,6 +77,11 @@ struct EngineStats {
   Histogram itl_seconds = Histogram::latency_seconds();
   Histogram e2e_seconds = Histogram::latency_seconds();
   Histogram queue_seconds = Histogram::latency_seconds();
+  Histogram tpot_seconds = Histogram::latency_seconds();     // per request: decode time / (tokens - 1)
+  Histogram prefill_seconds = Histogram::latency_seconds();  // first scheduled step -> first token
+  Histogram decode_seconds = Histogram::latency_seconds();   // first token -> finish
+  Histogram prompt_tokens = Histogram::token_counts();       // per finished request
+  Histogram generation_tokens = Histogram::token_counts();   // per finished request
 };
 
 // The handle of one submitted request.

@@ -92,6 +92,15 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+Histogram Histogram::token_counts() {
+  Histogram h;
+  for (double decade = 1; decade <= 1e6; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0})
+      if (m * decade <= 1e6) h.bounds.push_back(m * decade);
+  h.counts.assign(h.bounds.size() + 1, 0);
+  return h;
+}
+
 Histogram Histogram::latency_seconds() {
   Histogram h;
   h.bounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0};

@@ -121,7 +121,15 @@ void EngineCore::finish(Request& r, FinishReason reason, StreamEvent ev, const S
     default: ++stats_.requests_finished_error; break;
   }
   stats_.prompt_tokens_total += uint64_t(r.n_prompt);
-  stats_.e2e_seconds.observe(seconds(Clock::now() - r.t_arrival));
+  const Clock::time_point now = Clock::now();
+  stats_.e2e_seconds.observe(seconds(now - r.t_arrival));
+  stats_.prompt_tokens.observe(double(r.n_prompt));
+  stats_.generation_tokens.observe(double(r.num_output()));
+  if (r.num_output() > 0) {
+    if (r.scheduled_once) stats_.prefill_seconds.observe(seconds(r.t_first_token - r.t_scheduled));
+    stats_.decode_seconds.observe(seconds(now - r.t_first_token));
+    if (r.num_output() > 1) stats_.tpot_seconds.observe(seconds(r.t_last_token - r.t_first_token) / double(r.num_output() - 1));
+  }
   std::shared_ptr<EventSink> sink = std::move(r.sink);
   requests_.erase(r.id);  // r is gone from here on
   sink->push(std::move(ev));
@@ -158,9 +166,10 @@ void EngineCore::fail_scheduled(const std::vector<ScheduledRequest>& sched, cons
 bool EngineCore::sample_next(Request& r, const float* row, StreamEvent& ev) {
   SampleResult s = sampler_.sample(row, r.params, r.penalties, r.rng);
   const Clock::time_point now = Clock::now();
-  if (r.num_output() == 0)
+  if (r.num_output() == 0) {
     stats_.ttft_seconds.observe(seconds(now - r.t_arrival));
-  else
+    r.t_first_token = now;
+  } else
     stats_.itl_seconds.observe(seconds(now - r.t_last_token));
   r.t_last_token = now;
   r.tokens.push_back(s.token);

@@ -141,6 +141,13 @@ std::string metrics_text(const EngineStats& s, const std::string& model_id) {
   histogram(o, "deepinfer_e2e_request_latency_seconds", "Time from arrival to finish.", s.e2e_seconds, l);
   histogram(o, "deepinfer_request_queue_time_seconds", "Time from arrival to the first scheduled step.",
             s.queue_seconds, l);
+  histogram(o, "deepinfer_time_per_output_token_seconds", "Per request: time from first to last token / (tokens - 1).",
+            s.tpot_seconds, l);
+  histogram(o, "deepinfer_request_prefill_time_seconds", "Per request: first scheduled step to first token.",
+            s.prefill_seconds, l);
+  histogram(o, "deepinfer_request_decode_time_seconds", "Per request: first token to finish.", s.decode_seconds, l);
+  histogram(o, "deepinfer_request_prompt_tokens", "Prompt tokens per finished request.", s.prompt_tokens, l);
+  histogram(o, "deepinfer_request_generation_tokens", "Generated tokens per finished request.", s.generation_tokens, l);
   return o.str();
 }
 

@@ -1,6 +1,13 @@
 #include "server/server.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <sstream>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -24,6 +31,57 @@ namespace {
 // generation routes' limit: their answers grow with the input.
 constexpr size_t kSmallBodyBytes = 64 * 1024;  // GET routes and unknown paths (for a clean 404)
 
+// Process metrics (Prometheus' standard process_* names) from /proc/self.
+void process_metrics(std::ostringstream& o) {
+  double rss = 0, vsize = 0, cpu = 0, start = 0;
+  if (std::FILE* f = std::fopen("/proc/self/stat", "r")) {
+    // Fields after the command name (which may hold spaces; it ends at the last ')').
+    char buf[2048] = {};
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const char* p = std::strrchr(buf, ')');
+    if (p && size_t(p - buf) < n) {
+      std::istringstream in(p + 2);
+      std::string field;
+      std::vector<std::string> fs;
+      while (in >> field) fs.push_back(field);
+      // fs[0] is field 3 (state): utime 14, stime 15, starttime 22, vsize 23, rss 24 (pages).
+      if (fs.size() > 21) {
+        const double tick = double(sysconf(_SC_CLK_TCK));
+        cpu = (std::stod(fs[11]) + std::stod(fs[12])) / tick;
+        vsize = std::stod(fs[20]);
+        rss = std::stod(fs[21]) * double(sysconf(_SC_PAGESIZE));
+        double boot = 0;
+        if (std::FILE* s = std::fopen("/proc/stat", "r")) {
+          char line[256];
+          while (std::fgets(line, sizeof line, s))
+            if (std::sscanf(line, "btime %lf", &boot) == 1) break;
+          std::fclose(s);
+        }
+        start = boot + std::stod(fs[19]) / tick;
+      }
+    }
+  }
+  size_t fds = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++fds;
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  auto line = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << std::fixed
+      << v << "\n";
+    o.unsetf(std::ios::floatfield);
+  };
+  line("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", rss);
+  line("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", vsize);
+  line("process_cpu_seconds_total", "counter", "User and system CPU time in seconds.", cpu);
+  line("process_open_fds", "gauge", "Open file descriptors.", double(fds));
+  line("process_max_fds", "gauge", "Limit of open file descriptors.", double(rl.rlim_cur));
+  line("process_start_time_seconds", "gauge", "Start time since the epoch in seconds.", start);
+}
+
 bool origin_allowed(const std::vector<std::string>& allowed, const std::string& origin) {
   if (origin.empty()) return false;
   for (const std::string& a : allowed)
@@ -39,6 +97,34 @@ struct Server::Impl {
   mutable std::mutex mu;
   BackendPtr backend;
   bool stop_requested = false;  // guarded by mu; stop() before listen() must not be lost
+  // Requests answered with an error before reaching the engine, by ErrorCode.
+  std::array<std::atomic<uint64_t>, size_t(ErrorCode::kInternal) + 1> rejected{};
+
+  // The HTTP layer's and the routes' refusals, and the process, after the engine's metrics.
+  std::string server_metrics(const std::string& model_id) const {
+    std::ostringstream o;
+    const std::string l = "model_name=\"" + model_id + "\"";
+    o << "# HELP deepinfer_requests_rejected_total Requests refused before generation, by reason.\n"
+      << "# TYPE deepinfer_requests_rejected_total counter\n";
+    auto row = [&](const char* reason, uint64_t n) {
+      o << "deepinfer_requests_rejected_total{" << l << ",reason=\"" << reason << "\"} " << n << "\n";
+    };
+    for (size_t c = 1; c < rejected.size(); ++c) row(error_code_name(ErrorCode(c)), rejected[c].load());
+    const http::IoStats& io = listener->stats();
+    row("connection_cap", io.rejected_connection_cap.load());
+    row("overloaded", io.rejected_busy.load());
+    row("malformed_http", io.rejected_malformed.load());
+    row("timeout", io.timed_out.load());
+    o << "# HELP deepinfer_http_connections_open Open client connections.\n# TYPE deepinfer_http_connections_open gauge\n"
+      << "deepinfer_http_connections_open{" << l << "} " << io.connections_open.load() << "\n"
+      << "# HELP deepinfer_http_requests_total HTTP requests read.\n# TYPE deepinfer_http_requests_total counter\n"
+      << "deepinfer_http_requests_total{" << l << "} " << io.requests.load() << "\n"
+      << "# HELP deepinfer_http_client_disconnects_total Answers that could not be delivered (the client left).\n"
+      << "# TYPE deepinfer_http_client_disconnects_total counter\n"
+      << "deepinfer_http_client_disconnects_total{" << l << "} " << io.client_disconnects.load() << "\n";
+    process_metrics(o);
+    return o.str();
+  }
 
   struct Route {
     const char* method;
@@ -108,6 +194,7 @@ struct Server::Impl {
     } catch (const ApiError& e) {
       res = httplib::Response{};
       send_error(res, e.status);
+      ++rejected[size_t(e.status.code)];
     } catch (const std::exception& e) {
       log_warn("%s %s: %s", req.method.c_str(), req.path.c_str(), e.what());
       res = httplib::Response{};
@@ -181,7 +268,8 @@ void Server::Impl::install_routes() {
       [this](const Request& req, Response& res) { handle_model(*ready(), req.path.substr(11), res); });
   add("GET", "/metrics", false, kSmallBodyBytes, [this](const Request&, Response& res) {
     BackendPtr b = ready();
-    res.set_content(metrics_text(b->engine->stats(), b->model_id), "text/plain; version=0.0.4");
+    res.set_content(metrics_text(b->engine->stats(), b->model_id) + server_metrics(b->model_id),
+                    "text/plain; version=0.0.4");
   });
   add("POST", "/v1/completions", false, big,
       [this](const Request& req, Response& res) { handle_completions(ready(), opt, req, res); });

@@ -432,6 +432,23 @@ def fuzz_the_request_path(ctx):
 
 
 @case
+def metrics_count_what_happened(ctx):
+    # After the cases above: refusals by reason, latency histograms and process metrics.
+    assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="invalid_json"') >= 6
+    assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="malformed_http"') >= 10
+    assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="connection_cap"') >= 1
+    assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="timeout"') >= 20
+    for name in ["deepinfer_time_per_output_token_seconds_count", "deepinfer_request_prefill_time_seconds_count",
+                 "deepinfer_request_decode_time_seconds_count", "deepinfer_request_generation_tokens_count",
+                 "deepinfer_request_prompt_tokens_count", "deepinfer_time_to_first_token_seconds_count"]:
+        assert metric(ctx, name) >= 1, name
+    rss = metric(ctx, "process_resident_memory_bytes")
+    assert 10e6 < rss < 8e9, rss
+    assert metric(ctx, "process_open_fds") >= 3
+    assert metric(ctx, "process_cpu_seconds_total") > 0
+
+
+@case
 def sigterm_drains_then_exits(ctx):
     # A fresh server: a long stream in flight, SIGTERM with --shutdown-timeout 2.
     srv = local_server.LocalServer(ctx.binary, ctx.model, ["--threads", "1", "--shutdown-timeout", "2"],
@@ -478,7 +495,7 @@ def main():
         for c in [deep_json_is_a_400_everywhere, pipelined_requests_are_answered_in_order, bad_framing_is_refused_at_once,
                   cors_preflight_and_headers, body_size_is_bounded_per_route, disconnected_non_streaming_request_is_cancelled,
                   connection_cap_per_client_is_a_503_but_health_works, trickling_clients_lock_nobody_out,
-                  fuzz_the_request_path, sigterm_drains_then_exits]:
+                  fuzz_the_request_path, metrics_count_what_happened, sigterm_drains_then_exits]:
             c(ctx)
         alive = server.proc.poll() is None
         rc = server.stop(timeout=60 * SCALE)
