@@ -30,7 +30,10 @@ struct EngineOptions {
   int64_t max_model_len = 0;          // 0 = the checkpoint's max_position_embeddings, capped by KV memory
   int64_t max_batch_tokens = 512;     // token budget of one step (prefill chunks + decode tokens)
   int64_t max_running = 32;           // sequences in one step at most
-  int64_t prefix_cache_entries = 8;   // finished-sequence snapshots kept for reuse (0 = off)
+  int64_t prefix_cache_entries = 64;  // prefix-cache snapshots kept (finished sequences and checkpoints; 0 = off)
+  // A checkpoint of the sequence state at every this many prompt tokens (0: only at the
+  // requests' cache_points); a multiple of kv_block_tokens. Each costs kv_fixed_blocks_per_seq.
+  int64_t prefix_cache_granularity = 512;
   bool verify_weights = false;        // scan every weight for NaN / Inf codes at load (v4::LoadOptions)
   // Bytes one token id contributes to the text that stop strings are matched against
   // (special tokens should give ""). Unset: requests with stop strings are rejected.
@@ -72,6 +75,8 @@ struct EngineStats {
   uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   uint64_t tokens_computed_total = 0;  // tokens run through the model (prefill, recompute, decode)
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_hit_tokens = 0;
+  uint64_t prefix_cache_checkpoints = 0;  // prompt checkpoints kept as snapshots
+  int64_t prefix_cache_entries = 0;       // snapshots cached now
   uint64_t preemptions_total = 0, steps_total = 0;
   Histogram ttft_seconds = Histogram::latency_seconds();
   Histogram itl_seconds = Histogram::latency_seconds();

@@ -31,6 +31,11 @@ class StreamWaiter {
 struct GenerateRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included if wanted
   SamplingParams params;
+  // Prompt lengths (1 .. prompt.size()-1) after which the prefix cache should keep a
+  // checkpoint, besides every multiple of its granularity: where the next request is likely
+  // to diverge (the server passes the start of the assistant's answer, so the next chat
+  // turn, which re-renders that answer without its reasoning, hits up to there).
+  std::vector<int64_t> cache_points;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -205,6 +205,9 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   if (o.model_dir.empty()) throw std::runtime_error("no model directory given");
   if (o.kv_memory_bytes > 0 && o.num_kv_blocks > 0)
     throw std::runtime_error("give the KV budget either in bytes or in blocks, not both");
+  if (o.prefix_cache_granularity < 0 || (o.kv_block_tokens > 0 && o.prefix_cache_granularity % o.kv_block_tokens != 0))
+    throw std::runtime_error("the prefix-cache granularity (" + std::to_string(o.prefix_cache_granularity) +
+                             ") must be 0 or a multiple of the KV block (" + std::to_string(o.kv_block_tokens) + " tokens)");
   auto model = v4::Model::load(o.model_dir, v4::LoadOptions{o.verify_weights});
   const v4::Config cfg = model->config();
   const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
@@ -257,6 +260,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   copt.scheduler.max_batch_tokens = o.max_batch_tokens;
   copt.scheduler.max_running = o.max_running;
   copt.scheduler.prefix_cache_entries = o.prefix_cache_entries;
+  copt.scheduler.prefix_cache_granularity = o.prefix_cache_granularity;
   copt.token_text = o.token_text;
   return make_engine(info, copt, spec, n_blocks, std::move(runner));
 }

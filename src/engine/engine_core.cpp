@@ -87,6 +87,10 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
   r->n_prompt = int64_t(req.prompt.size());
   r->tokens = std::move(req.prompt);
   r->params = std::move(req.params);
+  for (int64_t p : req.cache_points)
+    if (p > 0 && p < r->n_prompt) r->cache_points.push_back(p);  // others cannot be hits: ignored
+  std::sort(r->cache_points.begin(), r->cache_points.end());
+  r->cache_points.erase(std::unique(r->cache_points.begin(), r->cache_points.end()), r->cache_points.end());
   const int64_t room = opt_.max_model_len - r->n_prompt;
   r->max_new_tokens = r->params.max_tokens < 0 ? room : std::min(r->params.max_tokens, room);
   r->rng.seed(r->params.seed ? *r->params.seed : fresh_seed());
@@ -306,6 +310,8 @@ EngineStats EngineCore::stats() const {
   s.prefix_cache_queries = c.prefix_queries;
   s.prefix_cache_hits = c.prefix_hits;
   s.prefix_cache_hit_tokens = c.prefix_hit_tokens;
+  s.prefix_cache_checkpoints = c.checkpoints_taken;
+  s.prefix_cache_entries = scheduler_.prefix_cache().size();
   return s;
 }
 

@@ -117,6 +117,12 @@ void ModelRunner::apply(const StateOp& op) {
     case StateOp::Kind::kDropSnapshot:
       snaps_.erase(op.snap);
       break;
+    case StateOp::Kind::kCheckpoint: {
+      auto it = seqs_.find(op.seq);
+      if (it == seqs_.end()) break;  // a missing snapshot is a miss later, never a wrong state
+      snaps_.insert_or_assign(op.snap, it->second.fork(op.pages, op.fixed));
+      break;
+    }
   }
 }
 

@@ -38,6 +38,8 @@ struct Request {
   int64_t num_computed = 0;
   int64_t num_cached = 0;        // prompt tokens that came from a prefix-cache snapshot
   bool prefix_checked = false;   // looked up once per admission
+  std::vector<int64_t> cache_points;      // from the request (sorted, unique, inside the prompt)
+  std::vector<int64_t> checkpoints_due;   // this admission's prefix-cache checkpoints still to take, ascending
   int64_t n_preemptions = 0;
   int64_t next_prompt_logprob = 1;  // prompt_logprobs: the next prompt position to report (kept over preemption)
 

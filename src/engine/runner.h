@@ -40,12 +40,14 @@ struct StateOp {
                        // equal to the snapshot's are shared, the others get its rows copied;
                        // the fixed part is copied into seq's own blocks `fixed`
     kDropSnapshot,     // drop snapshot `snap` (evicted)
+    kCheckpoint,       // snapshot `snap` becomes a copy of seq's state as it stands (seq goes on),
+                       // with page table `pages` and fixed blocks `fixed`, as for kForkSnapshot
   };
   Kind kind = Kind::kFree;
   uint64_t seq = 0;
   uint64_t snap = 0;
-  std::vector<int32_t> pages;  // kForkSnapshot only
-  std::vector<int32_t> fixed;  // kForkSnapshot only
+  std::vector<int32_t> pages;  // kForkSnapshot, kCheckpoint
+  std::vector<int32_t> fixed;  // kForkSnapshot, kCheckpoint
 };
 
 class Runner {

@@ -59,10 +59,61 @@ std::vector<int64_t> Scheduler::plan_running() const {
     }
   for (size_t i = 0; i < running_.size() && budget > 0; ++i)
     if (running_[i]->remaining() > 1) {
-      plan[i] = std::min(running_[i]->remaining(), budget);
+      plan[i] = cap_at_checkpoint(running_[i], running_[i]->num_computed, std::min(running_[i]->remaining(), budget));
       budget -= plan[i];
     }
   return plan;
+}
+
+// The prefix-cache checkpoints this admission takes: every multiple of the granularity and
+// every cache point of the request past `start` (where it starts), inside the prompt.
+void Scheduler::plan_checkpoints(Request* r, int64_t start) {
+  r->checkpoints_due.clear();
+  if (cache_.max_entries() == 0) return;
+  const int64_t C = opt_.prefix_cache_granularity;
+  if (C > 0)
+    for (int64_t p = (start / C + 1) * C; p < r->n_prompt; p += C) r->checkpoints_due.push_back(p);
+  for (int64_t p : r->cache_points)
+    if (p > start) r->checkpoints_due.push_back(p);
+  std::sort(r->checkpoints_due.begin(), r->checkpoints_due.end());
+  r->checkpoints_due.erase(std::unique(r->checkpoints_due.begin(), r->checkpoints_due.end()), r->checkpoints_due.end());
+}
+
+// A prefill chunk of n tokens from `from`, shortened to end at the next checkpoint (the state
+// can only be saved between chunks).
+int64_t Scheduler::cap_at_checkpoint(const Request* r, int64_t from, int64_t n) const {
+  for (int64_t p : r->checkpoints_due)
+    if (p > from) return std::min(n, p - from);
+  return n;
+}
+
+// Keeps the state of r after its first num_computed tokens as a snapshot (a fork: full pages
+// shared, the fixed part and a partly filled last page copied). Skipped when the same tokens
+// are cached already or no room can be made by evicting older snapshots.
+void Scheduler::take_checkpoint(Request* r) {
+  const int64_t n = r->num_computed;
+  std::vector<int32_t> toks(r->tokens.begin(), r->tokens.begin() + n);
+  if (auto same = cache_.find(toks)) {
+    cache_.touch(*same);
+    ++counters_.checkpoints_skipped;
+    return;
+  }
+  while (kv_.free_blocks() < kv_.fork_cost(n))
+    if (!evict_one_snapshot()) {
+      ++counters_.checkpoints_skipped;
+      return;
+    }
+  const uint64_t snap = next_snapshot_++;
+  if (!kv_.fork(r->id, snap | kSnapshotBit, n)) throw std::logic_error("scheduler: checkpoint check and KV pool disagree");
+  StateOp op = state_op(StateOp::Kind::kCheckpoint, r->id, snap);
+  op.pages = kv_.pages(snap | kSnapshotBit);
+  op.fixed = kv_.fixed(snap | kSnapshotBit);
+  ops_.push_back(std::move(op));
+  ++counters_.checkpoints_taken;
+  for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {  // already out of the index
+    kv_.free(evicted | kSnapshotBit);
+    ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));
+  }
 }
 
 void Scheduler::preempt(Request* victim) {
@@ -150,7 +201,8 @@ bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
   std::optional<uint64_t> keep;
   if (hit) keep = hit->snapshot_id;
   const int64_t start = hit ? hit->n_tokens : 0;
-  const int64_t n = std::min(r->num_tokens() - start, budget_left);
+  plan_checkpoints(r, start);
+  const int64_t n = cap_at_checkpoint(r, start, std::min(r->num_tokens() - start, budget_left));
   const int64_t want = kv_.spec().blocks_for(start + n);
   const int64_t available = kv_.free_blocks() + evictable_blocks(keep);
   int64_t need = want;  // fresh blocks
@@ -177,6 +229,14 @@ bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
 
 std::vector<ScheduledRequest> Scheduler::schedule() {
   std::vector<ScheduledRequest> out;
+  // Checkpoints first: the states are as the last step left them, chunks ended at them.
+  for (Request* r : running_) {
+    auto& due = r->checkpoints_due;
+    while (!due.empty() && due.front() <= r->num_computed) {
+      if (due.front() == r->num_computed) take_checkpoint(r);
+      due.erase(due.begin());
+    }
+  }
   const std::vector<int64_t> plan = plan_running();
   bool preempted = false;
   int64_t used = 0;

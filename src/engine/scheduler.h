@@ -15,6 +15,13 @@
 // pages shared, fixed part and partly filled last page copied), so the snapshot stays cached
 // for the next request after the same prefix. Where the pool cannot spare the fork's fresh
 // blocks, the snapshot is moved to the request instead (what the fork would copy, it takes).
+// Checkpoints: while a prompt is prefilled, its state is also kept as a snapshot (a fork) at
+// every multiple of prefix_cache_granularity and at the request's cache_points (prefill
+// chunks end there), so a later prompt that shares only a part of it hits too, up to the
+// longest such checkpoint. V4's window rings and compressor state cannot be rewound, so hits
+// come only at these points: the granularity. An aligned checkpoint shares every page and
+// costs its fixed blocks (the rings and compressor state of one sequence).
+//
 // A request is admitted only if its first chunk fits in free blocks plus what evicting other
 // snapshots would really free (pages they share with live sequences would not be freed).
 //
@@ -37,7 +44,11 @@ namespace deepinfer::engine {
 struct SchedulerOptions {
   int64_t max_batch_tokens = 512;   // must exceed max_running so prefills always progress
   int64_t max_running = 32;
-  int64_t prefix_cache_entries = 8;
+  int64_t prefix_cache_entries = 64;
+  // Prefix-cache checkpoints are taken at every multiple of this many prompt tokens (and at
+  // a request's cache_points); 0 = only at cache_points and finished sequences. A multiple of
+  // the KV block: an aligned checkpoint then shares every page and costs only its fixed blocks.
+  int64_t prefix_cache_granularity = 512;
 };
 
 struct ScheduledRequest {
@@ -48,6 +59,7 @@ struct ScheduledRequest {
 struct SchedulerCounters {
   uint64_t preemptions = 0;
   uint64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
+  uint64_t checkpoints_taken = 0, checkpoints_skipped = 0;  // skipped: same tokens cached, or no room
 };
 
 class Scheduler {
@@ -91,6 +103,9 @@ class Scheduler {
   int64_t evictable_blocks(std::optional<uint64_t> keep) const;
   void restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bool fork);
   bool check_shared_pages_full(kv::OwnerId owner, int64_t n_tokens, std::string* why) const;
+  void plan_checkpoints(Request* r, int64_t start);
+  int64_t cap_at_checkpoint(const Request* r, int64_t from, int64_t n) const;
+  void take_checkpoint(Request* r);
 
   SchedulerOptions opt_;
   kv::KvManager kv_;

@@ -14,6 +14,12 @@ std::optional<PrefixCache::Hit> PrefixCache::lookup(const std::vector<int32_t>& 
   return best;
 }
 
+std::optional<uint64_t> PrefixCache::find(const std::vector<int32_t>& tokens) const {
+  for (const Entry& e : entries_)
+    if (e.tokens == tokens) return e.id;
+  return std::nullopt;
+}
+
 std::vector<uint64_t> PrefixCache::insert(uint64_t snapshot_id, std::vector<int32_t> tokens) {
   entries_.push_back(Entry{snapshot_id, std::move(tokens), ++clock_});
   std::vector<uint64_t> evicted;

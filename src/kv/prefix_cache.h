@@ -8,9 +8,10 @@
 // blocks (KvManager::fork: full pages shared, the rest copied) so that the snapshot stays
 // cached for the next request, or moves them when memory is too short for a fork.
 //
-// Granularity: whole sequences, exact token prefixes, strict extension (at least one new
+// Granularity: a snapshot serves prompts that strictly extend its tokens (at least one new
 // token, whose logits the new request needs). V4's window ring and compressor state cannot
-// be rewound, so a snapshot cannot serve a prompt that diverges inside it.
+// be rewound, so a snapshot cannot serve a prompt that diverges inside it; the scheduler
+// therefore also keeps checkpoints part-way through prompts (scheduler.h).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -31,6 +32,8 @@ class PrefixCache {
   };
   // The longest snapshot whose tokens are a strict prefix of `tokens`.
   std::optional<Hit> lookup(const std::vector<int32_t>& tokens) const;
+  // The snapshot whose tokens are exactly `tokens`, if any.
+  std::optional<uint64_t> find(const std::vector<int32_t>& tokens) const;
   // Adds a snapshot (most recently used). Returns the ids evicted to stay within
   // max_entries (possibly the new one itself when max_entries is 0).
   std::vector<uint64_t> insert(uint64_t snapshot_id, std::vector<int32_t> tokens);

@@ -107,7 +107,7 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   std::vector<GenerateRequest> gens;
   auto waiter = std::make_shared<StreamWaiter>();
   for (int64_t j = 0; j < n; ++j) {
-    GenerateRequest g{cp.ids, ro.sampling};
+    GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
     // A constraint holds one request's state: each choice gets its own.
     g.params.constraint = j == 0 ? cp.constraint : output_constraint(b, cbody, cp.family, cp.thinking);
     if (g.params.seed) g.params.seed = *g.params.seed + uint64_t(j);

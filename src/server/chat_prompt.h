@@ -38,6 +38,10 @@ struct ChatPrompt {
   chat::ChatFamily family = chat::ChatFamily::V4;
   bool thinking = false;
   std::shared_ptr<TokenConstraint> constraint;  // tool_choice / response_format; null: none
+  // Where the prefix cache should keep a checkpoint: just after the last assistant-role
+  // token. The next turn re-renders this answer after the same token (reasoning dropped, so
+  // the text after it differs) and hits up to there.
+  std::vector<int64_t> cache_points;
 };
 
 // o[key] when o is an object with a non-null `key`, else null.

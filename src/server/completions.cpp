@@ -157,7 +157,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
   auto waiter = std::make_shared<StreamWaiter>();
   for (const Prompt& p : prompts)
     for (int64_t j = 0; j < best_of; ++j) {
-      GenerateRequest g{p.ids, ro.sampling};
+      GenerateRequest g{p.ids, ro.sampling, {}};
       // Each sample draws its own tokens; a seed still makes the whole answer repeatable.
       if (g.params.seed) g.params.seed = *g.params.seed + uint64_t(j);
       if (best_of > n && !logprobs) g.params.logprobs = 0;  // ranking needs each token's logprob

@@ -242,7 +242,7 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
   const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
   const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
-  GenerateRequest g{cp.ids, ro.sampling};
+  GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
   g.params.constraint = cp.constraint;
   const Status s = b.engine->validate(g);
   if (!s.ok()) throw ApiError(s);

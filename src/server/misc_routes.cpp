@@ -132,6 +132,9 @@ std::string metrics_text(const EngineStats& s, const std::string& model_id) {
           l);
   counter(o, "deepinfer_prefix_cache_hit_tokens_total", "Prompt tokens served from prefix-cache snapshots.",
           s.prefix_cache_hit_tokens, l);
+  counter(o, "deepinfer_prefix_cache_checkpoints_total", "Prompt checkpoints kept as prefix-cache snapshots.",
+          s.prefix_cache_checkpoints, l);
+  gauge(o, "deepinfer_prefix_cache_entries", "Prefix-cache snapshots held now.", double(s.prefix_cache_entries), l);
   counter(o, "deepinfer_preemptions_total", "Requests preempted (state dropped, recomputed later).",
           s.preemptions_total, l);
   counter(o, "deepinfer_engine_steps_total", "Engine steps run.", s.steps_total, l);

@@ -343,7 +343,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
   const json chat_plain = json::parse(chat.dump());
   const RequestOptions ro = parse_request_options(chat_plain, Api::kChat);
   const ChatPrompt cp = build_chat_prompt(b, chat);
-  GenerateRequest g{cp.ids, ro.sampling};
+  GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
   g.params.constraint = cp.constraint;
   const Status s = b.engine->validate(g);
   if (!s.ok()) throw ApiError(s);

@@ -93,8 +93,15 @@ class FakeRunner final : public Runner {
       case StateOp::Kind::kFree: seqs.erase(op.seq); break;
       case StateOp::Kind::kSaveSnapshot: snaps[op.snap] = seqs.at(op.seq); seqs.erase(op.seq); break;
       case StateOp::Kind::kRestoreSnapshot: seqs[op.seq] = snaps.at(op.snap); snaps.erase(op.snap); break;
-      case StateOp::Kind::kForkSnapshot: fork(op); break;
+      case StateOp::Kind::kForkSnapshot:
+        seqs[op.seq] = fork(snaps.at(op.snap), op);
+        ++forks;
+        break;
       case StateOp::Kind::kDropSnapshot: snaps.erase(op.snap); break;
+      case StateOp::Kind::kCheckpoint:
+        snaps[op.snap] = fork(seqs.at(op.seq), op);
+        ++checkpoints;
+        break;
     }
   }
 
@@ -106,7 +113,7 @@ class FakeRunner final : public Runner {
   }
 
   int64_t vocab_;
-  int64_t steps = 0, tokens_run = 0, forks = 0, all_rows_chunks = 0;
+  int64_t steps = 0, tokens_run = 0, forks = 0, all_rows_chunks = 0, checkpoints = 0;
   int64_t block_tokens = 0, fixed_blocks = 0, n_pages = 0;
   std::map<uint64_t, Seq> seqs, snaps;
   std::map<int32_t, std::vector<int32_t>> pages;  // the arena: page id -> its block_tokens slots
@@ -156,8 +163,8 @@ class FakeRunner final : public Runner {
     return out;
   }
 
-  void fork(const StateOp& op) {
-    const Seq& src = snaps.at(op.snap);
+  // A copy of src in the pages and fixed blocks of op.
+  Seq fork(const Seq& src, const StateOp& op) {
     Seq s{src.tokens, op.pages, op.fixed};
     if (int64_t(s.fixed.size()) != fixed_blocks) throw std::logic_error("fork: wrong number of fixed blocks");
     for (size_t i = 0; i < s.fixed.size(); ++i) {
@@ -174,8 +181,7 @@ class FakeRunner final : public Runner {
         page(s.table[i]) = page(src.table[i]);
       }
     }
-    seqs[op.seq] = std::move(s);
-    ++forks;
+    return s;
   }
 };
 

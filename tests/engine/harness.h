@@ -54,10 +54,10 @@ struct Harness {
     core = std::make_unique<EngineCore>(o, small_spec(block_tokens), n_blocks, std::move(r));
   }
 
-  uint64_t submit(std::vector<int32_t> prompt, SamplingParams p) {
+  uint64_t submit(std::vector<int32_t> prompt, SamplingParams p, std::vector<int64_t> cache_points = {}) {
     const uint64_t id = next_id++;
     sinks[id] = std::make_shared<Collector>();
-    core->add(id, GenerateRequest{std::move(prompt), std::move(p)}, sinks[id], Clock::now());
+    core->add(id, GenerateRequest{std::move(prompt), std::move(p), std::move(cache_points)}, sinks[id], Clock::now());
     return id;
   }
 

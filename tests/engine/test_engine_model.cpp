@@ -35,7 +35,7 @@ struct ModelCore {
   uint64_t next_id = 1;
 
   ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0,
-            const char* numerics = "reference", const char* kernels = "cpu") {
+            const char* numerics = "reference", const char* kernels = "cpu", int64_t granularity = 512) {
     auto owned = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
     runner = owned.get();
     spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
@@ -45,13 +45,14 @@ struct ModelCore {
     o.scheduler.max_batch_tokens = budget;
     o.scheduler.max_running = max_running;
     o.scheduler.prefix_cache_entries = cache;
+    o.scheduler.prefix_cache_granularity = granularity;
     core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(owned));
     core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
   }
-  uint64_t submit(std::vector<int32_t> p, SamplingParams sp) {
+  uint64_t submit(std::vector<int32_t> p, SamplingParams sp, std::vector<int64_t> cache_points = {}) {
     const uint64_t id = next_id++;
     sinks[id] = std::make_shared<Collector>();
-    core->add(id, GenerateRequest{std::move(p), sp}, sinks[id], Clock::now());
+    core->add(id, GenerateRequest{std::move(p), sp, std::move(cache_points)}, sinks[id], Clock::now());
     return id;
   }
   void run() {
@@ -227,6 +228,42 @@ TEST(EngineModel, ForkedSnapshotServesConcurrentRequests) {
   {
     SCOPED_TRACE("reference/ref");  // the referee kernels: chunking changes no bit
     forks_and_cold("reference", "ref", 0.0f);
+  }
+}
+
+// Prompt checkpoints on the real model: a prompt that shares only the first 150 tokens of an
+// earlier one resumes from its checkpoint at 128 (a block edge: pages shared, fixed part
+// copied), and one that shares 97 tokens from the cache point there (a partly filled page
+// copied too). Each gets the tokens and logits it gets cold (bit for bit with the referee
+// kernels, whose results do not depend on chunking).
+void checkpoints_and_cold(const char* nm, const char* kn, float tol) {
+  ModelCore warm(256, 8, 400, 16, nm, kn, 64);
+  const std::vector<int32_t> first = prompt(200, 21);
+  warm.submit(first, greedy(3), {97});
+  warm.run();
+  EXPECT_EQ(warm.core->stats().prefix_cache_checkpoints, 4u);  // 64, 97, 128, 192
+  for (const int64_t shared : {150, 97}) {
+    std::vector<int32_t> p(first.begin(), first.begin() + shared);
+    for (int k = 0; k < 21; ++k) p.push_back(int32_t(300 + 11 * k));
+    const uint64_t w = warm.submit(p, greedy(5));
+    warm.run();
+    EXPECT_EQ(warm.sinks[w]->events.back().usage.cached_tokens, shared == 150 ? 128 : 97);
+    ModelCore cold(256, 8, 400, 0, nm, kn);
+    const uint64_t c = cold.submit(p, greedy(5));
+    cold.run();
+    EXPECT_EQ(warm.sinks[w]->tokens(), cold.sinks[c]->tokens()) << shared;
+    EXPECT_LE(max_abs_diff(warm.rows[w], cold.rows[c]), tol) << shared;
+  }
+}
+
+TEST(EngineModel, PromptCheckpointsServeDivergingPrompts) {
+  {
+    SCOPED_TRACE("reference/cpu");
+    checkpoints_and_cold("reference", "cpu", 1e-5f);
+  }
+  {
+    SCOPED_TRACE("reference/ref");
+    checkpoints_and_cold("reference", "ref", 0.0f);
   }
 }
 

@@ -15,12 +15,18 @@ using namespace deepinfer::engine::testing;
 
 namespace {
 
-SchedulerOptions opts(int64_t budget, int64_t max_running, int64_t cache = 0) {
+SchedulerOptions opts(int64_t budget, int64_t max_running, int64_t cache = 0, int64_t granularity = 0) {
   SchedulerOptions o;
   o.max_batch_tokens = budget;
   o.max_running = max_running;
   o.prefix_cache_entries = cache;
+  o.prefix_cache_granularity = granularity;
   return o;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 
 int64_t scheduled_tokens(const FakeRunner& r, uint64_t id) {
@@ -117,6 +123,75 @@ TEST(Scheduler, PrefixCacheServesAnExtendingPrompt) {
   const uint64_t c = cold.submit(turn2, greedy(6));
   cold.run();
   EXPECT_EQ(h.sinks[b]->tokens(), cold.sinks[c]->tokens());
+}
+
+// A prompt that shares only a part of an earlier one (a system prompt, tool definitions, then
+// something else) hits the earlier prompt's checkpoint at the last multiple of the
+// granularity inside the shared part, and gives what a cold run gives.
+TEST(Scheduler, PrefixCheckpointsServeAPromptThatDiverges) {
+  Harness h(10000, opts(100, 4, 16, 32));
+  const std::vector<int32_t> system = ramp(75);
+  const uint64_t a = h.submit(concat(system, ramp(50, 4)), greedy(4));
+  // Prefill chunks end at the checkpoints: 32, 64, 96, then the rest of the prompt.
+  std::vector<int64_t> chunks;
+  while (!h.sinks[a]->finished()) {
+    h.core->step();
+    h.check();
+    chunks.push_back(scheduled_tokens(*h.runner, a));
+  }
+  ASSERT_EQ(chunks.size(), 7u) << ::testing::PrintToString(chunks) << h.sinks[a]->events.back().error.message;
+  EXPECT_EQ(chunks[0], 32);
+  EXPECT_EQ(chunks[1], 32);
+  EXPECT_EQ(chunks[2], 32);
+  EXPECT_EQ(chunks[3], 29);
+  EXPECT_EQ(h.core->stats().prefix_cache_checkpoints, 3u);  // 32, 64, 96
+  EXPECT_EQ(h.runner->checkpoints, 3);
+  const std::vector<int32_t> b_prompt = concat(system, ramp(20, 3));
+  const uint64_t b = h.submit(b_prompt, greedy(6));
+  h.core->step();
+  EXPECT_EQ(scheduled_tokens(*h.runner, b), int64_t(b_prompt.size()) - 64);
+  h.run();
+  EXPECT_EQ(h.sinks[b]->events.back().usage.cached_tokens, 64);
+  // A prompt the same as the first up to its checkpoint at 96 and then longer.
+  const uint64_t c = h.submit(concat(concat(system, ramp(50, 4)), ramp(3, 1)), greedy(2));
+  h.run();
+  EXPECT_GE(h.sinks[c]->events.back().usage.cached_tokens, 96);
+
+  Harness cold(10000, opts(100, 4, 0));
+  const uint64_t cb = cold.submit(b_prompt, greedy(6));
+  cold.run();
+  EXPECT_EQ(h.sinks[b]->tokens(), cold.sinks[cb]->tokens());
+  // The same prompt computed from scratch (prompt logprobs need every row): its checkpoints
+  // are found cached, not duplicated.
+  SamplingParams with_rows = greedy(4);
+  with_rows.prompt_logprobs = 0;
+  const uint64_t a2 = h.submit(concat(system, ramp(50, 4)), with_rows);
+  h.run();
+  EXPECT_EQ(h.sinks[a2]->tokens(), h.sinks[a]->tokens());
+  EXPECT_EQ(h.core->scheduler().counters().checkpoints_skipped, 3u);
+  EXPECT_EQ(h.core->stats().prefix_cache_checkpoints, 3u);
+}
+
+// The chat case: the server marks where the assistant's answer begins; the next turn renders
+// that answer differently (reasoning dropped) but hits up to the mark.
+TEST(Scheduler, CachePointServesTheNextTurn) {
+  Harness h(10000, opts(64, 4, 8));
+  const std::vector<int32_t> turn1 = ramp(45);
+  const uint64_t a = h.submit(turn1, greedy(5), {43});
+  h.run();
+  EXPECT_EQ(h.core->stats().prefix_cache_checkpoints, 1u);
+  std::vector<int32_t> turn2(turn1.begin(), turn1.begin() + 43);
+  for (int32_t t : {7, 7, 8, 9, 10, 11}) turn2.push_back(t);  // the answer as history, a new question
+  const uint64_t b = h.submit(turn2, greedy(3), {int64_t(turn2.size()) - 1});
+  h.core->step();
+  EXPECT_EQ(scheduled_tokens(*h.runner, b), 5);  // from the hit at 43 to its own cache point
+  h.run();
+  EXPECT_EQ(h.sinks[b]->events.back().usage.cached_tokens, 43);
+  EXPECT_EQ(h.sinks[a]->events.back().usage.cached_tokens, 0);
+  // Cache points outside the prompt are ignored, not an error.
+  const uint64_t c = h.submit(ramp(10, 5), greedy(2), {0, 10, 99, -3});
+  h.run();
+  EXPECT_EQ(h.sinks[c]->reason(), FinishReason::kLength);
 }
 
 // Several requests after one shared prefix (a system prompt, parallel agent calls): each
@@ -267,14 +342,17 @@ TEST(Scheduler, ValidationErrorsAreEventsNotCrashes) {
 // At the end, dropping the snapshots returns the pool to fully free.
 TEST(Scheduler, PropertyRandomWorkloads) {
   uint64_t hits = 0, preemptions = 0;
-  int64_t forks = 0;
+  int64_t forks = 0, checkpoints = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed);
     const int64_t T = seed % 3 == 0 ? 4 : seed % 3 == 1 ? 16 : 20;
     const kv::KvSpec s = small_spec(T);
     const int64_t max_len = 400;
     const int64_t n_blocks = s.blocks_for(max_len) + int64_t(rng() % 60) * 16 / T;
-    Harness h(n_blocks, opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 4)), max_len, 1, T);
+    // Checkpoints every few blocks, or only at the requests' cache points.
+    const int64_t granularity = T * int64_t(rng() % 4);
+    Harness h(n_blocks, opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 8), granularity), max_len,
+              1, T);
     std::vector<uint64_t> live;
     std::map<uint64_t, std::vector<int32_t>> prompts;
     std::vector<std::vector<int32_t>> finished_tokens;  // prompt + output of finished requests
@@ -292,7 +370,9 @@ TEST(Scheduler, PropertyRandomWorkloads) {
           p.temperature = 1.0f;
           p.seed = rng();
         }
-        const uint64_t id = h.submit(prompt, p);
+        std::vector<int64_t> points;
+        if (rng() % 2) points.push_back(int64_t(rng() % prompt.size()));
+        const uint64_t id = h.submit(prompt, p, points);
         prompts[id] = prompt;
         live.push_back(id);
         ++submitted;
@@ -327,6 +407,7 @@ TEST(Scheduler, PropertyRandomWorkloads) {
     hits += h.core->stats().prefix_cache_hits;
     preemptions += h.core->stats().preemptions_total;
     forks += h.runner->forks;
+    checkpoints += h.runner->checkpoints;
     h.core->drop_prefix_cache();
     h.check();
     EXPECT_EQ(h.core->scheduler().kv().free_blocks(), n_blocks);
@@ -334,5 +415,6 @@ TEST(Scheduler, PropertyRandomWorkloads) {
   }
   EXPECT_GT(hits, 0u);
   EXPECT_GT(forks, 0);
+  EXPECT_GT(checkpoints, 0);
   EXPECT_GT(preemptions, 0u);
 }

@@ -2,7 +2,7 @@
 //                 [--numerics reference|float] [--kernels cpu|ref]
 //                 [--kv-memory BYTES | --num-kv-blocks N] [--kv-block-tokens 64]
 //                 [--max-model-len N] [--max-batch-tokens 512] [--max-num-seqs 32]
-//                 [--prefix-cache-entries 8] [--api-key K] [--served-model-name NAME]
+//                 [--prefix-cache-entries 64] [--prefix-cache-granularity 512] [--api-key K] [--served-model-name NAME]
 //                 [--max-body-bytes 16777216] [--http-threads 256] [--max-connections 4096]
 //                 [--max-connections-per-client 256] [--shutdown-timeout 30] [--allowed-origins O,O]
 // OpenAI-compatible HTTP server (src/server/server.h lists the routes). It listens first
@@ -64,7 +64,11 @@ EngineOptions engine_options(const Args& args) {
   if (args.get("--max-model-len")) o.max_model_len = positive(args, "--max-model-len", 1);
   o.max_batch_tokens = positive(args, "--max-batch-tokens", 512);
   o.max_running = positive(args, "--max-num-seqs", 32);
-  o.prefix_cache_entries = args.get_int("--prefix-cache-entries", 8);
+  o.prefix_cache_entries = args.get_int("--prefix-cache-entries", 64);
+  o.prefix_cache_granularity = args.get_int("--prefix-cache-granularity", 512);
+  if (o.prefix_cache_granularity < 0 || o.prefix_cache_granularity % o.kv_block_tokens != 0)
+    throw ArgError("--prefix-cache-granularity must be 0 or a multiple of --kv-block-tokens (" +
+                   std::to_string(o.kv_block_tokens) + ")");
   o.verify_weights = args.has("--verify-weights");
   if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
   return o;
@@ -73,7 +77,7 @@ EngineOptions engine_options(const Args& args) {
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
-                   "--prefix-cache-entries", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
+                   "--prefix-cache-entries", "--prefix-cache-granularity", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--header-timeout"},
             {"--verify-weights", "--allow-special-tokens-in-content"});
@@ -168,7 +172,11 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --max-model-len N            context length (default: the checkpoint's, capped by KV)\n"
                         "  --max-batch-tokens N         token budget of one engine step (default 512)\n"
                         "  --max-num-seqs N             sequences in one step at most (default 32)\n"
-                        "  --prefix-cache-entries N     finished-sequence snapshots kept, 0 = off (default 8)\n"
+                        "  --prefix-cache-entries N     prefix-cache snapshots kept (finished sequences and prompt\n"
+                        "                               checkpoints), 0 = off (default 64)\n"
+                        "  --prefix-cache-granularity N a checkpoint every N prompt tokens (a multiple of\n"
+                        "                               --kv-block-tokens; 0 = only where assistant turns start;\n"
+                        "                               default 512)\n"
                         "  --max-body-bytes N           request body limit (default 16777216)\n"
                         "  --http-threads N             requests handled at once (default 256)\n"
                         "  --max-connections N          open connections in all; beyond, 503 (default 4096)\n"
