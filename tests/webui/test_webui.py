@@ -53,7 +53,7 @@ CANNED_REPLY = (
     "- first item\n- second item with " + HOSTILE_IMG + "\n\n"
     "| name | value |\n|---|---|\n| pi | 3.14 |\n| e | 2.72 |\n\n"
     "```python\nprint('<script>alert(1)</script>')\n```\n\n"
-    "Raw: " + HOSTILE_SCRIPT + " caf\u00e9 \u2615 \U0001F600")
+    "Raw: " + HOSTILE_SCRIPT + " **caf\u00e9** \u2615 \U0001F600 " + HOSTILE_IMG)
 CANNED_REASONING = "The user wants a demo. Mind " + HOSTILE_SVG + " in the output."
 CANNED_ARGS = json.dumps({"city": HOSTILE_IMG, "days": 3})
 
@@ -107,7 +107,7 @@ def start_browser(chromium, chromedriver, profile):
     from selenium.webdriver.chrome.service import Service
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,860",
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
               "--user-data-dir=" + profile, "--no-first-run", "--disable-extensions", "--disable-sync",
               "--disable-background-networking", "--disable-component-update", "--force-color-profile=srgb",
               "--lang=en-US"):
@@ -277,6 +277,32 @@ def step_reload_finds_conversations(ctx):
     check(p.one("#set-temperature").get_attribute("value") == "0", "settings were not kept")
 
 
+def step_thinking_reply(ctx):
+    """Thinking on with an effort: the page asks for it, and the reasoning and answer it
+    stores are the API's own split of the same greedy output."""
+    p = ctx["page"]
+    p.one("#new-chat").click()
+    p.set_field("#set-thinking", True)
+    check(p.one("#set-effort").is_enabled(), "the effort stays disabled with thinking on")
+    from selenium.webdriver.support.ui import Select
+    Select(p.one("#set-effort")).select_by_value("max")
+    p.set_field("#set-max-tokens", 16)
+    p.send("Think first.")
+    reply = p.wait_reply_done()
+    want = http_post(ctx["url"] + "/v1/chat/completions",
+                     {"model": MODEL, "messages": [{"role": "user", "content": "Think first."}], "temperature": 0,
+                      "max_tokens": 16, "thinking": True, "reasoning_effort": "max"}, API_KEY)["choices"][0]["message"]
+    got = max(p.stored(), key=lambda c: c["updated"])["messages"][-1]
+    check(want["reasoning_content"], "the tiny model gave no reasoning: %r" % want)
+    check(got["reasoning"] == want["reasoning_content"] and got["content"] == (want["content"] or ""),
+          "page %r / %r, API %r / %r" % (got["reasoning"], got["content"], want["reasoning_content"], want["content"]))
+    details = reply.find_element(p.By.CSS_SELECTOR, "details.reasoning")
+    check(details.find_element(p.By.CSS_SELECTOR, "summary").text == "Reasoning", "summary after the reply")
+    p.set_field("#set-thinking", False)
+    check(not p.one("#set-effort").is_enabled(), "the effort stays enabled with thinking off")
+    p.set_field("#set-max-tokens", 3000)
+
+
 def step_server_error_shown(ctx):
     p = ctx["page"]
     p.one("#new-chat").click()
@@ -298,23 +324,27 @@ def step_server_error_shown(ctx):
 
 
 CANNED_FETCH = r"""
-// Replaces fetch for chat completions with a canned SSE body, cut into pieces of a few
-// bytes (splitting events and UTF-8 sequences) that arrive on timers, as a network would.
-const sse = arguments[0], piece = arguments[1];
+// Replaces fetch for chat completions with a canned SSE body cut at the given byte offsets
+// (inside events and inside UTF-8 sequences); every 8th piece waits for a timer, so the page
+// renders the reply part-way, as from a network.
+const sse = arguments[0], cuts = arguments[1];
 const bytes = new TextEncoder().encode(sse);
 window.__realFetch = window.__realFetch || window.fetch;
 window.__cannedRequests = [];
 window.fetch = function (url, init) {
   if (!String(url).includes('chat/completions')) return window.__realFetch.apply(this, arguments);
   window.__cannedRequests.push(JSON.parse(init.body));
-  let at = 0;
+  let at = 0, next = 0;
   const body = new ReadableStream({
     pull(controller) {
-      return new Promise((resolve) => setTimeout(() => {
-        if (at < bytes.length) controller.enqueue(bytes.slice(at, at += piece));
+      const give = () => {
+        const end = next < cuts.length ? cuts[next++] : bytes.length;
+        if (at < bytes.length) controller.enqueue(bytes.slice(at, end));
         else controller.close();
-        resolve();
-      }, 2));
+        at = end;
+      };
+      if (next % 8) return give();
+      return new Promise((resolve) => setTimeout(() => { give(); resolve(); }, 0));
     },
   });
   return Promise.resolve(new Response(body, { status: 200, headers: { 'Content-Type': 'text/event-stream' } }));
@@ -328,7 +358,7 @@ def canned_sse():
         c["choices"] = [] if usage else [{"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}]
         if usage:
             c["usage"] = usage
-        return "data: " + json.dumps(c) + "\n\n"
+        return "data: " + json.dumps(c, ensure_ascii=False) + "\n\n"  # raw UTF-8, as the server sends
 
     def pieces(s, n):
         return [s[i:i + n] for i in range(0, len(s), n)]
@@ -342,6 +372,17 @@ def canned_sse():
     out.append(chunk({}, "tool_calls"))
     out.append(chunk(usage={"prompt_tokens": 7, "completion_tokens": 42, "total_tokens": 49}))
     return "".join(out) + "data: [DONE]\n\n"
+
+
+def canned_cuts(sse):
+    """Byte offsets to cut the canned stream at: every 23 bytes, and inside each multi-byte
+    character of the reply (the page's decoder must join them)."""
+    data = sse.encode()
+    cuts = set(range(23, len(data), 23))
+    for ch in ("\u00e9", "\u2615", "\U0001F600"):
+        at = data.index(ch.encode())
+        cuts.add(at + 1)
+    return sorted(cuts)
 
 
 def check_hostile_rendering(p, reply):
@@ -358,7 +399,8 @@ def check_hostile_rendering(p, reply):
 
 def step_canned_stream_renders_safely(ctx):
     p = ctx["page"]
-    p.js(CANNED_FETCH, canned_sse(), 23)
+    sse = canned_sse()
+    p.js(CANNED_FETCH, sse, canned_cuts(sse))
     p.one("#new-chat").click()
     p.send("Show me everything you can render.")
     reply = p.wait_reply_done()
@@ -395,6 +437,9 @@ def step_canned_stream_renders_safely(ctx):
     stats = reply.find_element(p.By.CSS_SELECTOR, ".stats").text
     check("7 prompt tokens" in stats and "42 generated" in stats and "finish: tool_calls" in stats, "stats %r" % stats)
     check_hostile_rendering(p, reply)
+    if p.one("#settings").is_displayed():
+        p.one("#settings-toggle").click()
+    p.js("arguments[0].scrollIntoView();", reply)
     p.d.save_screenshot(ctx["screenshot"])
     p.js("window.fetch = window.__realFetch;")
 
@@ -408,9 +453,17 @@ def step_stored_hostile_conversation(ctx):
          "tool_calls": [{"id": "x", "name": HOSTILE_IMG, "arguments": HOSTILE_SCRIPT}], "done": True,
          "error": HOSTILE_IMG, "stats": {"finish": HOSTILE_SCRIPT, "prompt_tokens": "<b>1</b>"}},
         {"role": "system", "content": "dropped"}, "junk", None]})
-    p.js("localStorage.setItem('deepinfer.chats', arguments[0]);", json.dumps(chats))
+    valid = len(chats) + 1
+    # Malformed entries (another tool, a hand edit) are dropped or repaired, never fatal.
+    chats += [{"id": 5, "messages": []}, {"id": "no-messages"}, "junk", None,
+              {"id": "odd", "title": {"x": 1}, "updated": "soon",
+               "messages": [{"role": "assistant", "content": {"a": 1}, "tool_calls": "x", "stats": [1]}]}]
+    p.js("localStorage.setItem('deepinfer.chats', arguments[0]);"
+         "localStorage.setItem('deepinfer.settings', arguments[1]);",
+         json.dumps(chats), json.dumps({"system": 5, "tools": None, "thinking": "yes", "temperature": "0"}))
     p.d.refresh()
-    p.wait("the conversation list", lambda: len(p.q("#conversations .open")) == len(chats))
+    p.wait("the conversation list", lambda: len(p.q("#conversations .open")) == valid)
+    check("Untitled" in [e.text for e in p.q("#conversations .open")], "the repaired conversation is missing")
     p.wait("the stored hostile title", lambda: HOSTILE_IMG in [e.text for e in p.q("#conversations .open")])
     [e for e in p.q("#conversations .open") if e.text == HOSTILE_IMG][0].click()
     p.wait("the hostile conversation", lambda: len(p.q(".msg")) == 2)
@@ -460,7 +513,7 @@ def step_no_webui(ctx):
 
 
 STEPS = [step_page_and_headers, step_api_key, step_greedy_reply, step_stop_mid_stream,
-         step_reload_finds_conversations, step_server_error_shown, step_canned_stream_renders_safely,
+         step_reload_finds_conversations, step_thinking_reply, step_server_error_shown, step_canned_stream_renders_safely,
          step_stored_hostile_conversation, step_delete, step_console_clean, step_no_webui]
 
 

@@ -62,10 +62,23 @@ function loadChats() {
                    messages: c.messages.filter((m) => m && (m.role === 'user' || m.role === 'assistant')).map(message) }));
 }
 
+// Stored settings over the defaults, each only if of a usable type.
+function loadSettings() {
+  const stored = readJson(KEYS.settings, {});
+  const s = Object.assign({}, DEFAULTS);
+  if (!stored || typeof stored !== 'object') return s;
+  for (const k of Object.keys(DEFAULTS)) {
+    const v = stored[k];
+    if (typeof DEFAULTS[k] === 'boolean' ? typeof v === 'boolean' : typeof v === 'string' || typeof v === 'number')
+      s[k] = v;
+  }
+  return s;
+}
+
 const state = {
   chats: loadChats(),
   currentId: null,
-  settings: Object.assign({}, DEFAULTS, readJson(KEYS.settings, {})),
+  settings: loadSettings(),
   apiKey: localStorage.getItem(KEYS.apiKey) || '',
   streaming: null,  // { chat, msg, controller } while a reply streams
   models: [],
@@ -519,7 +532,7 @@ function persist() { writeJson(KEYS.chats, state.chats); }
 // The API's messages for a conversation: replies that failed before saying anything are left out.
 function apiMessages(chat, upTo) {
   const out = [];
-  if (state.settings.system.trim()) out.push({ role: 'system', content: state.settings.system });
+  if (String(state.settings.system).trim()) out.push({ role: 'system', content: String(state.settings.system) });
   for (const m of chat.messages.slice(0, upTo)) {
     if (m.role === 'user') out.push({ role: 'user', content: m.content });
     else if (m.content || (m.tool_calls || []).length) {
@@ -544,7 +557,7 @@ function requestBody(chat, upTo) {
   if (s.top_p !== '' && s.top_p !== null) body.top_p = Number(s.top_p);
   if (s.max_tokens !== '' && s.max_tokens !== null) body.max_tokens = Number(s.max_tokens);
   if (s.thinking && s.effort) body.reasoning_effort = s.effort;
-  if (s.tools.trim()) {
+  if (String(s.tools).trim()) {
     let tools;
     try { tools = JSON.parse(s.tools); } catch (e) { throw new ApiError('Tools: not valid JSON (' + e.message + ')', 0); }
     if (!Array.isArray(tools)) throw new ApiError('Tools: expected a JSON array', 0);
@@ -598,7 +611,9 @@ async function streamReply(chat, msg, body) {
     else if (e.status === 401) {
       msg.error = e.message;
       askKey('The server rejected the request: ' + e.message);
-    } else msg.error = e instanceof ApiError ? e.message : 'Network error: ' + e.message;
+    } else if (e instanceof ApiError) msg.error = e.message;
+    else if (e instanceof SyntaxError) msg.error = 'Unreadable data from the server: ' + e.message;
+    else msg.error = 'Network error: ' + e.message;
   } finally {
     const end = performance.now();
     msg.done = true;
@@ -678,7 +693,13 @@ async function loadModels() {
     showError((await errorOf(res)).message);
     return;
   }
-  const list = await res.json();
+  let list;
+  try {
+    list = await res.json();
+  } catch (e) {
+    showError('Unreadable model list from the server: ' + e.message);
+    return;
+  }
   state.models = (list.data || []).map((m) => m.id);
   const select = $('model');
   select.replaceChildren(...state.models.map((id) => { const o = el('option', '', id); o.value = id; return o; }));
