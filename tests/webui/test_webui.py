@@ -297,7 +297,12 @@ def step_thinking_reply(ctx):
     check(got["reasoning"] == want["reasoning_content"] and got["content"] == (want["content"] or ""),
           "page %r / %r, API %r / %r" % (got["reasoning"], got["content"], want["reasoning_content"], want["content"]))
     details = reply.find_element(p.By.CSS_SELECTOR, "details.reasoning")
+    check(not details.get_attribute("open"), "the reasoning stays open after the reply")
     check(details.find_element(p.By.CSS_SELECTOR, "summary").text == "Reasoning", "summary after the reply")
+    details.find_element(p.By.CSS_SELECTOR, "summary").click()
+    check(details.get_attribute("open"), "a click does not open the reasoning")
+    shown = p.js("return arguments[0].querySelector('.text').textContent;", details)
+    check(shown == want["reasoning_content"], "reasoning shown %r, the API says %r" % (shown, want["reasoning_content"]))
     p.set_field("#set-thinking", False)
     check(not p.one("#set-effort").is_enabled(), "the effort stays enabled with thinking off")
     p.set_field("#set-max-tokens", 3000)
