@@ -376,14 +376,20 @@ def canned_sse():
     out += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": s}}]}) for s in pieces(CANNED_ARGS, 5)]
     out.append(chunk({}, "tool_calls"))
     out.append(chunk(usage={"prompt_tokens": 7, "completion_tokens": 42, "total_tokens": 49}))
-    return "".join(out) + "data: [DONE]\n\n"
+    # CRLF line ends (the SSE spec allows them; our server sends LF, which the real replies test).
+    return ("".join(out) + "data: [DONE]\n\n").replace("\n", "\r\n")
 
 
 def canned_cuts(sse):
-    """Byte offsets to cut the canned stream at: every 23 bytes, and inside each multi-byte
-    character of the reply (the page's decoder must join them)."""
+    """Byte offsets to cut the canned stream at: every 23 bytes, inside each multi-byte
+    character of the reply (the page's decoder must join them), and between the CR and LF of
+    the first few line ends."""
     data = sse.encode()
     cuts = set(range(23, len(data), 23))
+    at = 0
+    for _ in range(6):
+        at = data.index(b"\r\n", at) + 1
+        cuts.add(at)
     for ch in ("\u00e9", "\u2615", "\U0001F600"):
         at = data.index(ch.encode())
         cuts.add(at + 1)

@@ -10,7 +10,7 @@ const DEFAULTS = { system: '', temperature: 0.7, top_p: 0.95, max_tokens: 1024, 
 
 const $ = (id) => document.getElementById(id);
 
-// One element with a class and text; the only way text enters the DOM.
+// One element with a class and text, set as textContent (never parsed as HTML).
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -118,7 +118,8 @@ async function errorOf(res) {
   let message = '';
   try {
     const j = JSON.parse(text);
-    message = (j && j.error && (j.error.message || j.error)) || '';
+    const e = j && j.error;
+    message = typeof e === 'string' ? e : (e && typeof e.message === 'string' ? e.message : '');
   } catch (e) {
     message = text.slice(0, 300);
   }
@@ -130,11 +131,15 @@ async function errorOf(res) {
 async function readSse(body, onData) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
-  let buf = '';
+  let buf = '', raw = '';
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
-    buf += decoder.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
+    // Line ends become \n; a CR at the end of a piece waits, as it may be half of a CRLF.
+    raw += decoder.decode(value, { stream: true });
+    const upto = raw.endsWith('\r') ? raw.length - 1 : raw.length;
+    buf += raw.slice(0, upto).replace(/\r\n?/g, '\n');
+    raw = raw.slice(upto);
     let end;
     while ((end = buf.indexOf('\n\n')) >= 0) {
       const event = buf.slice(0, end);
@@ -152,7 +157,7 @@ async function readSse(body, onData) {
 // ---------------------------------------------------------------- Markdown (a safe subset)
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)/;
-const HEADING = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
+const HEADING = /^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$/;
 const RULE = /^ {0,3}([-*_])(\s*\1){2,}\s*$/;
 const QUOTE = /^ {0,3}> ?/;
 const ITEM = /^( *)([-*+]|\d{1,9}[.)])\s+/;
