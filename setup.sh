@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a built engine and an embedded default model:
-#   1. Debian packages (compiler, CMake, GoogleTest, Google Benchmark, JSON, HTTP)
+#   1. Debian packages (compiler, CMake, GoogleTest, Google Benchmark, JSON, HTTP, and
+#      headless Chromium + its WebDriver for the chat page's browser test)
 #   2. a Python venv in .venv with the tooling packages (checkpoint generator, tokenizer data)
 #   3. a Release build in build/
 #   4. models/golden: the checkpoints of the committed golden sets (tests/data/golden), regenerated
@@ -10,7 +11,7 @@ cd "$(dirname "$0")"
 
 apt_packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
               nlohmann-json3-dev libcpp-httplib-dev python3 python3-venv python3-pip
-              clang libclang-rt-14-dev)
+              clang libclang-rt-14-dev chromium chromium-driver)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -27,7 +28,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -r tools/golden/requirements.txt -r tests/sdk/requirements.txt
+.venv/bin/python -m pip install -q -r tools/golden/requirements.txt -r tests/sdk/requirements.txt \
+  -r tests/webui/requirements.txt
 
 echo "setup: building (Release) in build/"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -20,6 +20,7 @@
 #include "server/errors.h"
 #include "server/http_io.h"
 #include "server/routes.h"
+#include "server/webui.h"
 #include "tokenizer/chat/family.h"
 #include "tokenizer/tokenizer.h"
 
@@ -288,6 +289,14 @@ void Server::Impl::install_routes() {
   add("POST", "/tokenize", false, small, [this](const Request& req, Response& res) { handle_tokenize(*ready(), req, res); });
   add("POST", "/detokenize", false, small,
       [this](const Request& req, Response& res) { handle_detokenize(*ready(), req, res); });
+  // The chat page is static: it loads without the API key and while the model loads.
+  if (opt.webui) {
+    for (const WebAsset& a : webui_assets()) {
+      auto serve = [&a](const Request&, Response& res) { send_webui_asset(a, res); };
+      if (std::string(a.name) == "index.html") add("GET", "/", false, kSmallBodyBytes, serve);
+      add("GET", std::string("/") + a.name, false, kSmallBodyBytes, serve);
+    }
+  }
 }
 
 Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>()) {

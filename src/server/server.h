@@ -5,6 +5,7 @@
 //   POST /v1/messages           Anthropic Messages API (text and tool_use blocks)
 //   GET  /v1/models, GET /health (503 while loading), GET /metrics (Prometheus text)
 //   POST /tokenize, POST /detokenize
+//   GET  /, /index.html, /app.css, /app.js: the chat page (webui.h), no API key needed
 //
 // The server listens before the model is loaded (so /health can say 503); set_backend()
 // makes it ready. Every error is an OpenAI-shaped JSON body with the status chosen in
@@ -49,6 +50,8 @@ struct ServerOptions {
   std::chrono::milliseconds sse_keepalive{5000};  // SSE comment while nothing else is sent
   // Origins allowed to call the API from a browser (CORS); "*" allows any. Empty: no CORS.
   std::vector<std::string> allowed_origins;
+  // The chat page at / (webui.h); serve --no-webui turns it off (404).
+  bool webui = true;
 };
 
 // What the routes need once the model is loaded.

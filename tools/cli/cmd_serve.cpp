@@ -5,7 +5,9 @@
 //                 [--prefix-cache-entries 64] [--prefix-cache-granularity 512] [--api-key K] [--served-model-name NAME]
 //                 [--max-body-bytes 16777216] [--http-threads 256] [--max-connections 4096]
 //                 [--max-connections-per-client 256] [--shutdown-timeout 30] [--allowed-origins O,O]
-// OpenAI-compatible HTTP server (src/server/server.h lists the routes). It listens first
+//                 [--no-webui]
+// OpenAI-compatible HTTP server (src/server/server.h lists the routes) and the chat page at /
+// (src/server/webui.h). It listens first
 // and answers /health with 503 until the model is loaded. SIGINT / SIGTERM stop accepting,
 // let requests in flight finish for --shutdown-timeout seconds, cancel the rest and exit; a
 // second signal cancels at once.
@@ -80,7 +82,7 @@ int run(const std::vector<std::string>& argv) {
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--header-timeout"},
-            {"--verify-weights", "--allow-special-tokens-in-content"});
+            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui"});
   const EngineOptions eo = engine_options(args);
   server::ServerOptions so;
   so.host = args.get_or("--host", "127.0.0.1");
@@ -88,6 +90,7 @@ int run(const std::vector<std::string>& argv) {
   if (port < 0 || port > 65535) throw ArgError("--port must be between 0 and 65535");
   so.port = int(port);
   so.api_key = args.get_or("--api-key", "");
+  so.webui = !args.has("--no-webui");
   so.max_body_bytes = size_t(positive(args, "--max-body-bytes", long(so.max_body_bytes)));
   so.http_threads = int(positive(args, "--http-threads", so.http_threads));
   so.max_connections = size_t(positive(args, "--max-connections", long(so.max_connections)));
@@ -138,6 +141,7 @@ int run(const std::vector<std::string>& argv) {
   srv.set_backend(backend);
   log_info("ready: model '%s', max model length %lld, %lld KV blocks", name.c_str(),
            (long long)backend->engine->info().max_model_len, (long long)backend->engine->info().kv_blocks_total);
+  if (so.webui) log_info("chat page: http://%s:%d/", so.host.c_str(), bound);
   // First signal: drain for the grace period; a second one: cancel everything now.
   bool draining = false;
   for (;;) {
@@ -184,6 +188,7 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --header-timeout S           a request head must arrive within S seconds, else 408 (default 10)\n"
                         "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
                         "  --allowed-origins LIST       CORS: comma-separated origins allowed from browsers, * = any\n"
+                        "  --no-webui                   do not serve the chat page at / (404 there)\n"
                         "  --allow-special-tokens-in-content  match special-token strings in client text as\n"
                         "                               control tokens (trusted clients only; default: plain text)\n"
                         DI_USAGE_VERIFY DI_USAGE_COMPUTE);
