@@ -35,6 +35,10 @@ struct EngineOptions {
   // requests' cache_points); a multiple of kv_block_tokens. Each costs kv_fixed_blocks_per_seq.
   int64_t prefix_cache_granularity = 512;
   bool verify_weights = false;        // scan every weight for NaN / Inf codes at load (v4::LoadOptions)
+  // Prefix-cache snapshots also saved in this directory (empty: memory only), found again
+  // after a restart with the same checkpoint, numerics, kernels and KV layout.
+  std::string kv_cache_dir;
+  int64_t kv_cache_disk_bytes = int64_t(20) << 30;
   // Bytes one token id contributes to the text that stop strings are matched against
   // (special tokens should give ""). Unset: requests with stop strings are rejected.
   std::function<std::string(int32_t)> token_text;
@@ -77,6 +81,10 @@ struct EngineStats {
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_hit_tokens = 0;
   uint64_t prefix_cache_checkpoints = 0;  // prompt checkpoints kept as snapshots
   int64_t prefix_cache_entries = 0;       // snapshots cached now
+  int64_t prefix_cache_memory_bytes = 0;  // KV bytes only they hold
+  uint64_t prefix_cache_disk_hits = 0, prefix_cache_disk_hit_tokens = 0;  // admissions that loaded a snapshot from disk
+  int64_t prefix_cache_disk_entries = 0, prefix_cache_disk_bytes = 0;
+  uint64_t prefix_cache_disk_reads = 0, prefix_cache_disk_writes = 0, prefix_cache_disk_errors = 0;
   uint64_t preemptions_total = 0, steps_total = 0;
   Histogram ttft_seconds = Histogram::latency_seconds();
   Histogram itl_seconds = Histogram::latency_seconds();

@@ -2,6 +2,8 @@
 // mutex-protected inbox; events go back through one queue per request (RequestStream).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <filesystem>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -200,6 +202,37 @@ std::unique_ptr<Engine> make_engine(const EngineInfo& info, const EngineCoreOpti
 
 namespace deepinfer {
 
+namespace {
+
+// What a saved sequence state depends on: the checkpoint (config.json and every shard's
+// tensor index: names, dtypes, shapes, offsets), then the caller's settings.
+uint64_t checkpoint_fingerprint(const std::string& dir, const std::string& settings) {
+  auto file_prefix = [](const std::string& path, size_t limit) {
+    std::ifstream f(path, std::ios::binary);
+    std::string s(limit, '\0');
+    f.read(s.data(), std::streamsize(limit));
+    s.resize(size_t(f.gcount()));
+    return s;
+  };
+  uint64_t h = kv::DiskCache::fnv1a(settings.data(), settings.size());
+  const std::string config = file_prefix(dir + "/config.json", size_t(1) << 24);
+  h = kv::DiskCache::fnv1a(config.data(), config.size(), h);
+  std::vector<std::string> shards;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path().string());
+  std::sort(shards.begin(), shards.end());
+  for (const std::string& s : shards) {
+    const std::string len = file_prefix(s, 8);
+    uint64_t n = 0;
+    if (len.size() == 8) std::memcpy(&n, len.data(), 8);
+    const std::string header = file_prefix(s, size_t(8 + std::min<uint64_t>(n, uint64_t(1) << 28)));
+    h = kv::DiskCache::fnv1a(header.data(), header.size(), h);
+  }
+  return h;
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   using namespace engine;
   if (o.model_dir.empty()) throw std::runtime_error("no model directory given");
@@ -261,6 +294,14 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   copt.scheduler.max_running = o.max_running;
   copt.scheduler.prefix_cache_entries = o.prefix_cache_entries;
   copt.scheduler.prefix_cache_granularity = o.prefix_cache_granularity;
+  if (!o.kv_cache_dir.empty() && o.prefix_cache_entries > 0) {
+    const std::string settings = "numerics=" + o.numerics + " kernels=" + o.kernels +
+                                 " block_tokens=" + std::to_string(spec.block_tokens) +
+                                 " block_bytes=" + std::to_string(spec.block_bytes) +
+                                 " fixed_blocks=" + std::to_string(spec.fixed_blocks);
+    copt.disk_cache = std::make_shared<kv::DiskCache>(o.kv_cache_dir, o.kv_cache_disk_bytes,
+                                                      checkpoint_fingerprint(o.model_dir, settings));
+  }
   copt.token_text = o.token_text;
   return make_engine(info, copt, spec, n_blocks, std::move(runner));
 }

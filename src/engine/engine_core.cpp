@@ -38,6 +38,7 @@ EngineCore::EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec,
       runner_(std::move(runner)),
       sampler_(runner_->vocab_size()) {
   runner_->bind_kv(spec, n_blocks);
+  scheduler_.set_disk_cache(opt_.disk_cache.get());
 }
 
 Status EngineCore::validate(const GenerateRequest& req) const {
@@ -105,6 +106,11 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
 
 void EngineCore::apply_state_ops() {
   for (const StateOp& op : scheduler_.take_state_ops()) runner_->apply(op);
+  // New snapshots go to the disk cache (written on its own thread; only the copy is here).
+  for (auto& [snap, tokens] : scheduler_.take_snapshots_to_save()) {
+    std::vector<char> bytes;
+    if (runner_->export_snapshot(snap, &bytes)) opt_.disk_cache->put(std::move(tokens), std::move(bytes));
+  }
 }
 
 Usage EngineCore::usage_of(const Request& r) const {
@@ -305,6 +311,7 @@ EngineStats EngineCore::stats() const {
   s.kv_blocks_total = scheduler_.kv().total_blocks();
   s.kv_blocks_used = scheduler_.kv().used_blocks();
   s.kv_blocks_cached = scheduler_.cached_blocks();
+  s.prefix_cache_memory_bytes = s.kv_blocks_cached * scheduler_.kv().spec().block_bytes;
   const SchedulerCounters& c = scheduler_.counters();
   s.preemptions_total = c.preemptions;
   s.prefix_cache_queries = c.prefix_queries;
@@ -312,6 +319,16 @@ EngineStats EngineCore::stats() const {
   s.prefix_cache_hit_tokens = c.prefix_hit_tokens;
   s.prefix_cache_checkpoints = c.checkpoints_taken;
   s.prefix_cache_entries = scheduler_.prefix_cache().size();
+  s.prefix_cache_disk_hits = c.disk_hits;
+  s.prefix_cache_disk_hit_tokens = c.disk_hit_tokens;
+  if (opt_.disk_cache) {
+    const kv::DiskCache::Stats d = opt_.disk_cache->stats();
+    s.prefix_cache_disk_entries = d.entries;
+    s.prefix_cache_disk_bytes = d.bytes_on_disk;
+    s.prefix_cache_disk_reads = d.reads;
+    s.prefix_cache_disk_writes = d.writes;
+    s.prefix_cache_disk_errors = d.read_errors + d.write_errors + d.writes_dropped;
+  }
   return s;
 }
 

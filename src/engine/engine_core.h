@@ -21,6 +21,7 @@ struct EngineCoreOptions {
   int32_t eos_token_id = 1;
   SchedulerOptions scheduler;
   std::function<std::string(int32_t)> token_text;  // for stop strings; may be empty
+  std::shared_ptr<kv::DiskCache> disk_cache;       // prefix-cache snapshots on disk; may be null
 };
 
 class EngineCore {

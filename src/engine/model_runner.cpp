@@ -1,7 +1,10 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
+
+#include "core/log.h"
 
 namespace deepinfer::engine {
 
@@ -117,6 +120,9 @@ void ModelRunner::apply(const StateOp& op) {
     case StateOp::Kind::kDropSnapshot:
       snaps_.erase(op.snap);
       break;
+    case StateOp::Kind::kLoadSnapshot:
+      load_snapshot(op);
+      break;
     case StateOp::Kind::kCheckpoint: {
       auto it = seqs_.find(op.seq);
       if (it == seqs_.end()) break;  // a missing snapshot is a miss later, never a wrong state
@@ -124,6 +130,63 @@ void ModelRunner::apply(const StateOp& op) {
       break;
     }
   }
+}
+
+bool ModelRunner::export_snapshot(uint64_t snap, std::vector<char>* out) const {
+  auto it = snaps_.find(snap);
+  if (it == snaps_.end()) return false;
+  const v4::SequenceState& st = it->second;
+  const std::vector<int64_t> c = st.counters();
+  const size_t page_bytes = size_t(layout_.page_bytes);
+  const int64_t used = (st.n_past + layout_.block_tokens - 1) / layout_.block_tokens;
+  out->clear();
+  out->reserve(8 + c.size() * 8 + (st.pages().fixed_ids().size() + size_t(used)) * page_bytes);
+  const uint64_t n = c.size();
+  out->insert(out->end(), reinterpret_cast<const char*>(&n), reinterpret_cast<const char*>(&n) + 8);
+  out->insert(out->end(), reinterpret_cast<const char*>(c.data()), reinterpret_cast<const char*>(c.data() + c.size()));
+  for (size_t i = 0; i < st.pages().fixed_ids().size(); ++i) {
+    const char* p = reinterpret_cast<const char*>(st.pages().fixed_pages()[i]);
+    out->insert(out->end(), p, p + page_bytes);
+  }
+  for (int64_t b = 0; b < used; ++b) {
+    const char* p = reinterpret_cast<const char*>(st.pages().page(b));
+    out->insert(out->end(), p, p + page_bytes);
+  }
+  return true;
+}
+
+// The inverse of export_snapshot, into the blocks the scheduler reserved. A payload that does
+// not fit (it passed the disk cache's checksum and fingerprint, so only a bug makes one) is
+// logged and leaves no snapshot: the request that wanted it then fails its first chunk.
+void ModelRunner::load_snapshot(const StateOp& op) {
+  const std::vector<char>& p = *op.payload;
+  const size_t page_bytes = size_t(layout_.page_bytes);
+  uint64_t n = 0;
+  if (p.size() >= 8) std::memcpy(&n, p.data(), 8);
+  std::vector<int64_t> c(n < (uint64_t(1) << 20) ? size_t(n) : 0);
+  const size_t head = 8 + c.size() * 8;
+  if (c.empty() || p.size() < head) {
+    log_warn("runner: a saved sequence state from the disk cache is malformed; ignored");
+    return;
+  }
+  std::memcpy(c.data(), p.data() + 8, c.size() * 8);
+  const int64_t used = (c[0] + layout_.block_tokens - 1) / layout_.block_tokens;
+  if (p.size() != head + (size_t(layout_.fixed_pages) + size_t(used)) * page_bytes || int64_t(op.pages.size()) < used) {
+    log_warn("runner: a saved sequence state from the disk cache does not fit this layout; ignored");
+    return;
+  }
+  v4::SequenceState st = v4::SequenceState::create(model_->config(), layout_, *arena_, op.fixed);
+  st.adopt_pages(op.pages);
+  const char* src = p.data() + head;
+  for (int64_t i = 0; i < layout_.fixed_pages; ++i, src += page_bytes) std::memcpy(st.pages().fixed_pages()[i], src, page_bytes);
+  for (int64_t b = 0; b < used; ++b, src += page_bytes) std::memcpy(st.pages().page(b), src, page_bytes);
+  try {
+    st.set_counters(c);
+  } catch (const std::invalid_argument& e) {
+    log_warn("runner: %s; ignored", e.what());
+    return;
+  }
+  snaps_.insert_or_assign(op.snap, std::move(st));
 }
 
 kv::KvLayout kv_layout_of(const v4::Config& cfg) {

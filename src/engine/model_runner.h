@@ -33,6 +33,9 @@ class ModelRunner final : public Runner {
   void bind_kv(const kv::KvSpec& spec, int64_t n_blocks) override;
   void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) override;
   void apply(const StateOp& op) override;
+  // Payload: u64 count, the state's counters (i64), its fixed pages, its used token pages.
+  bool export_snapshot(uint64_t snap, std::vector<char>* out) const override;
+  void load_snapshot(const StateOp& op);
 
   const v4::Model& model() const { return *model_; }
   size_t live_sequences() const { return seqs_.size(); }

@@ -11,6 +11,7 @@
 // pos0 + n_tokens tokens.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,12 +43,15 @@ struct StateOp {
     kDropSnapshot,     // drop snapshot `snap` (evicted)
     kCheckpoint,       // snapshot `snap` becomes a copy of seq's state as it stands (seq goes on),
                        // with page table `pages` and fixed blocks `fixed`, as for kForkSnapshot
+    kLoadSnapshot,     // snapshot `snap` is the state saved in `payload` (export_snapshot's
+                       // bytes, from the disk cache), in pages `pages` and fixed blocks `fixed`
   };
   Kind kind = Kind::kFree;
   uint64_t seq = 0;
   uint64_t snap = 0;
-  std::vector<int32_t> pages;  // kForkSnapshot, kCheckpoint
-  std::vector<int32_t> fixed;  // kForkSnapshot, kCheckpoint
+  std::vector<int32_t> pages;  // kForkSnapshot, kCheckpoint, kLoadSnapshot
+  std::vector<int32_t> fixed;  // kForkSnapshot, kCheckpoint, kLoadSnapshot
+  std::shared_ptr<const std::vector<char>> payload;  // kLoadSnapshot
 };
 
 class Runner {
@@ -68,6 +72,13 @@ class Runner {
   // requests.
   virtual void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) = 0;
   virtual void apply(const StateOp& op) = 0;
+  // The bytes of snapshot `snap`'s state, for the disk cache (a kLoadSnapshot of them gives
+  // the same state back). False if this runner cannot save states or has no such snapshot.
+  virtual bool export_snapshot(uint64_t snap, std::vector<char>* out) const {
+    (void)snap;
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace deepinfer::engine

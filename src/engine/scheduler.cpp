@@ -31,6 +31,45 @@ void Scheduler::add(Request* r) {
   waiting_.push_back(r);
 }
 
+std::vector<std::pair<uint64_t, std::vector<int32_t>>> Scheduler::take_snapshots_to_save() {
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> out;
+  out.swap(to_save_);
+  return out;
+}
+
+void Scheduler::save_later(uint64_t snap, const std::vector<int32_t>& tokens) {
+  if (disk_ && disk_->usable() && !disk_->contains(tokens.data(), int64_t(tokens.size()))) to_save_.push_back({snap, tokens});
+}
+
+// A hit from the disk cache longer than min_len: the file is read and checked now (a bad one
+// is a miss), fresh blocks hold it as a new snapshot, and the admission goes on as for a
+// memory hit. Only when the whole first chunk would then fit.
+std::optional<kv::PrefixCache::Hit> Scheduler::load_from_disk(Request* r, int64_t min_len, int64_t budget_left) {
+  const int64_t n = disk_->longest_prefix(r->tokens, min_len);
+  if (n == 0) return std::nullopt;
+  const int64_t want = kv_.spec().blocks_for(n + std::min(r->num_tokens() - n, budget_left));
+  if (want > kv_.free_blocks() + evictable_blocks(std::nullopt)) return std::nullopt;
+  auto payload = disk_->read(r->tokens, n);
+  if (!payload) return std::nullopt;
+  while (kv_.free_blocks() < kv_.spec().blocks_for(n))
+    if (!evict_one_snapshot()) return std::nullopt;
+  const uint64_t snap = next_snapshot_++;
+  if (!kv_.reserve(snap | kSnapshotBit, n)) throw std::logic_error("scheduler: disk load check and KV pool disagree");
+  StateOp op = state_op(StateOp::Kind::kLoadSnapshot, 0, snap);
+  op.pages = kv_.pages(snap | kSnapshotBit);
+  op.fixed = kv_.fixed(snap | kSnapshotBit);
+  op.payload = std::move(payload);
+  ops_.push_back(std::move(op));
+  for (uint64_t evicted : cache_.insert(snap, std::vector<int32_t>(r->tokens.begin(), r->tokens.begin() + n))) {
+    kv_.free(evicted | kSnapshotBit);
+    ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));
+    if (evicted == snap) return std::nullopt;
+  }
+  ++counters_.disk_hits;
+  counters_.disk_hit_tokens += uint64_t(n);
+  return kv::PrefixCache::Hit{snap, n};
+}
+
 std::vector<StateOp> Scheduler::take_state_ops() {
   std::vector<StateOp> out;
   out.swap(ops_);
@@ -110,6 +149,9 @@ void Scheduler::take_checkpoint(Request* r) {
   op.fixed = kv_.fixed(snap | kSnapshotBit);
   ops_.push_back(std::move(op));
   ++counters_.checkpoints_taken;
+  const int64_t C = opt_.prefix_cache_granularity;
+  const bool power_of_two_edge = C > 0 && n % C == 0 && ((n / C) & (n / C - 1)) == 0;
+  if (power_of_two_edge || std::binary_search(r->cache_points.begin(), r->cache_points.end(), n)) save_later(snap, toks);
   for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {  // already out of the index
     kv_.free(evicted | kSnapshotBit);
     ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));
@@ -197,7 +239,11 @@ void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bo
 bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
   std::optional<kv::PrefixCache::Hit> hit;
   // A prompt_logprobs request needs every prompt row computed, so it starts from scratch.
-  if (cache_.max_entries() > 0 && r->num_computed == 0 && r->params.prompt_logprobs < 0) hit = cache_.lookup(r->tokens);
+  if (cache_.max_entries() > 0 && r->num_computed == 0 && r->params.prompt_logprobs < 0) {
+    hit = cache_.lookup(r->tokens);
+    if (disk_ && disk_->usable() && !r->prefix_checked)
+      if (auto from_disk = load_from_disk(r, hit ? hit->n_tokens : 0, budget_left)) hit = from_disk;
+  }
   std::optional<uint64_t> keep;
   if (hit) keep = hit->snapshot_id;
   const int64_t start = hit ? hit->n_tokens : 0;
@@ -274,6 +320,7 @@ void Scheduler::finish(Request* r, bool keep_snapshot) {
       kv_.transfer(r->id, snap | kSnapshotBit);
       ops_.push_back(state_op(StateOp::Kind::kSaveSnapshot, r->id, snap));
       std::vector<int32_t> toks(r->tokens.begin(), r->tokens.begin() + r->num_computed);
+      save_later(snap, toks);
       for (uint64_t evicted : cache_.insert(snap, std::move(toks))) {  // already out of the index
         kv_.free(evicted | kSnapshotBit);
         ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));

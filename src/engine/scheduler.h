@@ -36,6 +36,7 @@
 
 #include "engine/request_state.h"
 #include "engine/runner.h"
+#include "kv/disk_cache.h"
 #include "kv/kv_manager.h"
 #include "kv/prefix_cache.h"
 
@@ -60,6 +61,7 @@ struct SchedulerCounters {
   uint64_t preemptions = 0;
   uint64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
   uint64_t checkpoints_taken = 0, checkpoints_skipped = 0;  // skipped: same tokens cached, or no room
+  uint64_t disk_hits = 0, disk_hit_tokens = 0;
 };
 
 class Scheduler {
@@ -76,6 +78,14 @@ class Scheduler {
   void drop_snapshots();
   // State changes for the runner, in the order they were decided.
   std::vector<StateOp> take_state_ops();
+  // Snapshots to copy to the disk cache (after the ops that made them are applied): id and
+  // tokens. Finished sequences, checkpoints at cache points, and granularity checkpoints at
+  // 1, 2, 4, 8, ... times the granularity (saving every one would write each prompt's pages
+  // again and again).
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> take_snapshots_to_save();
+  // Prompts whose longest cached prefix is on disk (and longer than any in memory) load it
+  // into a fresh snapshot at admission. Null: no disk cache. Not owned.
+  void set_disk_cache(kv::DiskCache* disk) { disk_ = disk; }
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   const std::vector<Request*>& running() const { return running_; }
@@ -106,6 +116,8 @@ class Scheduler {
   void plan_checkpoints(Request* r, int64_t start);
   int64_t cap_at_checkpoint(const Request* r, int64_t from, int64_t n) const;
   void take_checkpoint(Request* r);
+  std::optional<kv::PrefixCache::Hit> load_from_disk(Request* r, int64_t min_len, int64_t budget_left);
+  void save_later(uint64_t snap, const std::vector<int32_t>& tokens);
 
   SchedulerOptions opt_;
   kv::KvManager kv_;
@@ -115,6 +127,8 @@ class Scheduler {
   std::vector<StateOp> ops_;
   SchedulerCounters counters_;
   uint64_t next_snapshot_ = 1;
+  kv::DiskCache* disk_ = nullptr;
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> to_save_;
 };
 
 }  // namespace deepinfer::engine

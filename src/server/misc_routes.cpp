@@ -135,6 +135,19 @@ std::string metrics_text(const EngineStats& s, const std::string& model_id) {
   counter(o, "deepinfer_prefix_cache_checkpoints_total", "Prompt checkpoints kept as prefix-cache snapshots.",
           s.prefix_cache_checkpoints, l);
   gauge(o, "deepinfer_prefix_cache_entries", "Prefix-cache snapshots held now.", double(s.prefix_cache_entries), l);
+  counter(o, "deepinfer_prefix_cache_disk_hits_total", "Admissions that loaded a prefix snapshot from the disk cache.",
+          s.prefix_cache_disk_hits, l);
+  counter(o, "deepinfer_prefix_cache_disk_hit_tokens_total", "Prompt tokens served from disk-cache snapshots.",
+          s.prefix_cache_disk_hit_tokens, l);
+  counter(o, "deepinfer_prefix_cache_disk_reads_total", "Snapshot files read.", s.prefix_cache_disk_reads, l);
+  counter(o, "deepinfer_prefix_cache_disk_writes_total", "Snapshot files written.", s.prefix_cache_disk_writes, l);
+  counter(o, "deepinfer_prefix_cache_disk_errors_total",
+          "Disk-cache reads or writes that failed (each a miss or an unsaved snapshot) or writes dropped.",
+          s.prefix_cache_disk_errors, l);
+  gauge(o, "deepinfer_prefix_cache_disk_entries", "Snapshot files in the disk cache.", double(s.prefix_cache_disk_entries), l);
+  gauge(o, "deepinfer_prefix_cache_disk_bytes", "Bytes of the disk cache's files.", double(s.prefix_cache_disk_bytes), l);
+  gauge(o, "deepinfer_prefix_cache_memory_bytes", "KV bytes held by prefix-cache snapshots.",
+        double(s.prefix_cache_memory_bytes), l);
   counter(o, "deepinfer_preemptions_total", "Requests preempted (state dropped, recomputed later).",
           s.preemptions_total, l);
   counter(o, "deepinfer_engine_steps_total", "Engine steps run.", s.steps_total, l);

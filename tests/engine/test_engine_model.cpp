@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 #include <map>
 
 #include "deepinfer/engine.h"
@@ -35,7 +37,8 @@ struct ModelCore {
   uint64_t next_id = 1;
 
   ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0,
-            const char* numerics = "reference", const char* kernels = "cpu", int64_t granularity = 512) {
+            const char* numerics = "reference", const char* kernels = "cpu", int64_t granularity = 512,
+            std::shared_ptr<kv::DiskCache> disk = nullptr) {
     auto owned = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
     runner = owned.get();
     spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
@@ -46,6 +49,7 @@ struct ModelCore {
     o.scheduler.max_running = max_running;
     o.scheduler.prefix_cache_entries = cache;
     o.scheduler.prefix_cache_granularity = granularity;
+    o.disk_cache = std::move(disk);
     core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(owned));
     core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
   }
@@ -264,6 +268,51 @@ TEST(EngineModel, PromptCheckpointsServeDivergingPrompts) {
   {
     SCOPED_TRACE("reference/ref");
     checkpoints_and_cold("reference", "ref", 0.0f);
+  }
+}
+
+// The disk cache across a restart: a server that prefilled a long prompt saves its
+// checkpoints (64 and 128: 1 and 2 times the granularity; the cache point at 97; the finished
+// sequence); a new one over the same directory serves a prompt sharing 150 tokens from the
+// file at 128 and one sharing 97 from the cache point, with exactly the cold logits.
+void disk_restart_and_cold(const char* nm, const char* kn, float tol) {
+  const auto dir = std::filesystem::temp_directory_path() / ("di-engine-disk-" + std::to_string(getpid()) + nm + kn);
+  std::filesystem::remove_all(dir);
+  const std::vector<int32_t> first = prompt(200, 21);
+  {
+    auto disk = std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
+    ModelCore before(256, 8, 400, 16, nm, kn, 64, disk);
+    before.submit(first, greedy(3), {97});
+    before.run();
+    disk->flush();
+    EXPECT_EQ(disk->stats().writes, 4u);
+  }
+  auto disk = std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
+  ModelCore after(256, 8, 400, 16, nm, kn, 64, disk);
+  for (const int64_t shared : {150, 97}) {
+    std::vector<int32_t> p(first.begin(), first.begin() + shared);
+    for (int k = 0; k < 21; ++k) p.push_back(int32_t(300 + 11 * k));
+    const uint64_t w = after.submit(p, greedy(5));
+    after.run();
+    EXPECT_EQ(after.sinks[w]->events.back().usage.cached_tokens, shared == 150 ? 128 : 97);
+    ModelCore cold(256, 8, 400, 0, nm, kn);
+    const uint64_t c = cold.submit(p, greedy(5));
+    cold.run();
+    EXPECT_EQ(after.sinks[w]->tokens(), cold.sinks[c]->tokens()) << shared;
+    EXPECT_LE(max_abs_diff(after.rows[w], cold.rows[c]), tol) << shared;
+  }
+  EXPECT_EQ(after.core->stats().prefix_cache_disk_hits, 2u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(EngineModel, DiskCacheServesPrefixesAfterARestart) {
+  {
+    SCOPED_TRACE("reference/cpu");
+    disk_restart_and_cold("reference", "cpu", 1e-5f);
+  }
+  {
+    SCOPED_TRACE("reference/ref");
+    disk_restart_and_cold("reference", "ref", 0.0f);
   }
 }
 

@@ -72,6 +72,11 @@ EngineOptions engine_options(const Args& args) {
     throw ArgError("--prefix-cache-granularity must be 0 or a multiple of --kv-block-tokens (" +
                    std::to_string(o.kv_block_tokens) + ")");
   o.verify_weights = args.has("--verify-weights");
+  o.kv_cache_dir = args.get_or("--kv-cache-dir", "");
+  if (auto v = args.get("--kv-cache-disk-size")) {
+    if (o.kv_cache_dir.empty()) throw ArgError("--kv-cache-disk-size needs --kv-cache-dir");
+    o.kv_cache_disk_bytes = parse_bytes("--kv-cache-disk-size", *v);
+  }
   if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
   return o;
 }
@@ -79,7 +84,7 @@ EngineOptions engine_options(const Args& args) {
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
-                   "--prefix-cache-entries", "--prefix-cache-granularity", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
+                   "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--header-timeout"},
             {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui"});
@@ -181,6 +186,9 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --prefix-cache-granularity N a checkpoint every N prompt tokens (a multiple of\n"
                         "                               --kv-block-tokens; 0 = only where assistant turns start;\n"
                         "                               default 512)\n"
+                        "  --kv-cache-dir DIR           also keep prefix-cache snapshots in DIR; a restarted server\n"
+                        "                               with the same checkpoint and numerics hits them\n"
+                        "  --kv-cache-disk-size SIZE    disk cache limit, least recently used files go first (20G)\n"
                         "  --max-body-bytes N           request body limit (default 16777216)\n"
                         "  --http-threads N             requests handled at once (default 256)\n"
                         "  --max-connections N          open connections in all; beyond, 503 (default 4096)\n"

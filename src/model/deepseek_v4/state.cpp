@@ -328,6 +328,34 @@ SequenceState SequenceState::fork_into(const SequenceState& src, std::span<const
   return out;
 }
 
+std::vector<int64_t> SequenceState::counters() const {
+  std::vector<int64_t> c{n_past};
+  for (const auto* group : {&layers, &mtp_layers})
+    for (const LayerState& l : *group) {
+      c.push_back(l.compressor.n_entries_);
+      c.push_back(l.index_compressor.n_entries_);
+    }
+  return c;
+}
+
+void SequenceState::set_counters(std::span<const int64_t> c) {
+  if (c.size() != 1 + 2 * (layers.size() + mtp_layers.size()))
+    throw std::invalid_argument("saved sequence state: " + std::to_string(c.size()) + " counters for a model with " +
+                                std::to_string(layers.size() + mtp_layers.size()) + " layer states");
+  if (c[0] < 0) throw std::invalid_argument("saved sequence state: negative position");
+  size_t i = 1;
+  for (auto* group : {&layers, &mtp_layers})
+    for (LayerState& l : *group)
+      for (CompressorState* cs : {&l.compressor, &l.index_compressor}) {
+        const int64_t n = c[i++];
+        if (n < 0 || (cs->ratio == 0 && n != 0) || (cs->ratio > 0 && n > c[0] / cs->ratio))
+          throw std::invalid_argument("saved sequence state: " + std::to_string(n) + " compressed entries after " +
+                                      std::to_string(c[0]) + " tokens");
+        cs->n_entries_ = n;
+      }
+  n_past = c[0];
+}
+
 int64_t SequenceState::bytes() const {
   return int64_t(pages_->fixed_ids().size()) * pages_->fixed_source().page_bytes() +
          pages_->size() * pages_->source().page_bytes();

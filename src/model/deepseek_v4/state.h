@@ -209,6 +209,12 @@ struct SequenceState {
   SequenceState fork(std::span<const int32_t> ids) const;
 
   const PageTable& pages() const { return *pages_; }
+  // n_past and the entry count of every compressor, layers in order: with the contents of
+  // the pages, the whole state (the prefix cache saves both to disk).
+  std::vector<int64_t> counters() const;
+  // Sets them on a state whose pages hold saved contents; std::invalid_argument if they do
+  // not fit this model (another count, or entries that n_past cannot have emitted).
+  void set_counters(std::span<const int64_t> c);
   // Bytes of the pages this sequence holds: fixed pages plus one page per table entry (shared
   // pages count for every sequence that holds them).
   int64_t bytes() const;

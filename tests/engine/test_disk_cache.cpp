@@ -1,0 +1,167 @@
+// The prefix cache's files on disk (kv/disk_cache.h): round trip, found again after a
+// restart, ignored under another fingerprint, and every failure a miss: corrupt, truncated or
+// deleted files, leftovers of an interrupted write, an unusable or vanished directory.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kv/disk_cache.h"
+
+using deepinfer::kv::DiskCache;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("di-disk-cache-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::vector<fs::path> files() const {
+    std::vector<fs::path> out;
+    if (fs::exists(path))
+      for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path());
+    return out;
+  }
+};
+
+std::vector<int32_t> toks(int n, int salt = 0) {
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) v.push_back(i * 31 + salt);
+  return v;
+}
+
+std::vector<char> bytes(size_t n, char seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = char(seed + char(i * 7));
+  return v;
+}
+
+}  // namespace
+
+TEST(DiskCache, RoundTripAndLongestPrefix) {
+  TempDir d;
+  DiskCache c(d.path.string(), 1 << 20, 42);
+  ASSERT_TRUE(c.usable());
+  const std::vector<int32_t> prompt = toks(100);
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 32), bytes(1000, 1));
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 64), bytes(2000, 2));
+  c.put(toks(64, 5), bytes(10, 3));  // another prompt
+  c.flush();
+  EXPECT_EQ(c.stats().writes, 3u);
+  EXPECT_EQ(c.longest_prefix(prompt, 0), 64);
+  EXPECT_EQ(c.longest_prefix(prompt, 64), 0);  // nothing longer than the memory hit
+  EXPECT_EQ(c.longest_prefix(std::vector<int32_t>(prompt.begin(), prompt.begin() + 64), 0), 32);  // strict prefix
+  auto p = c.read(prompt, 64);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*p, bytes(2000, 2));
+  EXPECT_EQ(c.read(prompt, 50), nullptr);  // not cached
+  // The same tokens again are not written twice.
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 64), bytes(2000, 9));
+  c.flush();
+  EXPECT_EQ(c.stats().writes, 3u);
+  EXPECT_EQ(d.files().size(), 3u);
+}
+
+TEST(DiskCache, FoundAfterARestartIgnoredUnderAnotherFingerprint) {
+  TempDir d;
+  const std::vector<int32_t> prompt = toks(80);
+  {
+    DiskCache c(d.path.string(), 1 << 20, 7);
+    c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 40), bytes(500, 4));
+  }  // the destructor finishes the write
+  {
+    DiskCache other(d.path.string(), 1 << 20, 8);  // another model, numerics or layout
+    EXPECT_EQ(other.longest_prefix(prompt, 0), 0);
+    EXPECT_EQ(other.stats().entries, 0);
+  }
+  DiskCache again(d.path.string(), 1 << 20, 7);
+  EXPECT_EQ(again.longest_prefix(prompt, 0), 40);
+  auto p = again.read(prompt, 40);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*p, bytes(500, 4));
+}
+
+TEST(DiskCache, CorruptTruncatedDeletedAndUnfinishedFilesAreMisses) {
+  TempDir d;
+  const std::vector<int32_t> prompt = toks(90);
+  {
+    DiskCache c(d.path.string(), 1 << 20, 1);
+    for (int n : {10, 20, 30}) c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + n), bytes(size_t(300 + n), char(n)));
+  }
+  auto files = d.files();
+  ASSERT_EQ(files.size(), 3u);
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) { return fs::file_size(a) < fs::file_size(b); });
+  // 10 tokens: one payload byte flipped (the checksum catches it at read time).
+  {
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char ch = 0;
+    f.read(&ch, 1);
+    ch = char(ch ^ 0x40);
+    f.seekp(100);
+    f.write(&ch, 1);
+  }
+  // 20 tokens: cut short, as a write without the rename protocol would leave it.
+  fs::resize_file(files[1], fs::file_size(files[1]) - 17);
+  // A temporary of an interrupted write.
+  std::ofstream(d.path / ".tmp-0000000000000001-123") << "partial";
+
+  DiskCache c(d.path.string(), 1 << 20, 1);
+  EXPECT_FALSE(fs::exists(d.path / ".tmp-0000000000000001-123"));
+  EXPECT_EQ(c.stats().entries, 2);  // the truncated one is not indexed
+  EXPECT_EQ(c.longest_prefix(prompt, 0), 30);
+  // 30 tokens: deleted while the server runs.
+  fs::remove(files[2]);
+  EXPECT_EQ(c.read(prompt, 30), nullptr);
+  EXPECT_EQ(c.longest_prefix(prompt, 0), 10);  // forgotten; the next is the corrupt one
+  EXPECT_EQ(c.read(prompt, 10), nullptr);
+  EXPECT_EQ(c.longest_prefix(prompt, 0), 0);
+  EXPECT_EQ(c.stats().read_errors, 2u);
+}
+
+TEST(DiskCache, SizeLimitEvictsTheLeastRecentlyUsed) {
+  TempDir d;
+  DiskCache c(d.path.string(), 5000, 3);
+  const std::vector<int32_t> prompt = toks(200);
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 10), bytes(1500, 1));
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 20), bytes(1500, 2));
+  c.flush();
+  ASSERT_TRUE(c.read(prompt, 10));  // now the 20-token one is the least recently used
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 30), bytes(1500, 3));
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 40), bytes(1500, 4));
+  c.flush();
+  EXPECT_LE(c.stats().bytes_on_disk, 5000);
+  EXPECT_EQ(c.stats().entries, 3);
+  EXPECT_EQ(d.files().size(), 3u);
+  EXPECT_TRUE(c.contains(prompt.data(), 10));
+  EXPECT_FALSE(c.contains(prompt.data(), 20));
+  EXPECT_TRUE(c.contains(prompt.data(), 40));
+}
+
+TEST(DiskCache, AnUnusableOrVanishedDirectoryIsOnlyAMiss) {
+  TempDir d;
+  fs::create_directories(d.path);
+  std::ofstream(d.path / "plain-file") << "x";
+  DiskCache bad((d.path / "plain-file" / "cache").string(), 1 << 20, 1);  // cannot be a directory
+  EXPECT_FALSE(bad.usable());
+  bad.put(toks(5), bytes(10, 1));
+  bad.flush();
+  EXPECT_EQ(bad.longest_prefix(toks(9), 0), 0);
+
+  DiskCache c((d.path / "cache").string(), 1 << 20, 1);
+  ASSERT_TRUE(c.usable());
+  fs::remove_all(d.path / "cache");  // deleted under the running server
+  c.put(toks(5), bytes(10, 1));
+  c.flush();
+  EXPECT_EQ(c.stats().writes, 0u);
+  EXPECT_EQ(c.stats().write_errors, 1u);
+  EXPECT_EQ(c.longest_prefix(toks(9), 0), 0);
+}
