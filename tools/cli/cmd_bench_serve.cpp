@@ -1,5 +1,6 @@
 // deepinfer bench-serve --url http://127.0.0.1:8000 [--concurrency 8] [--num-prompts 64]
 //                       [--input-len 128] [--output-len 64] [--seed 0] [--api-key K] [--json]
+//                       [--workload random|agent] [--turns 10] [--tool-result-len 200]
 // Online serving benchmark in the manner of `vllm bench serve` with the random dataset:
 // random token-id prompts sent to /v1/completions with streaming, ignore_eos and greedy
 // sampling, at most `concurrency` in flight. Reports request and token throughput and
@@ -9,6 +10,11 @@
 // vLLM without return_token_ids), a chunk with text counts as one token, and the output
 // token count comes from the final usage (stream_options.include_usage) when the server
 // sends it, else from those chunks.
+//
+// --workload agent: sessions of --turns chat requests like an agent loop's: a fixed system
+// prompt with tool definitions (about --input-len tokens), then per turn the whole history
+// again plus the previous turn's tool call and its result (about --tool-result-len tokens). It
+// reports TTFT and cached prompt tokens per turn (the prefix cache at work).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,21 +39,22 @@ struct Outcome {
   bool ok = false;
   std::string error;
   double ttft = 0, latency = 0;
-  int64_t output_tokens = 0, prompt_tokens = 0;
+  int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
   std::vector<double> itl;
 };
 
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // One streaming request; SSE events are parsed as they arrive.
-Outcome run_one(const std::string& url, const httplib::Headers& headers, const json& body) {
+Outcome run_one(const std::string& url, const httplib::Headers& headers, const json& body,
+               const char* path = "/v1/completions") {
   Outcome o;
   httplib::Client cli(url);
   cli.set_read_timeout(600, 0);
   cli.set_write_timeout(60, 0);
   httplib::Request req;
   req.method = "POST";
-  req.path = "/v1/completions";
+  req.path = path;
   req.headers = headers;
   req.set_header("Content-Type", "application/json");
   req.body = body.dump();
@@ -80,6 +87,8 @@ Outcome run_one(const std::string& url, const httplib::Headers& headers, const j
           usage_output = u["completion_tokens"].get<int64_t>();
         if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
           o.prompt_tokens = u["prompt_tokens"].get<int64_t>();
+        if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
+          o.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", int64_t(0));
       }
       if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
       const json& choice = j["choices"][0];
@@ -88,6 +97,11 @@ Outcome run_one(const std::string& url, const httplib::Headers& headers, const j
         n_tokens = int64_t(choice["token_ids"].size());
       } else if (choice.contains("text") && choice["text"].is_string() && !choice["text"].get<std::string>().empty()) {
         n_tokens = 1;  // no ids: one chunk, one token (as vllm bench serve counts)
+      } else if (choice.contains("delta") && choice["delta"].is_object()) {  // chat: any content counts
+        const json& d = choice["delta"];
+        for (const char* k : {"content", "reasoning_content"})
+          if (d.contains(k) && d[k].is_string() && !d[k].get<std::string>().empty()) n_tokens = 1;
+        if (d.contains("tool_calls")) n_tokens = 1;
       }
       if (n_tokens == 0) continue;
       counted += n_tokens;
@@ -231,9 +245,106 @@ void print_table(const json& r) {
   if (r.contains("first_error")) std::printf("first error: %s\n", r["first_error"].get<std::string>().c_str());
 }
 
+// Words for the synthetic agent text (tokenizer-agnostic: the server counts the tokens).
+std::string words(std::mt19937_64& rng, long n_words) {
+  static const char* kWords[] = {"file", "build", "error", "line", "test", "value", "return", "module", "config",
+                                 "server", "request", "cache", "thread", "output", "input", "parse", "token", "path",
+                                 "update", "check", "result", "function", "memory", "index", "layer", "batch"};
+  std::string s;
+  for (long i = 0; i < n_words; ++i) {
+    if (i) s += (i % 12 == 0) ? ".\n" : " ";
+    s += kWords[rng() % (sizeof kWords / sizeof kWords[0])];
+  }
+  return s;
+}
+
+// Agent sessions: each runs its turns in order; sessions run `concurrency` at a time.
+int run_agent(const Load& l, const json& model, long turns, long tool_len, uint64_t seed, bool as_json) {
+  std::mt19937_64 rng(seed);
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "run_shell"},
+          {"description", "Run a shell command in the repository and return its output. " + words(rng, 20)},
+          {"parameters",
+           {{"type", "object"},
+            {"properties", {{"cmd", {{"type", "string"}, {"description", "the command line"}}}}},
+            {"required", {"cmd"}}}}}}}});
+  // About 1.3 tokens per word on BPE vocabularies; the tools add their own.
+  const std::string system = "You are a coding agent. " + words(rng, std::max<long>(1, l.in_len * 3 / 4));
+  std::vector<std::vector<Outcome>> per_turn(size_t(turns), std::vector<Outcome>(size_t(l.n)));
+  std::vector<std::vector<std::string>> results(size_t(l.n));
+  for (auto& r : results)
+    for (long t = 0; t < turns; ++t) r.push_back(words(rng, std::max<long>(1, tool_len * 3 / 4)));
+  std::atomic<long> next{0};
+  std::vector<std::thread> workers;
+  for (long w = 0; w < std::min(l.concurrency, l.n); ++w)
+    workers.emplace_back([&] {
+      for (long s; (s = next.fetch_add(1)) < l.n;) {
+        json messages = json::array({{{"role", "system"}, {"content", system}},
+                                     {{"role", "user"}, {"content", "Fix the failing test in session " + std::to_string(s)}}});
+        for (long t = 0; t < turns; ++t) {
+          const json body = {{"model", model["id"]}, {"messages", messages}, {"tools", tools},
+                             {"max_tokens", l.out_len}, {"temperature", 0.0}, {"stream", true},
+                             {"stream_options", {{"include_usage", true}}}};
+          per_turn[size_t(t)][size_t(s)] = run_one(l.url, l.headers, body, "/v1/chat/completions");
+          const std::string id = "call_" + std::to_string(s) + "_" + std::to_string(t);
+          messages.push_back({{"role", "assistant"},
+                              {"content", ""},
+                              {"tool_calls",
+                               {{{"id", id},
+                                 {"type", "function"},
+                                 {"function", {{"name", "run_shell"},
+                                               {"arguments", json{{"cmd", "make test step " + std::to_string(t)}}.dump()}}}}}}});
+          messages.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", results[size_t(s)][size_t(t)]}});
+        }
+      }
+    });
+  for (auto& t : workers) t.join();
+  json rows = json::array();
+  int64_t failed = 0;
+  std::string first_error;
+  for (long t = 0; t < turns; ++t) {
+    std::vector<double> ttft;
+    double prompt = 0, cached = 0;
+    for (const Outcome& o : per_turn[size_t(t)]) {
+      if (!o.ok) {
+        ++failed;
+        if (first_error.empty()) first_error = o.error;
+        continue;
+      }
+      ttft.push_back(o.ttft * 1e3);
+      prompt += double(o.prompt_tokens);
+      cached += double(o.cached_tokens);
+    }
+    const Summary s = summarize(ttft);
+    const double n = std::max<double>(1, double(ttft.size()));
+    rows.push_back({{"turn", t + 1}, {"ttft_ms", {{"mean", s.mean}, {"median", s.median}, {"p99", s.p99}}},
+                    {"prompt_tokens_mean", prompt / n}, {"cached_tokens_mean", cached / n}});
+  }
+  const json r = {{"workload", "agent"}, {"sessions", l.n}, {"turns", turns}, {"concurrency", l.concurrency},
+                  {"failed_requests", failed}, {"per_turn", rows},
+                  {"ttft_last_over_first", rows.back()["ttft_ms"]["mean"].get<double>() /
+                                               std::max(1e-9, rows.front()["ttft_ms"]["mean"].get<double>())}};
+  if (as_json) {
+    std::printf("%s\n", r.dump(2).c_str());
+  } else {
+    std::printf("============ Agent Workload (%ld sessions x %ld turns, concurrency %ld) ============\n", l.n, turns,
+                l.concurrency);
+    std::printf("%5s %14s %14s %14s %14s\n", "turn", "mean TTFT ms", "median ms", "prompt tok", "cached tok");
+    for (const json& row : rows)
+      std::printf("%5ld %14.2f %14.2f %14.0f %14.0f\n", row["turn"].get<long>(), row["ttft_ms"]["mean"].get<double>(),
+                  row["ttft_ms"]["median"].get<double>(), row["prompt_tokens_mean"].get<double>(),
+                  row["cached_tokens_mean"].get<double>());
+    std::printf("TTFT of the last turn / the first: %.2f\n", r["ttft_last_over_first"].get<double>());
+    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+  }
+  return failed == 0 ? 0 : 1;
+}
+
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key",
-             "--vocab-size"},
+             "--vocab-size", "--workload", "--turns", "--tool-result-len"},
             {"--json"});
   Load l;
   l.url = args.get_or("--url", "http://127.0.0.1:8000");
@@ -246,6 +357,14 @@ int run(const std::vector<std::string>& argv) {
   if (auto k = args.get("--api-key")) l.headers.emplace("Authorization", "Bearer " + *k);
   l.vocab = args.get_int("--vocab-size", 0);
   if (l.vocab < 0 || l.vocab == 1) throw ArgError("--vocab-size must be at least 2");
+  const std::string workload = args.get_or("--workload", "random");
+  if (workload == "agent") {
+    const long turns = args.get_int("--turns", 10), tool_len = args.get_int("--tool-result-len", 200);
+    if (turns < 1 || tool_len < 1) throw ArgError("--turns and --tool-result-len must be at least 1");
+    return run_agent(l, fetch_model(l.url, l.headers), turns, tool_len, uint64_t(args.get_int("--seed", 0)),
+                     args.has("--json"));
+  }
+  if (workload != "random") throw ArgError("--workload must be random or agent");
   const std::vector<json> bodies = make_bodies(l, fetch_model(l.url, l.headers), uint64_t(args.get_int("--seed", 0)));
 
   std::vector<Outcome> outcomes(static_cast<size_t>(l.n));
@@ -274,6 +393,11 @@ CommandRegistration reg("bench-serve", "online serving benchmark against a runni
                         "  --api-key KEY                sent as a Bearer token\n"
                         "  --vocab-size N               prompt ids are drawn below N (default: the server's\n"
                         "                               vocab_size from /v1/models, else 32000)\n"
+                        "  --workload random|agent      random token prompts (default), or agent sessions:\n"
+                        "                               a system prompt with tools, then --turns chat turns each\n"
+                        "                               adding a tool call and its result (TTFT per turn)\n"
+                        "  --turns N                    agent: turns per session (default 10)\n"
+                        "  --tool-result-len N          agent: about N tokens per tool result (default 200)\n"
                         "  --json                       JSON report instead of the table\n");
 
 }  // namespace
