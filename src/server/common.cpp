@@ -8,6 +8,7 @@
 #include "server/errors.h"
 #include "server/http_io.h"
 #include "tokenizer/chat/encoder.h"
+#include "tokenizer/chat/output_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {
@@ -81,14 +82,8 @@ std::string TextDecoder::push(const std::vector<GeneratedToken>& tokens) {
 }
 
 std::vector<int32_t> chat_hidden_tokens(const Backend& b) {
-  std::vector<int32_t> ids;
-  if (!b.tokenizer) return ids;
-  for (const auto& t : b.tokenizer->added_tokens()) {
-    if (t.content == chat::kThinkStart || t.content == chat::kThinkEnd || t.content == chat::kDsml) continue;
-    ids.push_back(t.id);
-  }
-  std::sort(ids.begin(), ids.end());
-  return ids;
+  if (!b.tokenizer) return {};
+  return chat::chat_hidden_token_ids(*b.tokenizer);
 }
 
 std::string TextDecoder::finish() {
