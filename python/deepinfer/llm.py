@@ -254,7 +254,7 @@ class LLM:
                 ) -> Tuple["_core.Batch", List[_Slot]]:
         requests, slots = [], []
         for i, (ids, sp) in enumerate(zip(prompts, params)):
-            for j in range(sp.n):
+            for j in range(sp._outputs()):
                 r = _core.Request()
                 r.prompt = ids
                 r.params = sp._to_core(j)

@@ -53,10 +53,14 @@ class SamplingParams:
             raise TypeError("stop must be a string or a list of strings")
         return stops
 
+    def _outputs(self) -> int:
+        """n, checked (each output is one engine request)."""
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be an int >= 1, got {self.n!r}")
+        return self.n
+
     def _to_core(self, choice: int = 0) -> "_core.SamplingParams":
         """The engine's SamplingParams for output `choice` of a prompt."""
-        if not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n must be an int >= 1, got {self.n!r}")
         p = _core.SamplingParams()
         if self.max_tokens is None:
             p.max_tokens = -1

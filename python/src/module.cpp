@@ -1,6 +1,10 @@
 // deepinfer._core: the compiled half of the Python package. It binds the public engine API
 // (include/deepinfer/) and the text library (src/tokenizer/) and nothing else: the Python
 // half (python/deepinfer/) shapes the results like vLLM's. No second engine lives here.
+#include <nanobind/stl/string.h>
+
+#include <string>
+
 #include "bindings.h"
 
 namespace deepinfer::python {

@@ -97,3 +97,10 @@ def wait_for(predicate, polls=1000, interval_s=0.01):
             return True
         time.sleep(interval_s)
     return predicate()
+
+
+def idle_stats(llm):
+    """The engine's counters once nothing runs or waits. The engine publishes them after each
+    step, so a request's last event can reach Python before its counters do."""
+    assert wait_for(lambda: (lambda s: s["requests_running"] == 0 and s["requests_waiting"] == 0)(llm.stats()))
+    return llm.stats()

@@ -2,6 +2,7 @@
 import pytest
 
 import deepinfer
+from conftest import idle_stats
 
 GREEDY8 = deepinfer.SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
@@ -37,9 +38,9 @@ def test_prompt_forms(tiny_float):
 def test_prompts_are_batched_and_batch_invariant(tiny_float, tiny_sequences):
     prompts = [tiny_sequences[s] for s in ("seq1", "seq7", "seq40", "seq300")]
     alone = [tiny_float.generate(p, GREEDY8)[0].outputs[0].token_ids for p in prompts]
-    steps0 = tiny_float.stats()["steps_total"]
+    steps0 = idle_stats(tiny_float)["steps_total"]
     together = tiny_float.generate(prompts, GREEDY8)
-    steps = tiny_float.stats()["steps_total"] - steps0
+    steps = idle_stats(tiny_float)["steps_total"] - steps0
     assert [o.outputs[0].token_ids for o in together] == alone
     # 348 prompt tokens fit one 512-token step; then the four decode side by side: one step per
     # token, not four (run one after another they take 4 x 8).

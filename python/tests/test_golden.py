@@ -73,6 +73,7 @@ def test_logprobs_equal_cli_logits(request, cli, tmp_path, tiny_dir, tiny_sequen
         assert top == list(np.argsort(-want[r], kind="stable")[:20]), f"row {r}"
         for t, lp in entry.items():
             worst = max(worst, abs(lp.logprob - want[r, t]))
-    # Same engine code on both sides; only the log-softmax (fp32 here, fp64 above) differs.
-    assert worst < 2e-5, worst
+    # Same logits on both sides; only the log-softmax differs (fp32 in the engine, fp64 above):
+    # a few ulp (measured 4.6e-7), while a wrong model feature moves logits by ~5e-3.
+    assert worst < 5e-6, worst
     assert gen.token_ids[0] == int(np.argmax(want[-1]))
