@@ -7,6 +7,7 @@ import time
 import pytest
 
 import deepinfer
+from deepinfer import _core
 from conftest import idle_stats, wait_for
 
 LONG = deepinfer.SamplingParams(temperature=0, max_tokens=None, ignore_eos=True)  # until the context is full
@@ -100,9 +101,8 @@ def test_stream_outlives_the_llm_object(tiny_dir):
     assert sum(len(d.token_ids) for d in it) == 6
 
 
-def test_gil_is_released_while_generating(default_llm):
-    """A Python thread runs while generate() waits on the engine: it sees the request
-    running. With the GIL held through generate() it could only run before or after."""
+def test_python_threads_run_during_generate(default_llm):
+    """A Python thread sees the requests running while generate() is busy with them."""
     seen_running = []
     stop = threading.Event()
 
@@ -115,10 +115,40 @@ def test_gil_is_released_while_generating(default_llm):
     t = threading.Thread(target=watch)
     t.start()
     try:
-        out = default_llm.generate([[0, 100, 200]] * 2, deepinfer.SamplingParams(temperature=0, max_tokens=64,
+        out = default_llm.generate([[0, 100, 200]] * 2, deepinfer.SamplingParams(temperature=0, max_tokens=32,
                                                                                  ignore_eos=True))
     finally:
         stop.set()
         t.join()
-    assert all(len(o.outputs[0].token_ids) == 64 for o in out)
-    assert len(seen_running) > 10
+    assert all(len(o.outputs[0].token_ids) == 32 for o in out)
+    assert len(seen_running) > 5
+
+
+def test_gil_is_released_inside_one_wait(default_llm):
+    """One poll of the engine (the binding's wait) lets another Python thread run throughout:
+    the poll waits for a 600-token prefill, and the counter thread keeps counting meanwhile.
+    Were the GIL held during the wait, the count could not move between its two reads."""
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        assert wait_for(lambda: count[0] > 0)
+        r = _core.Request()
+        r.prompt = [0] + list(range(1000, 1600))
+        r.params = deepinfer.SamplingParams(temperature=0, max_tokens=1)._to_core()
+        batch = default_llm._engine.submit([r])
+        before = count[0]
+        updates = batch.poll(120.0)
+        during = count[0] - before
+    finally:
+        stop.set()
+        t.join()
+    assert updates and updates[0].token_ids  # the poll lasted until the first token
+    assert during >= 5, during
