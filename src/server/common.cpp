@@ -8,7 +8,6 @@
 #include "server/errors.h"
 #include "server/http_io.h"
 #include "tokenizer/chat/encoder.h"
-#include "tokenizer/chat/output_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {

@@ -5,7 +5,6 @@
 
 #include "tokenizer/chat/encoder.h"
 #include "tokenizer/chat/py_json.h"
-#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::chat {
 namespace {
@@ -558,16 +557,6 @@ std::string parsed_output_json(const ParsedOutput& p) {
   j["tool_calls"] = Json::array();
   for (const auto& c : p.tool_calls) j["tool_calls"].push_back(Json{{"name", c.name}, {"arguments", c.arguments}});
   return py_json_dumps(j);
-}
-
-std::vector<int32_t> chat_hidden_token_ids(const tokenizer::Tokenizer& tok) {
-  std::vector<int32_t> ids;
-  for (const auto& t : tok.added_tokens()) {
-    if (t.content == kThinkStart || t.content == kThinkEnd || t.content == kDsml) continue;
-    ids.push_back(t.id);
-  }
-  std::sort(ids.begin(), ids.end());
-  return ids;
 }
 
 }  // namespace deepinfer::chat

@@ -29,17 +29,12 @@
 // error gets an Error event carrying its index (its earlier deltas must be
 // discarded by the consumer); parsing then resumes at the next invoke or block end.
 #pragma once
-#include <cstdint>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tokenizer/chat/family.h"
-
-namespace deepinfer::tokenizer {
-class Tokenizer;
-}
 
 namespace deepinfer::chat {
 
@@ -129,10 +124,5 @@ ParsedOutput parse_output(ChatFamily family, std::string_view text, bool thinkin
 
 // {"content": ..., "reasoning_content": ..., "tool_calls": [{"name": ..., "arguments": ...}]}
 std::string parsed_output_json(const ParsedOutput& p);
-
-// The added tokens a chat reply hides when special tokens are skipped: all of them except
-// the markers this parser reads (<think>, </think>, the DSML marker), so role markers and
-// placeholder tokens the tokenizer does not flag special never reach a message. Sorted ids.
-std::vector<int32_t> chat_hidden_token_ids(const tokenizer::Tokenizer& tok);
 
 }  // namespace deepinfer::chat
