@@ -1,5 +1,6 @@
 """Streaming, cancellation when the iterator is dropped, and the GIL released while the
 engine works."""
+import _thread
 import gc
 import threading
 import time
@@ -91,6 +92,25 @@ def test_breaking_out_of_a_for_loop_cancels(tiny_float):
         if n == 2:
             break
     assert wait_for(lambda: tiny_float.stats()["requests_finished_abort"] == before + 1)
+
+
+def test_ctrl_c_cancels_generate(tiny_float):
+    """KeyboardInterrupt reaches Python between two waits and stops the requests."""
+    before = idle_stats(tiny_float)
+
+    def interrupt_when_running():
+        if wait_for(lambda: tiny_float.stats()["requests_running"] > 0):
+            _thread.interrupt_main()
+
+    t = threading.Thread(target=interrupt_when_running)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tiny_float.generate([[0, 3], [0, 4]], LONG)
+    finally:
+        t.join()
+    assert wait_for(lambda: tiny_float.stats()["requests_finished_abort"] == before["requests_finished_abort"] + 2)
+    idle_stats(tiny_float)
 
 
 def test_stream_outlives_the_llm_object(tiny_dir):
