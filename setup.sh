@@ -6,10 +6,11 @@
 #   3. a Release build in build/
 #   4. models/golden: the checkpoints of the committed golden sets (tests/data/golden), regenerated
 #   5. models/default: a small DeepSeek-V4 checkpoint in the official layout, RANDOM weights
+#   6. the Python package `deepinfer` (pip install . into .venv; python/)
 set -euo pipefail
 cd "$(dirname "$0")"
 
-apt_packages=(build-essential cmake git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
+apt_packages=(build-essential cmake ccache git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
               nlohmann-json3-dev libcpp-httplib-dev python3 python3-venv python3-pip
               clang libclang-rt-14-dev chromium chromium-driver)
 missing=()
@@ -29,7 +30,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r tools/golden/requirements.txt -r tests/sdk/requirements.txt \
-  -r tests/webui/requirements.txt
+  -r tests/webui/requirements.txt \
+  -r python/requirements.txt
 
 echo "setup: building (Release) in build/"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -42,4 +44,7 @@ if [ ! -f models/default/model.safetensors ]; then
   echo "setup: writing the embedded default checkpoint (random weights) to models/default"
   .venv/bin/python tools/golden/make_checkpoint.py --preset default --out models/default
 fi
+echo "setup: installing the Python package (pip install .) into .venv"
+python/install.sh
+
 echo "setup: done. Try: build/deepinfer generate --tokens-file examples/capital.tokens -n 16"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README.md; .ci/run calls it after ./setup.sh):
-#   1. every CTest test of the Release build in build/
+#   0. the Python package reinstalled into .venv if its sources changed (python/install.sh)
+#   1. every CTest test of the Release build in build/ (the package's pytest suite among them)
 #   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer in build-san/
 #      (configured and built here on first use; incremental afterwards)
 #   3. the libFuzzer targets of tests/fuzz (parsers) for a bounded time each
@@ -8,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 jobs="$(nproc)"
+
+echo "== Python package (python/install.sh: rebuilds what changed)"
+python/install.sh
 
 echo "== Release tests (build/)"
 ctest --test-dir build --output-on-failure -j"$jobs"

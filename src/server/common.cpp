@@ -81,14 +81,8 @@ std::string TextDecoder::push(const std::vector<GeneratedToken>& tokens) {
 }
 
 std::vector<int32_t> chat_hidden_tokens(const Backend& b) {
-  std::vector<int32_t> ids;
-  if (!b.tokenizer) return ids;
-  for (const auto& t : b.tokenizer->added_tokens()) {
-    if (t.content == chat::kThinkStart || t.content == chat::kThinkEnd || t.content == chat::kDsml) continue;
-    ids.push_back(t.id);
-  }
-  std::sort(ids.begin(), ids.end());
-  return ids;
+  if (!b.tokenizer) return {};
+  return chat::chat_hidden_token_ids(*b.tokenizer);
 }
 
 std::string TextDecoder::finish() {

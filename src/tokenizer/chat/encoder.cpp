@@ -776,6 +776,16 @@ std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const Rend
   return tok.encode(std::span<const tokenizer::TextSegment>(segs));
 }
 
+std::vector<int32_t> chat_hidden_token_ids(const tokenizer::Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (const auto& t : tok.added_tokens()) {
+    if (t.content == kThinkStart || t.content == kThinkEnd || t.content == kDsml) continue;
+    ids.push_back(t.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 RenderedPrompt render_messages(ChatFamily family, const Json& messages, const EncodeOptions& options) {
   return Encoder(family, options).encode(messages);
 }

@@ -70,6 +70,11 @@ RenderedPrompt render_messages(ChatFamily family, const nlohmann::json& messages
 std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const RenderedPrompt& prompt,
                                      bool trusted_special_tokens = false);
 
+// The added tokens a chat reply hides when special tokens are skipped: all of them except the
+// markers the output parser reads (<think>, </think>, the DSML marker), so role markers and
+// placeholder tokens the tokenizer does not flag special never reach a message. Sorted ids.
+std::vector<int32_t> chat_hidden_token_ids(const tokenizer::Tokenizer& tok);
+
 // Convenience for callers holding a (key-sorted) nlohmann::json.
 std::string encode_messages(ChatFamily family, const nlohmann::json& messages, const EncodeOptions& options);
 

@@ -1,0 +1,51 @@
+"""Engine errors are Python exceptions carrying the engine's message."""
+import pytest
+
+import deepinfer
+
+
+def test_bad_model_dir(tmp_path):
+    with pytest.raises(deepinfer.EngineError, match=str(tmp_path / "missing")):
+        deepinfer.LLM(tmp_path / "missing")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(deepinfer.EngineError, match="config.json"):
+        deepinfer.LLM(tmp_path)
+    assert issubclass(deepinfer.EngineError, RuntimeError)
+
+
+def test_bad_engine_options(tiny_dir):
+    with pytest.raises(ValueError, match="'reference' or 'float'"):
+        deepinfer.LLM(tiny_dir, numerics="double")
+    with pytest.raises(ValueError, match="kernel backend"):
+        deepinfer.LLM(tiny_dir, kernels="gpu")
+    with pytest.raises(deepinfer.EngineError, match="KV memory too small"):
+        deepinfer.LLM(tiny_dir, kv_memory=4096)
+    with pytest.raises(ValueError, match="kv_memory"):
+        deepinfer.LLM(tiny_dir, kv_memory="lots")
+
+
+@pytest.mark.parametrize("params,message", [
+    (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (dict(temperature=-1.0), "temperature must be"),
+    (dict(logprobs=21), "logprobs must be between 0 and 20"),
+    (dict(min_p=2.0), r"min_p must be in \[0, 1\]"),
+    (dict(max_tokens=-3), "max_tokens must be at least 0"),
+    (dict(n=0), "n must be"),
+    (dict(stop_token_ids=[10 ** 6]), "outside the vocabulary"),
+])
+def test_bad_sampling_params(tiny_float, params, message):
+    running = tiny_float.stats()["requests_running"]
+    with pytest.raises(ValueError, match=message):
+        tiny_float.generate([[0, 1], [0, 2]], deepinfer.SamplingParams(**params))
+    assert tiny_float.stats()["requests_running"] == running  # nothing was submitted
+
+
+def test_bad_prompts(tiny_float):
+    with pytest.raises(ValueError, match="1024"):  # the id and the vocabulary size
+        tiny_float.generate([0, 5000])
+    with pytest.raises(ValueError):
+        tiny_float.generate([[0] * (tiny_float.max_model_len + 1)])
+    with pytest.raises(ValueError, match="at least one token"):
+        tiny_float.generate([[]])
+    with pytest.raises(TypeError):
+        tiny_float.generate([[0, "a"]])
