@@ -78,3 +78,70 @@ def test_chat_content_parts_and_reasoning_effort(default_llm):
         default_llm.chat([{"role": "user", "content": [{"type": "image_url"}]}])
     with pytest.raises(ValueError):  # the v4 encoder takes high | max
         default_llm.chat([{"role": "user", "content": "x"}], thinking=True, reasoning_effort="extreme")
+
+
+class _FakeUpdate:
+    def __init__(self, **kw):
+        self.__dict__.update(dict(index=0, token_ids=[1], logprobs=[], prompt_logprobs=[], text="", events=[],
+                                  finished=False, finish_reason="", stop_string="", stop_token=-1, error="",
+                                  prompt_tokens=3, completion_tokens=1, cached_tokens=0))
+        self.__dict__.update(kw)
+
+
+class _FakeBatch:
+    """Parser events of a reply with one tool call, as the C++ batch hands them over."""
+    request_ids = [7]
+
+    def __init__(self):
+        self.updates = [
+            _FakeUpdate(text="Let me look.", events=[("content", "Let me look.", -1)]),
+            _FakeUpdate(events=[("tool_call_begin", "get_weather", 0), ("tool_call_arguments", '{"city": ', 0)]),
+            _FakeUpdate(events=[("tool_call_arguments", '"Paris"}', 0), ("tool_call_end", "", 0)], finished=True,
+                        finish_reason="stop"),
+        ]
+        self.cancelled = False
+
+    @property
+    def done(self):
+        return not self.updates
+
+    def poll(self, timeout_s):
+        return [self.updates.pop(0)] if self.updates else []
+
+    def cancel(self):
+        self.cancelled = True
+
+    def parsed(self, index):
+        return "Let me look.", "", [("get_weather", '{"city": "Paris"}')], []
+
+
+def test_tool_call_replies_through_the_python_half(default_llm, monkeypatch):
+    """No random-weight model writes DSML, so the conversion of the parser's tool-call events
+    (C++, tested with the parser) into deltas and outputs is checked with a scripted batch."""
+    monkeypatch.setattr(default_llm, "_engine", _FakeEngine(default_llm._engine))
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    out = default_llm.chat(msgs, tools=TOOLS)[0].outputs[0]
+    assert out.finish_reason == "tool_calls" and out.content == "Let me look."
+    assert [(c.name, c.parsed_arguments()) for c in out.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert out.tool_calls[0].id.startswith("call_")
+    assert out.as_message()["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    deltas = list(default_llm.chat(msgs, tools=TOOLS, stream=True))
+    assert "".join(d.content for d in deltas) == "Let me look."
+    calls = [c for d in deltas for c in d.tool_calls]
+    assert calls[0] == deepinfer.ToolCallDelta(0, "get_weather", "")
+    assert "".join(c.arguments for c in calls) == '{"city": "Paris"}' and all(c.index == 0 for c in calls)
+    assert deltas[-1].finished and deltas[-1].finish_reason == "tool_calls"
+
+
+class _FakeEngine:
+    """The real engine for rendering, a scripted batch for the reply."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def submit(self, requests, chat_thinking=None):
+        assert chat_thinking is False and len(requests) == 1
+        return _FakeBatch()

@@ -2,6 +2,7 @@
 import pytest
 
 import deepinfer
+from conftest import idle_stats
 
 
 def test_bad_model_dir(tmp_path):
@@ -49,3 +50,34 @@ def test_bad_prompts(tiny_float):
         tiny_float.generate([[]])
     with pytest.raises(TypeError):
         tiny_float.generate([[0, "a"]])
+
+
+def corrupt_copy(src, dst, tensor, flat, code):
+    """`src` copied to `dst` with byte `code` written over element `flat` of `tensor`."""
+    import json
+    import shutil
+    import struct
+    shutil.copytree(src, dst)
+    shard = dst / "model.safetensors"
+    blob = bytearray(shard.read_bytes())
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    blob[8 + n + header[tensor]["data_offsets"][0] + flat] = code
+    shard.write_bytes(bytes(blob))
+    return dst
+
+
+def test_failed_request_raises_with_the_engines_message(tiny_dir, tmp_path):
+    # A NaN e4m3 code in a shared expert (as tests/model/test_cli.cpp): every logits row is NaN.
+    bad = corrupt_copy(tiny_dir, tmp_path / "nan", "layers.0.ffn.shared_experts.w2.weight", 3 * 128 + 5, 0x7F)
+    llm = deepinfer.LLM(bad, numerics="float", threads=1, kv_memory="16M")
+    with pytest.raises(deepinfer.EngineError, match="non-finite"):
+        llm.generate([[0, 17, 29, 4], [0, 5]], deepinfer.SamplingParams(max_tokens=3))
+    with pytest.raises(deepinfer.EngineError, match="non-finite"):
+        for _ in llm.generate_stream([0, 17], deepinfer.SamplingParams(max_tokens=3)):
+            pass
+    # The stream's request and at least the first of the two (the second may be cancelled
+    # before its step, when the engine took the two submissions in separate steps).
+    assert 2 <= idle_stats(llm)["requests_failed_nonfinite"] <= 3
+    with pytest.raises(deepinfer.EngineError, match="layers.0.ffn.shared_experts.w2.weight"):
+        deepinfer.LLM(bad, verify_weights=True, kv_memory="16M")
