@@ -58,9 +58,10 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
                                    ? dir + "/config.json"
                                    : dir + "/inference/config.json";
   m->cfg_ = load_config(cfg_path);
+  // The Engram layout first: it checks the table sizes the weights are then bound with.
+  m->engram_ = load_engram_tables(m->cfg_, dir);
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
-  m->engram_ = load_engram_tables(m->cfg_, dir);
   if (m->cfg_.v41()) {
     size_t dspark = 0, vision = 0;
     for (const auto& [name, t] : m->store_->all()) {
