@@ -178,6 +178,7 @@ void parse_common(const Reader& r, Config& c) {
   c.hc_eps = r.number_or({"hc_eps"}, 1e-6);
   c.bos_token_id = r.integer_or({"bos_token_id"}, 0, 0);
   c.eos_token_id = r.integer_or({"eos_token_id"}, 0, 1);
+  c.max_position_embeddings = r.integer_or({"max_position_embeddings"}, 0, 0);
 }
 
 // quantization_config (both families keep it at the root); weight block B x B.
@@ -352,7 +353,11 @@ Config parse_v41(const json& root, const std::string& src) {
   // Token ids may sit at the root of the release layout.
   c.bos_token_id = r.integer_or({"bos_token_id"}, 0, rr.integer_or({"bos_token_id"}, 0, 0));
   c.eos_token_id = r.integer_or({"eos_token_id"}, 0, rr.integer_or({"eos_token_id"}, 0, 1));
-  c.image_token_id = r.integer_or({"image_token_id"}, 0, rr.integer_or({"image_token_id"}, 0, -1));
+  constexpr int64_t kReferenceImageId = 129264;  // ModelArgs.image_token_id: <｜deepseek_image｜>
+  c.image_token_id = r.integer_or({"image_token_id"}, 0,
+                                  rr.integer_or({"image_token_id"}, 0, c.vocab_size > kReferenceImageId ? kReferenceImageId : -1));
+  if (c.image_token_id >= c.vocab_size) c.image_token_id = -1;
+  if (c.max_position_embeddings == 0) c.max_position_embeddings = rr.integer_or({"max_position_embeddings"}, 0, 0);
   if (r.integer_or({"num_hash_layers", "n_hash_layers"}, 0, 0) != 0)
     r.fail("num_hash_layers", "must be 0: DeepSeek-V4.1 has no hash-routed layers");
   if (c.n_shared_experts != 1) r.fail("n_shared_experts", "must be 1 (the V4.1 reference asserts it)");

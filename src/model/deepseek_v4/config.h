@@ -49,6 +49,7 @@ struct Config {
   int64_t weight_block = 128;       // quantization_config.weight_block_size
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 1;
+  int64_t max_position_embeddings = 0;  // 0: not stated
 
   // ---- V4.1 only (MODEL.md 11). Layer lists are ascending, backbone layers only.
   std::vector<int64_t> kv_source_layers;     // own a compressor (+ index keys); readers follow
@@ -68,7 +69,9 @@ struct Config {
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
   std::vector<int64_t> dspark_target_layers;
-  int64_t image_token_id = -1;               // vision placeholder id (-1: none); text-only here
+  // Vision placeholder id (-1: none): the config's, else the reference's default 129264 when
+  // the vocabulary holds it. Only the text path runs; a token with this id is refused.
+  int64_t image_token_id = -1;
 
   bool v41() const { return family == Family::V41; }
   int64_t nope_dim() const { return head_dim - rope_dim; }

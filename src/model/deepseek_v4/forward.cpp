@@ -226,7 +226,7 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
 }
 
 static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,
-                       float* X) {
+                       float* X, int64_t image_token_id = -1) {
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
   std::span<float> row = scratch.take<float>(d);
@@ -234,6 +234,9 @@ static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t
     if (tokens[t] < 0 || tokens[t] >= embed.rows)
       throw std::out_of_range("token id " + std::to_string(tokens[t]) + " outside the vocabulary [0, " +
                               std::to_string(embed.rows) + ")");
+    if (tokens[t] == image_token_id)
+      throw std::invalid_argument("token id " + std::to_string(tokens[t]) +
+                                  " is the image placeholder: image input is not supported (text path only)");
     weight_decode_row(embed, tokens[t], row.data());
     for (int64_t i = 0; i < hc; ++i) std::memcpy(X + (t * hc + i) * d, row.data(), d * sizeof(float));
   }
@@ -275,7 +278,7 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   float* Xn = scratch.take<float>(S * hc * d).data();
   {
     DI_PROFILE("embed");
-    embed_rows(w_.embed, tokens.data(), S, hc, d, X);
+    embed_rows(w_.embed, tokens.data(), S, hc, d, X, c.image_token_id);
   }
   // V4.1: the staggered pre (one-hot before layer 0: the streams are equal), the Engram hash
   // ids of every row, and each sequence's shared attention runtime for this step.
