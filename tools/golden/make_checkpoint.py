@@ -921,6 +921,10 @@ def assemble(args) -> tuple[dict, dict, int, str]:
         v = getattr(args, flag)
         if v is not None:
             cfg[key] = v
+    if args.gate_temp is not None:
+        if not v41:
+            raise SystemExit("--gate-temp is a DeepSeek-V4.1 setting (use a -v41 preset)")
+        cfg["gate_temp"] = args.gate_temp
     for table, conv in ((V41_INT_OVERRIDES, int), (V41_LIST_OVERRIDES, None)):
         for flag, key in table.items():
             v = getattr(args, flag)
@@ -1009,8 +1013,8 @@ def check_config_v41(c: dict, init: dict) -> None:
         errors.append("o_groups * o_lora_rank and engram_head_dim must be multiples of 32")
     if c["num_attention_heads"] % c["o_groups"]:
         errors.append("num_attention_heads must be divisible by o_groups")
-    if c["index_head_dim"] <= c["qk_rope_head_dim"]:
-        errors.append("index_head_dim must exceed qk_rope_head_dim")
+    if c["index_head_dim"] < c["qk_rope_head_dim"]:
+        errors.append("index_head_dim must be at least qk_rope_head_dim")
     if c.get("engram_layer_ids") and c["engram_max_ngram_size"] < 2:
         errors.append("engram_max_ngram_size must be >= 2")
     if n_mtp and len(c.get("dspark_target_layer_ids", [])) == 0:
@@ -1149,6 +1153,7 @@ def main(argv=None) -> int:
     ap.add_argument("--head-gain", help="head.weight std x sqrt(d)")
     ap.add_argument("--weight-gain", help="std x sqrt(in) of all other matrices")
     ap.add_argument("--engram-value-gain", type=float, help="V4.1: std x sqrt(in) of engram.wkv's value rows")
+    ap.add_argument("--gate-temp", type=float, help="V4.1 router temperature (ModelArgs gate_temp, default 1)")
     ap.add_argument("--fast-experts", action=argparse.BooleanOptionalAction, default=None,
                     help="cheap FP4 experts from a byte table (large-bench default)")
     ap.add_argument("--force", action="store_true", help="write configs the reference can't run")
