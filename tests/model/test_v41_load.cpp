@@ -211,6 +211,15 @@ TEST(V41Checkpoint, MalformedTensorsAreNamed) {
     c.write("engram_token_map.json", m);
     e = load_error(c.dir);
     EXPECT_NE(e.find("token_map[7] = 900"), std::string::npos) << e;
+    m = read_json(kModel / "engram_token_map.json");
+    m["hash_multipliers"][0][1] = 12345;
+    c.write("engram_token_map.json", m);
+    e = load_error(c.dir);
+    EXPECT_NE(e.find("hash_multipliers[0]"), std::string::npos) << e;
+    // Only the token map is required: primes and multipliers follow from the config.
+    m = read_json(kModel / "engram_token_map.json");
+    c.write("engram_token_map.json", json{{"token_map", m["token_map"]}});
+    EXPECT_EQ(load_error(c.dir), "");
   }
   {
     CheckpointCopy c("rows");  // the table rows must be the sum of the layer's primes
@@ -238,6 +247,18 @@ TEST(V41Engram, PrimesAndHashIds) {
   EXPECT_EQ(std::vector<int64_t>(big[0].begin(), big[0].begin() + 8),
             (std::vector<int64_t>{16000057, 16000079, 16000081, 16000097, 16000121, 16000129, 16000133, 16000183}));
   EXPECT_EQ(big[1].back(), 16000889);
+
+  // Hash multipliers: numpy's default_rng stream reproduced (spec 11.6 release table, spec
+  // 15.2 tiny table, and the set's own file for its 850-id compressed vocabulary).
+  EXPECT_EQ(engram_hash_multipliers(1, 4, 99092),
+            (std::vector<int64_t>{76632096046245, 4839876093313, 35959672319349, 73987337458391}));
+  EXPECT_EQ(engram_hash_multipliers(14, 4, 99092),
+            (std::vector<int64_t>{67716810739261, 51510806800915, 30921347202721, 82619226485591}));
+  EXPECT_EQ(engram_hash_multipliers(1, 3, 1024), (std::vector<int64_t>{7415652013100227, 468352540858031, 3479800634247035}));
+  EXPECT_EQ(engram_hash_multipliers(5, 3, 1024), (std::vector<int64_t>{3522570923760557, 2995104075036817, 1970864031485839}));
+  const json file = read_json(kModel / "engram_token_map.json");
+  EXPECT_EQ(engram_hash_multipliers(1, 3, 850), file["hash_multipliers"][0].get<std::vector<int64_t>>());
+  EXPECT_EQ(engram_hash_multipliers(5, 3, 850), file["hash_multipliers"][1].get<std::vector<int64_t>>());
 
   const EngramTables t = load_engram_tables(cfg, kModel.string());
   const json m = read_json(kModel / "engram_token_map.json");

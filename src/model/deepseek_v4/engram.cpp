@@ -63,6 +63,105 @@ std::vector<std::vector<int64_t>> engram_primes(const Config& cfg) {
   return out;
 }
 
+namespace {
+
+// numpy.random.SeedSequence(entropy).generate_state(n64, uint64) for a non-negative entropy
+// below 2^64 and no spawn key: a pool of 4 uint32 mixed from the entropy words, then hashed
+// out (numpy/random/bit_generator.pyx).
+std::vector<uint64_t> seed_sequence_state(uint64_t entropy, int n64) {
+  constexpr uint32_t kInitA = 0x43b0d7e5, kMultA = 0x931e8875, kInitB = 0x8b51f9dd, kMultB = 0x58f38ded;
+  constexpr uint32_t kMixL = 0xca01f9dd, kMixR = 0x4973f715;
+  std::vector<uint32_t> words;
+  for (uint64_t x = entropy; x > 0; x >>= 32) words.push_back(uint32_t(x));
+  if (words.empty()) words.push_back(0);
+  uint32_t hash_const = kInitA;
+  auto hashmix = [&](uint32_t v) {
+    v ^= hash_const;
+    hash_const *= kMultA;
+    v *= hash_const;
+    return v ^ (v >> 16);
+  };
+  auto mix = [](uint32_t x, uint32_t y) {
+    uint32_t r = kMixL * x - kMixR * y;
+    return r ^ (r >> 16);
+  };
+  uint32_t pool[4];
+  for (size_t i = 0; i < 4; ++i) pool[i] = hashmix(i < words.size() ? words[i] : 0);
+  for (int src = 0; src < 4; ++src)
+    for (int dst = 0; dst < 4; ++dst)
+      if (src != dst) pool[dst] = mix(pool[dst], hashmix(pool[src]));
+  for (size_t src = 4; src < words.size(); ++src)
+    for (int dst = 0; dst < 4; ++dst) pool[dst] = mix(pool[dst], hashmix(words[src]));
+  uint32_t hb = kInitB;
+  std::vector<uint64_t> out;
+  for (int i = 0; i < 2 * n64; i += 2) {
+    uint32_t half[2];
+    for (int k = 0; k < 2; ++k) {
+      uint32_t v = pool[(i + k) % 4] ^ hb;
+      hb *= kMultB;
+      v *= hb;
+      half[k] = v ^ (v >> 16);
+    }
+    out.push_back(uint64_t(half[0]) | (uint64_t(half[1]) << 32));  // little-endian pairs
+  }
+  return out;
+}
+
+// numpy's PCG64 (XSL-RR 128/64, default multiplier), seeded as PCG64(SeedSequence).
+class Pcg64 {
+ public:
+  explicit Pcg64(uint64_t entropy) {
+    const std::vector<uint64_t> v = seed_sequence_state(entropy, 4);
+    const unsigned __int128 seed = (unsigned __int128)v[0] << 64 | v[1];
+    const unsigned __int128 seq = (unsigned __int128)v[2] << 64 | v[3];
+    inc_ = (seq << 1) | 1;
+    state_ = 0;
+    step();
+    state_ += seed;
+    step();
+  }
+  uint64_t next() {
+    step();
+    const uint64_t x = uint64_t(state_ >> 64) ^ uint64_t(state_);
+    const unsigned rot = unsigned(state_ >> 122);
+    return (x >> rot) | (x << ((64 - rot) & 63));
+  }
+
+ private:
+  void step() {
+    const unsigned __int128 mult = (unsigned __int128)0x2360ED051FC65DA4ull << 64 | 0x4385DF649FCCF645ull;
+    state_ = state_ * mult + inc_;
+  }
+  unsigned __int128 state_ = 0, inc_ = 0;
+};
+
+}  // namespace
+
+std::vector<int64_t> engram_hash_multipliers(int64_t layer_id, int64_t max_ngram, int64_t compressed_vocab) {
+  const uint64_t bound = std::max<uint64_t>(1, uint64_t(INT64_MAX / compressed_vocab) / 2);
+  Pcg64 rng(uint64_t(10007 * layer_id));
+  std::vector<int64_t> out;
+  const uint64_t range = bound - 1;  // integers(0, bound): draws in [0, bound - 1]
+  for (int64_t i = 0; i < max_ngram; ++i) {
+    uint64_t v = 0;
+    if (range > 0xffffffffull) {  // Lemire's bounded draw on 64-bit words
+      const uint64_t excl = range + 1;
+      unsigned __int128 m = (unsigned __int128)rng.next() * excl;
+      if (uint64_t(m) < excl) {
+        const uint64_t threshold = (UINT64_MAX - range) % excl;
+        while (uint64_t(m) < threshold) m = (unsigned __int128)rng.next() * excl;
+      }
+      v = uint64_t(m >> 64);
+    } else {
+      // numpy draws 32-bit words here; a compressed vocabulary that large (> 2^30 ids) does
+      // not occur (the state keeps ids below 2^24).
+      throw std::invalid_argument("engram: hash multiplier bound below 2^32 is not supported");
+    }
+    out.push_back(int64_t(v) * 2 + 1);
+  }
+  return out;
+}
+
 EngramTables load_engram_tables(const Config& cfg, const std::string& dir) {
   EngramTables t;
   if (cfg.engram_layer_ids.empty()) return t;
@@ -78,8 +177,7 @@ EngramTables load_engram_tables(const Config& cfg, const std::string& dir) {
   } catch (const std::exception& e) {
     throw LoadError(file + ": malformed JSON: " + e.what());
   }
-  if (!j.is_object() || !j.contains("token_map") || !j.contains("hash_multipliers"))
-    throw LoadError(file + ": needs 'token_map' and 'hash_multipliers'");
+  if (!j.is_object() || !j.contains("token_map")) throw LoadError(file + ": needs 'token_map'");
 
   // The token map: every vocabulary id to an id of the compressed vocabulary, which the
   // reference asserts has exactly engram_compressed_vocab_size values.
@@ -105,8 +203,10 @@ EngramTables load_engram_tables(const Config& cfg, const std::string& dir) {
     throw LoadError(file + ": pad_compressed_id disagrees with token_map[engram_pad_token_id]");
 
   const auto primes = engram_primes(cfg);
-  const auto& mults = j["hash_multipliers"];
-  if (!mults.is_array() || mults.size() != cfg.engram_layer_ids.size())
+  // The multipliers follow from the layer ids and the compressed vocabulary; a file that
+  // states them must state these.
+  const nlohmann::json* mults = j.contains("hash_multipliers") ? &j["hash_multipliers"] : nullptr;
+  if (mults && (!mults->is_array() || mults->size() != cfg.engram_layer_ids.size()))
     throw LoadError(file + ": hash_multipliers must hold one list per engram layer (" +
                     std::to_string(cfg.engram_layer_ids.size()) + ")");
   t.n_cols = (cfg.engram_max_ngram - 1) * cfg.engram_n_heads;
@@ -123,16 +223,13 @@ EngramTables load_engram_tables(const Config& cfg, const std::string& dir) {
                       std::to_string(cfg.engram_num_embeddings[e]) + " but the primes of engram layer " +
                       std::to_string(cfg.engram_layer_ids[e]) + " " + list_str(L.primes) + " sum to " +
                       std::to_string(rows));
-    L.multipliers = int_list(mults[e], file, "hash_multipliers");
-    if (int64_t(L.multipliers.size()) != cfg.engram_max_ngram)
-      throw LoadError(file + ": hash_multipliers[" + std::to_string(e) + "] must hold engram_max_ngram_size = " +
-                      std::to_string(cfg.engram_max_ngram) + " values");
-    // Odd and small enough that id * multiplier stays inside int64 (the reference's bound).
-    const int64_t bound = INT64_MAX / cfg.engram_compressed_vocab_size;
-    for (int64_t m : L.multipliers)
-      if (m <= 0 || m % 2 == 0 || m > bound)
-        throw LoadError(file + ": hash multiplier " + std::to_string(m) + " is not odd and within (0, " +
-                        std::to_string(bound) + "]");
+    L.multipliers = engram_hash_multipliers(cfg.engram_layer_ids[e], cfg.engram_max_ngram,
+                                            cfg.engram_compressed_vocab_size);
+    if (mults && int_list((*mults)[e], file, "hash_multipliers") != L.multipliers)
+      throw LoadError(file + ": hash_multipliers[" + std::to_string(e) + "] " +
+                      list_str(int_list((*mults)[e], file, "hash_multipliers")) + " differ from the reference's " +
+                      list_str(L.multipliers) + " (layer " + std::to_string(cfg.engram_layer_ids[e]) +
+                      ", compressed vocabulary " + std::to_string(cfg.engram_compressed_vocab_size) + ")");
     t.layers.push_back(std::move(L));
   }
   if (j.contains("primes")) {  // when the file states them, they must be the ones we derive

@@ -39,6 +39,12 @@ struct EngramTables {
 // Result [n_engram_layers][n_cols] in column order.
 std::vector<std::vector<int64_t>> engram_primes(const Config& cfg);
 
+// The hash multipliers of engram layer `layer_id` (spec 11.6): numpy's
+// default_rng(10007 * layer_id).integers(0, B, max_ngram, int64) * 2 + 1 with
+// B = (2^63 - 1) // compressed_vocab // 2, reproduced bit for bit (SeedSequence, PCG64,
+// Lemire's bounded draw).
+std::vector<int64_t> engram_hash_multipliers(int64_t layer_id, int64_t max_ngram, int64_t compressed_vocab);
+
 // Reads DIR/engram_token_map.json and checks it against the config (map size and range, the
 // compressed vocabulary size, the primes, the table sizes). Throws LoadError naming what
 // disagrees. An empty result for a config without Engram.
