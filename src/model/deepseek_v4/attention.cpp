@@ -257,9 +257,11 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     LayerState& st = *sg.state;
     section.start(DI_PROFILE_SECTION("attn.compressors"));
     if (cfg.v41() && L.ratio != 0) {
+      // The segment's rows of the indexer projections (none on a layer without an indexer).
+      const int64_t ix = w.has_indexer ? 1 : 0;
       shared_attention_segment(cfg, num, L, rope, sg, ckv.data() + sg.row0 * cn, csc.data() + sg.row0 * cn,
-                               iq.subspan(size_t(sg.row0 * HI * DI), size_t(w.has_indexer ? sg.n * HI * DI : 0)),
-                               iw.subspan(size_t(sg.row0 * HI), size_t(w.has_indexer ? sg.n * HI : 0)));
+                               iq.subspan(size_t(ix * sg.row0 * HI * DI), size_t(ix * sg.n * HI * DI)),
+                               iw.subspan(size_t(ix * sg.row0 * HI), size_t(ix * sg.n * HI)));
     } else if (w.has_indexer) {
       run_compressor(icw, st.index_compressor, &ikv[sg.row0 * icn], &isc[sg.row0 * icn], sg.n, sg.p0,
                      [&](float* z, int64_t entry) {

@@ -8,8 +8,8 @@
 //   rows    e = concat of the table rows (e4m3 * ue8m0 per 32 columns, exact in bf16)
 //   kv      linear(e; wkv) -> hc keys [dim] and one value [dim]
 //   update  X[i] += sigmoid(signed sqrt(<X[i], qk[i] * key[i]> * rsqrt-norms / sqrt(dim))) * value
-// Differs from nothing in V4: V4 has no Engram. The token map, the primes and the hash
-// multipliers are data of the checkpoint (engram_token_map.json), checked against the config.
+// V4 has no Engram. The token map is data of the checkpoint (engram_token_map.json); the
+// primes and hash multipliers follow from the config.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,8 +45,9 @@ std::vector<std::vector<int64_t>> engram_primes(const Config& cfg);
 // Lemire's bounded draw).
 std::vector<int64_t> engram_hash_multipliers(int64_t layer_id, int64_t max_ngram, int64_t compressed_vocab);
 
-// Reads DIR/engram_token_map.json and checks it against the config (map size and range, the
-// compressed vocabulary size, the primes, the table sizes). Throws LoadError naming what
+// Reads DIR/engram_token_map.json (its token_map; primes and hash_multipliers are optional and
+// must equal the derived ones when present) and checks it against the config (map size and
+// range, the compressed vocabulary size, the table sizes). Throws LoadError naming what
 // disagrees. An empty result for a config without Engram.
 EngramTables load_engram_tables(const Config& cfg, const std::string& dir);
 
