@@ -253,6 +253,44 @@ void Model::forward_batch(const std::vector<SequenceChunk>& chunks, const Numeri
   forward_chunks(chunks, num, final_streams);
 }
 
+namespace {
+
+// What a V4.1 step carries besides the streams: the staggered pre of every row (one-hot
+// before layer 0: the streams are still equal), the Engram hash ids of every row (all engram
+// layers), and each sequence's shared attention runtime (hung on its segment).
+struct V41Step {
+  float* carry_pre = nullptr;
+  int64_t* engram_ids = nullptr;
+  int64_t engram_stride = 0;
+};
+
+V41Step begin_v41_step(const Config& c, const EngramTables& engram, std::span<const SequenceChunk> chunks,
+                       std::span<Segment> segments, int64_t S, ScratchArena& scratch) {
+  V41Step v;
+  const int64_t hc = c.hc_mult, n_engram = int64_t(engram.layers.size());
+  v.carry_pre = scratch.take_zeroed<float>(S * hc).data();
+  for (int64_t t = 0; t < S; ++t) v.carry_pre[t * hc] = 1.0f;
+  v.engram_stride = n_engram * engram.n_cols;
+  v.engram_ids = scratch.take<int64_t>(S * v.engram_stride).data();
+  std::span<SharedSelection> shared = scratch.take<SharedSelection>(int64_t(segments.size()));
+  size_t k = 0;
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.n_tokens <= 0) continue;
+    Segment& sg = segments[k];
+    SharedSelection& sel = shared[k++];
+    sel.topk = scratch.take<int64_t>(sg.n * c.index_topk).data();
+    sel.n_topk = scratch.take_zeroed<int64_t>(sg.n).data();
+    sel.cand = scratch.take<int64_t>(sg.n * c.candidate_topk_blocks).data();
+    sel.n_cand = scratch.take_zeroed<int64_t>(sg.n).data();
+    sg.shared = &sel;
+    // Hashing advances the sequence's Engram history past this chunk.
+    if (n_engram > 0) engram_hash_ids(c, engram, ch.tokens, ch.n_tokens, *ch.state, &v.engram_ids[sg.row0 * v.engram_stride]);
+  }
+  return v;
+}
+
+}  // namespace
+
 void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
                            std::vector<float>* final_streams) const {
   const Config& c = cfg_;
@@ -280,30 +318,8 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
     DI_PROFILE("embed");
     embed_rows(w_.embed, tokens.data(), S, hc, d, X, c.image_token_id);
   }
-  // V4.1: the staggered pre (one-hot before layer 0: the streams are equal), the Engram hash
-  // ids of every row, and each sequence's shared attention runtime for this step.
-  float* carry_pre = nullptr;
-  std::span<int64_t> engram_ids;
-  const int64_t n_engram = int64_t(engram_.layers.size()), engram_stride = n_engram * engram_.n_cols;
-  if (c.v41()) {
-    carry_pre = scratch.take_zeroed<float>(S * hc).data();
-    for (int64_t t = 0; t < S; ++t) carry_pre[t * hc] = 1.0f;
-    engram_ids = scratch.take<int64_t>(S * engram_stride);
-    std::span<SharedSelection> shared = scratch.take<SharedSelection>(n_segments);
-    k = 0;
-    for (const SequenceChunk& ch : chunks) {
-      if (ch.n_tokens <= 0) continue;
-      Segment& sg = segments[k];
-      SharedSelection& sel = shared[k++];
-      sel.topk = scratch.take<int64_t>(sg.n * c.index_topk).data();
-      sel.n_topk = scratch.take_zeroed<int64_t>(sg.n).data();
-      sel.cand = scratch.take<int64_t>(sg.n * c.candidate_topk_blocks).data();
-      sel.n_cand = scratch.take_zeroed<int64_t>(sg.n).data();
-      sg.shared = &sel;
-      if (n_engram > 0)
-        engram_hash_ids(c, engram_, ch.tokens, ch.n_tokens, *ch.state, &engram_ids[sg.row0 * engram_stride]);
-    }
-  }
+  const V41Step v41 = c.v41() ? begin_v41_step(c, engram_, chunks, segments, S, scratch) : V41Step{};
+  float* carry_pre = v41.carry_pre;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     k = 0;
     for (const SequenceChunk& ch : chunks)
@@ -317,7 +333,7 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
     if (L.has_engram) {
       DI_PROFILE("engram");
       const int64_t e = c.engram_index(l);
-      engram_forward(c, num, L.engram, &engram_ids[e * engram_.n_cols], engram_stride, S, X);
+      engram_forward(c, num, L.engram, &v41.engram_ids[e * engram_.n_cols], v41.engram_stride, S, X);
     }
     block_forward(L, ropes_[l], X, tokens.data(), S, segments, num, Xn, carry_pre);
     std::swap(X, Xn);
