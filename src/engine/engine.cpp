@@ -182,14 +182,6 @@ class EngineImpl final : public Engine {
   std::thread thread_;
 };
 
-int64_t max_position_embeddings(const std::string& model_dir) {
-  std::ifstream in(model_dir + "/config.json");
-  if (!in) return 0;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || !j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
-    return 0;
-  return j["max_position_embeddings"].get<int64_t>();
-}
 
 }  // namespace
 
@@ -254,7 +246,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
     throw std::runtime_error("KV memory too small: " + std::to_string(n_blocks) + " blocks of " +
                              std::to_string(spec.block_bytes) + " B, but one sequence needs " +
                              std::to_string(spec.fixed_blocks) + " blocks for its fixed state alone");
-  const int64_t max_pos = max_position_embeddings(o.model_dir);
+  const int64_t max_pos = cfg.max_position_embeddings;
   int64_t max_len = o.max_model_len;
   if (max_len > 0) {
     if (max_pos > 0 && max_len > max_pos)
@@ -290,6 +282,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   EngineCoreOptions copt;
   copt.max_model_len = max_len;
   copt.eos_token_id = int32_t(cfg.eos_token_id);
+  copt.image_token_id = int32_t(cfg.image_token_id);
   copt.scheduler.max_batch_tokens = o.max_batch_tokens;
   copt.scheduler.max_running = o.max_running;
   copt.scheduler.prefix_cache_entries = o.prefix_cache_entries;

@@ -51,6 +51,13 @@ Status EngineCore::validate(const GenerateRequest& req) const {
                            "prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                                std::to_string(V) + ")",
                            "prompt");
+  if (opt_.image_token_id >= 0)
+    for (int32_t t : req.prompt)
+      if (t == opt_.image_token_id)
+        return Status::error(ErrorCode::kInvalidRequest,
+                             "the prompt holds the image token id " + std::to_string(t) +
+                                 ": image input is not supported (only the text path of this model runs)",
+                             "prompt");
   Status s = req.params.validate(V);
   if (!s.ok()) return s;
   const int64_t L = opt_.max_model_len;

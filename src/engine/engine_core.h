@@ -19,6 +19,9 @@ namespace deepinfer::engine {
 struct EngineCoreOptions {
   int64_t max_model_len = 0;
   int32_t eos_token_id = 1;
+  // DeepSeek-V4.1's image placeholder id (-1: none): only the text path is served, so a
+  // prompt holding it is an invalid request.
+  int32_t image_token_id = -1;
   SchedulerOptions scheduler;
   std::function<std::string(int32_t)> token_text;  // for stop strings; may be empty
   std::shared_ptr<kv::DiskCache> disk_cache;       // prefix-cache snapshots on disk; may be null

@@ -197,6 +197,11 @@ kv::KvLayout kv_layout_of(const v4::Config& cfg) {
   // SequenceState::create makes state for every backbone layer and every MTP layer.
   for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.layer_ratios.push_back(cfg.ratio(i));
   l.bytes_per_value = sizeof(float);
+  if (cfg.v41()) {  // shared caches: only the KV sources hold entries (state.h)
+    l.shared_sources = true;
+    for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.kv_sources.push_back(cfg.owns_compressor(i));
+    l.sequence_values = cfg.engram_layer_ids.empty() ? 0 : cfg.engram_max_ngram - 1;
+  }
   return l;
 }
 

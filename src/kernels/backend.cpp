@@ -15,8 +15,9 @@ class RefBackend final : public Backend {
   void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
     linear_f32_ref(x, M, W, y);
   }
-  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const override {
-    linear_act_quant_ref(x, M, W, act_block, y);
+  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
+                        BlockSum sum = BlockSum::kExact) const override {
+    linear_act_quant_ref(x, M, W, act_block, y, sum);
   }
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
                       bool round_probs, float* out) const override {
@@ -30,7 +31,7 @@ void Backend::linear_many(const LinearJob* jobs, size_t n) const {
   for (size_t i = 0; i < n; ++i) {
     const LinearJob& j = jobs[i];
     if (j.act_block > 0)
-      linear_act_quant(j.x, j.M, *j.W, j.act_block, j.y);
+      linear_act_quant(j.x, j.M, *j.W, j.act_block, j.y, j.block_sum);
     else
       linear_f32(j.x, j.M, *j.W, j.y);
   }

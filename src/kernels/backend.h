@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "core/weight.h"
+#include "kernels/kernels.h"
 
 namespace deepinfer::kernels {
 
@@ -22,6 +23,7 @@ struct LinearJob {
   const WeightMatrix* W = nullptr;
   int64_t act_block = 0;
   float* y = nullptr;
+  BlockSum block_sum = BlockSum::kExact;  // act-quant jobs only
 };
 
 class Backend {
@@ -33,9 +35,10 @@ class Backend {
 
   // y[M, W.rows] = x[M, W.cols] . W^T, exact decoded weights (see linear_f32_ref).
   virtual void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const = 0;
-  // The reference's act-quant + block-scaled FP8/FP4 GEMM (see linear_act_quant_ref).
-  virtual void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block,
-                                float* y) const = 0;
+  // The reference's act-quant + block-scaled FP8/FP4 GEMM (see linear_act_quant_ref). The ref
+  // backend combines the K blocks as `sum` says; the fast ones always sum them in fp32.
+  virtual void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
+                                BlockSum sum = BlockSum::kExact) const = 0;
   // Independent products in one go (a MoE step's experts, projections of one input): each
   // y equals what its own call would give. The fast backend runs them in one parallel
   // region, so small matrices keep every core busy without a barrier per matrix.

@@ -14,12 +14,21 @@ namespace deepinfer::kernels {
 // linears (inputs already bf16-valued there; the caller rounds the output).
 void linear_f32_ref(const float* x, int64_t M, const WeightMatrix& W, float* y);
 
+// How the K blocks of an act-quant GEMM combine (each block's dot of e4m3 / e2m1 codes is
+// exact in double either way):
+//   kExact  the whole sum in double, rounded once to fp32 (the V4 goldens' canonical rule);
+//   kF32    each block's dot times its scales rounded to fp32, the blocks summed in an fp32
+//           accumulator in K order (the V4.1 goldens: the kernel's per-block fp32 promotion).
+enum class BlockSum { kExact, kF32 };
+
 // The reference's FP8 / FP4 GEMM (MODEL.md 3.5): each row of x is act-quantised to e4m3
 // with one ue8m0 scale per act_block elements, then
 //   FP8: y = sum_kb (sum_{k in kb} xq*wq) * sx[kb] * sW[n/B, kb]
 //   FP4: y = sum_kb32 (sum xq*wq) * sx[kb32*32/act_block] * sW[n, kb32]
-// W.cols must be a multiple of act_block (checked at model load). Output fp32 (caller rounds).
-void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y);
+// the outer sum as `sum` says. W.cols must be a multiple of act_block (checked at model
+// load). Output fp32 (caller rounds).
+void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
+                          BlockSum sum = BlockSum::kExact);
 
 // act_quant per block in place (MODEL.md 3.3): x <- bf16(e4m3(x / s) * s), s = ue8m0 ceil
 // of max(amax, 1e-4) / 448. n must be a multiple of block.
@@ -28,6 +37,12 @@ void act_quant_ref(float* x, int64_t n, int64_t block, float* q_out = nullptr, f
 
 // FP4 QDQ with power-of-two scales (MODEL.md 3.4, first variant) in place, blocks of `block`.
 void fp4_qdq_pow2_ref(float* x, int64_t n, int64_t block);
+
+// FP4 QDQ with e4m3 scales (MODEL.md 3.4, second variant: V4.1 compressed KV) in place,
+// blocks of `block` (16 in V4.1): s = e4m3(max(amax, 6 * 2^-9) / 6) (fp32 division, e4m3
+// round-to-nearest-even), x <- bf16(e2m1(clamp(x / s, -6, 6)) * s) with x / s an fp32
+// division. n must be a multiple of block.
+void fp4_qdq_e4m3_ref(float* x, int64_t n, int64_t block);
 
 // In-place unnormalised Walsh-Hadamard transform (Sylvester order), n a power of two.
 void hadamard_ref(float* x, int64_t n);

@@ -22,13 +22,46 @@ struct Rows {
   int64_t n, bytes;  // n rows of `bytes` each
 };
 
-// The fixed buffers of one layer in their page order (kv_spec.h: fixed part).
-std::vector<Rows> fixed_rows(const KvLayout& l, int64_t ratio) {
+// The fixed buffers of layer state i in their page order (kv_spec.h: fixed part).
+std::vector<Rows> fixed_rows(const KvLayout& l, size_t i) {
+  const int64_t ratio = l.layer_ratios[i];
   const int64_t v = l.bytes_per_value, coff = ratio == 4 ? 2 : 1;
   std::vector<Rows> out = {{l.window_tokens, l.head_dim * v}};
+  if (l.shared_sources) {  // V4.1: a pooling source's pending group
+    if (l.kv_sources[i] && ratio > 1) out.insert(out.end(), 2, Rows{ratio, l.head_dim * v});
+    return out;
+  }
   if (ratio != 0) out.insert(out.end(), 2, Rows{coff * ratio, coff * l.head_dim * v});    // kv, score
   if (ratio == 4) out.insert(out.end(), 2, Rows{2 * 4, 2 * l.index_head_dim * v});      // indexer kv, score
   return out;
+}
+
+// Every fixed row group of a sequence in page order: the layers', then the sequence's own.
+std::vector<Rows> all_fixed_rows(const KvLayout& l) {
+  std::vector<Rows> out;
+  for (size_t i = 0; i < l.layer_ratios.size(); ++i)
+    for (const Rows& r : fixed_rows(l, i)) out.push_back(r);
+  if (l.sequence_values > 0) out.push_back({1, l.sequence_values * l.bytes_per_value});
+  return out;
+}
+
+// V4.1 sizes: growing rows per block and the fixed bytes.
+void make_shared(const KvLayout& layout, int64_t block_tokens, KvSpec& s, int64_t& rows) {
+  if (layout.kv_sources.size() != layout.layer_ratios.size())
+    throw std::invalid_argument("KV layout: kv_sources needs one entry per layer");
+  const int64_t bpv = layout.bytes_per_value;
+  rows = 0;
+  for (size_t i = 0; i < layout.layer_ratios.size(); ++i) {
+    const int64_t r = layout.layer_ratios[i];
+    ++s.n_layers;
+    s.window_ring_bytes += layout.window_tokens * layout.head_dim * bpv;
+    if (!layout.kv_sources[i]) continue;
+    if (r < 1) throw std::invalid_argument("KV layout: a KV source needs a compress ratio >= 1");
+    ++s.n_sources;
+    if (r > 1) s.compressor_state_bytes += 2 * r * layout.head_dim * bpv;
+    rows += ceil_div(block_tokens, r) * (layout.head_dim + layout.index_head_dim) * bpv;
+  }
+  s.compressor_state_bytes += layout.sequence_values * bpv;
 }
 }  // namespace
 
@@ -40,7 +73,9 @@ KvSpec KvSpec::make(const KvLayout& layout, int64_t block_tokens) {
   s.layout = layout;
   s.block_tokens = block_tokens;
   const int64_t bpv = layout.bytes_per_value;
-  for (int64_t r : layout.layer_ratios) {
+  int64_t rows = 0;
+  if (layout.shared_sources) make_shared(layout, block_tokens, s, rows);
+  for (int64_t r : layout.shared_sources ? std::vector<int64_t>{} : layout.layer_ratios) {
     ++s.n_layers;
     s.window_ring_bytes += layout.window_tokens * layout.head_dim * bpv;
     if (r == 4) {
@@ -55,31 +90,38 @@ KvSpec KvSpec::make(const KvLayout& layout, int64_t block_tokens) {
   }
   s.c4_row_bytes = (layout.head_dim + layout.index_head_dim) * bpv;
   s.c128_row_bytes = layout.head_dim * bpv;
-  const int64_t rows = block_tokens / 4 * s.n_c4_layers * s.c4_row_bytes +
-                       ceil_div(block_tokens, 128) * s.n_c128_layers * s.c128_row_bytes;
-  for (int64_t r : layout.layer_ratios)
-    for (const Rows& f : fixed_rows(layout, r)) s.fixed_row_bytes = std::max(s.fixed_row_bytes, f.bytes);
+  if (!layout.shared_sources)
+    rows = block_tokens / 4 * s.n_c4_layers * s.c4_row_bytes +
+           ceil_div(block_tokens, 128) * s.n_c128_layers * s.c128_row_bytes;
+  const std::vector<Rows> fixed = all_fixed_rows(layout);
+  for (const Rows& f : fixed) s.fixed_row_bytes = std::max(s.fixed_row_bytes, f.bytes);
   // Pages are 64-byte aligned and hold at least one fixed row; a model without compressed
   // layers still gets a page per block, which keeps the arithmetic defined (its fixed part
   // then dominates, as it should).
   s.block_bytes = std::max<int64_t>(kPageAlign, ceil_div(std::max(rows, s.fixed_row_bytes), kPageAlign) * kPageAlign);
   // Fixed rows in order, a row never straddling two pages.
   int64_t left = 0;  // bytes left in the last fixed page
-  for (int64_t r : layout.layer_ratios)
-    for (const Rows& f : fixed_rows(layout, r))
-      for (int64_t n = f.bytes > 0 ? f.n : 0; n > 0;) {
-        if (left < f.bytes) {
-          ++s.fixed_blocks;
-          left = s.block_bytes;
-        }
-        const int64_t k = std::min(n, left / f.bytes);
-        n -= k;
-        left -= k * f.bytes;
+  for (const Rows& f : fixed)
+    for (int64_t n = f.bytes > 0 ? f.n : 0; n > 0;) {
+      if (left < f.bytes) {
+        ++s.fixed_blocks;
+        left = s.block_bytes;
       }
+      const int64_t k = std::min(n, left / f.bytes);
+      n -= k;
+      left -= k * f.bytes;
+    }
   return s;
 }
 
 int64_t KvSpec::entry_bytes(int64_t n) const {
+  if (layout.shared_sources) {
+    int64_t b = 0;
+    for (size_t i = 0; i < layout.layer_ratios.size(); ++i)
+      if (layout.kv_sources[i])
+        b += n / layout.layer_ratios[i] * (layout.head_dim + layout.index_head_dim) * layout.bytes_per_value;
+    return b;
+  }
   return n / 4 * n_c4_layers * c4_row_bytes + n / 128 * n_c128_layers * c128_row_bytes;
 }
 
@@ -93,6 +135,13 @@ int64_t KvSpec::max_tokens_in(int64_t n_blocks) const {
 
 std::string KvSpec::describe() const {
   std::ostringstream o;
+  if (layout.shared_sources) {
+    o << "KV per sequence: window rings " << window_ring_bytes << " B (" << n_layers << " layers), pending groups + "
+      << "history " << compressor_state_bytes << " B (fixed: " << fixed_blocks << " blocks = " << fixed_blocks * block_bytes
+      << " B); growing: " << n_sources << " shared KV sources (entry + index key per group); block = " << block_tokens
+      << " tokens = " << block_bytes << " B";
+    return o.str();
+  }
   o << "KV per sequence: window rings " << window_ring_bytes << " B (" << n_layers << " layers), compressor state "
     << compressor_state_bytes << " B (fixed: " << fixed_blocks << " blocks = " << fixed_blocks * block_bytes
     << " B); growing: " << n_c4_layers

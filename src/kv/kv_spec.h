@@ -35,20 +35,31 @@
 
 namespace deepinfer::kv {
 
+// DeepSeek-V4.1 (MODEL.md 11.8) shares compressed caches: only its KV sources hold state
+// beyond the window ring. A source of ratio r holds, per r tokens, one [head_dim] entry and one
+// [index_head_dim] index key (growing, in the block of the group's last token), and for r > 1
+// the pending group: kv + score, r rows of head_dim each (fixed, after its ring). Every other
+// layer holds its ring only. After all layers, one fixed row of sequence_values values (the
+// Engram compressed-id history).
 struct KvLayout {
   int64_t window_tokens = 0;
   int64_t head_dim = 0;
   int64_t index_head_dim = 0;
-  std::vector<int64_t> layer_ratios;  // compress ratio of every layer that holds state (0, 4 or 128)
+  std::vector<int64_t> layer_ratios;  // compress ratio of every layer that holds state (V4: 0, 4 or 128)
   int64_t bytes_per_value = 4;        // the model's SequenceState holds fp32 today
+  // V4.1: set; kv_sources[i] tells whether layer state i is a KV source (any ratio >= 1).
+  bool shared_sources = false;
+  std::vector<bool> kv_sources;
+  int64_t sequence_values = 0;
 };
 
 struct KvSpec {
   KvLayout layout;
   int64_t block_tokens = 0;
   int64_t n_layers = 0, n_c4_layers = 0, n_c128_layers = 0;
+  int64_t n_sources = 0;                // V4.1 KV sources (compressed entries + index keys)
   int64_t window_ring_bytes = 0;        // all layers together
-  int64_t compressor_state_bytes = 0;   // all compressors together
+  int64_t compressor_state_bytes = 0;   // all compressors together (V4.1: + the sequence row)
   int64_t c4_row_bytes = 0;             // one ratio-4 group of one layer (entry + indexer key)
   int64_t c128_row_bytes = 0;           // one ratio-128 entry of one layer
   int64_t fixed_row_bytes = 0;          // the largest fixed row (ring, compressor kv or score)
@@ -56,7 +67,7 @@ struct KvSpec {
   int64_t fixed_blocks = 0;             // pages of the fixed part, rows packed as above
 
   // Throws std::invalid_argument for a block size that is not a positive multiple of 4 or
-  // a layout with an unknown ratio.
+  // a layout with an unknown ratio (V4) or a source without a ratio (V4.1).
   static KvSpec make(const KvLayout& layout, int64_t block_tokens);
 
   // Bytes of the fixed rows (fixed_blocks * block_bytes minus what page tails leave unused).

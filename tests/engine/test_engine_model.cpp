@@ -1,18 +1,22 @@
-// The engine over the real tiny model (tiny-v4-c): a prompt alone and inside a busy mixed
-// batch gives the same greedy tokens and logits; recompute after preemption and reuse of a
-// prefix-cache snapshot change nothing; the threaded public Engine streams and cancels.
+// The engine over the real tiny models (tiny-v4-c, and tiny-v41-a for DeepSeek-V4.1 with its
+// shared caches and Engram history): a prompt alone and inside a busy mixed batch gives the
+// same greedy tokens and logits; recompute after preemption and reuse of a prefix-cache
+// snapshot change nothing; the threaded public Engine streams and cancels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "deepinfer/engine.h"
 #include "engine/engine_core.h"
 #include "engine/model_runner.h"
 #include "harness.h"
+
+#include <unistd.h>
 
 using namespace deepinfer;
 using namespace deepinfer::engine;
@@ -20,7 +24,8 @@ using namespace deepinfer::engine::testing;
 
 namespace {
 
-std::string model_dir() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
+std::string model_dir(const char* set = "tiny-v4-c") { return std::string(DI_SHARED_DIR) + "/golden/" + set + "/model"; }
+const char* const kV41 = "tiny-v41-a";
 
 std::vector<int32_t> prompt(int64_t n, int32_t salt) {
   std::vector<int32_t> v{0};  // BOS
@@ -37,9 +42,9 @@ struct ModelCore {
   uint64_t next_id = 1;
 
   ModelCore(int64_t budget, int64_t max_running, int64_t n_blocks = 4000, int64_t cache = 0,
-            const char* numerics = "reference", const char* kernels = "cpu", int64_t granularity = 512,
-            std::shared_ptr<kv::DiskCache> disk = nullptr) {
-    auto owned = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
+            const char* numerics = "reference", const char* kernels = "cpu", const char* set = "tiny-v4-c",
+            int64_t granularity = 512, std::shared_ptr<kv::DiskCache> disk = nullptr) {
+    auto owned = std::make_unique<ModelRunner>(v4::Model::load(model_dir(set)), 1, numerics, kernels);
     runner = owned.get();
     spec = kv::KvSpec::make(kv_layout_of(runner->model().config()), 64);
     EngineCoreOptions o;
@@ -91,9 +96,9 @@ struct Compute {
 };
 const Compute kInvariantComputes[] = {{"reference", "cpu"}, {"float", "cpu"}, {"reference", "ref"}};
 
-void alone_and_busy(const char* nm, const char* kn) {
+void alone_and_busy(const char* nm, const char* kn, const char* set = "tiny-v4-c") {
   const auto p = prompt(70, 1);
-  ModelCore alone(512, 8, 4000, 0, nm, kn);
+  ModelCore alone(512, 8, 4000, 0, nm, kn, set);
   const uint64_t a = alone.submit(p, greedy(12));
   alone.run();
   // A seeded sampled request draws the same tokens alone and in the batch too.
@@ -104,12 +109,12 @@ void alone_and_busy(const char* nm, const char* kn) {
   seeded.max_tokens = 12;
   seeded.ignore_eos = true;
   const auto q = prompt(33, 6);
-  ModelCore alone_q(512, 8, 4000, 0, nm, kn);
+  ModelCore alone_q(512, 8, 4000, 0, nm, kn, set);
   const uint64_t aq = alone_q.submit(q, seeded);
   alone_q.run();
 
   // Budget 24: the prompt is prefilled in chunks next to decoders and other prefills.
-  ModelCore busy(24, 6, 4000, 0, nm, kn);
+  ModelCore busy(24, 6, 4000, 0, nm, kn, set);
   SamplingParams noisy;
   noisy.temperature = 0.9f;
   noisy.top_p = 0.9f;
@@ -140,16 +145,25 @@ TEST(EngineModel, AloneAndInABusyMixedBatchAgree) {
   }
 }
 
-void preemption_and_reuse(const char* nm, const char* kn) {
+// DeepSeek-V4.1: the shared top-k runtime, Engram history and ratio-2 groups per sequence
+// in a mixed batch of prefill chunks and decodes.
+TEST(EngineModel, V41AloneAndInABusyMixedBatchAgree) {
+  for (const Compute& c : {Compute{"reference", "cpu"}, Compute{"reference", "ref"}}) {
+    SCOPED_TRACE(std::string(c.numerics) + "/" + c.kernels);
+    alone_and_busy(c.numerics, c.kernels, kV41);
+  }
+}
+
+void preemption_and_reuse(const char* nm, const char* kn, const char* set = "tiny-v4-c") {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) prompts.push_back(prompt(50 + 4 * i, i + 10));
-  ModelCore roomy(256, 8, 4000, 0, nm, kn);
+  ModelCore roomy(256, 8, 4000, 0, nm, kn, set);
   std::vector<uint64_t> ids;
   for (const auto& p : prompts) ids.push_back(roomy.submit(p, greedy(24)));
   roomy.run();
 
-  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(v4::Model::load(model_dir())->config()), 64);
-  ModelCore tight(256, 8, 2 * spec.fixed_blocks + 2, 2, nm, kn);  // two admitted, not both grown past 64
+  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(v4::Model::load(model_dir(set))->config()), 64);
+  ModelCore tight(256, 8, 2 * spec.fixed_blocks + 2, 2, nm, kn, set);  // two admitted, not both grown past 64
   std::vector<uint64_t> tids;
   for (const auto& p : prompts) tids.push_back(tight.submit(p, greedy(24)));
   tight.run();
@@ -167,7 +181,7 @@ void preemption_and_reuse(const char* nm, const char* kn) {
   tight.run();
   EXPECT_EQ(tight.core->stats().prefix_cache_hits, 1u);
   EXPECT_EQ(tight.sinks[warm]->events.back().usage.cached_tokens, int64_t(prompts[3].size() + 23));
-  ModelCore cold(256, 8, 4000, 0, nm, kn);
+  ModelCore cold(256, 8, 4000, 0, nm, kn, set);
   const uint64_t c = cold.submit(turn2, greedy(10));
   cold.run();
   EXPECT_EQ(tight.sinks[warm]->tokens(), cold.sinks[c]->tokens());
@@ -181,12 +195,14 @@ TEST(EngineModel, PreemptionAndPrefixReuseChangeNothing) {
   }
 }
 
+TEST(EngineModel, V41PreemptionAndPrefixReuseChangeNothing) { preemption_and_reuse("reference", "cpu", kV41); }
+
 // Paged KV: requests extending one snapshot fork it concurrently (shared full pages, copied
 // last page) and each gets exactly the logits it gets alone and cold; the snapshot stays
 // cached; dropping the cache returns every block; the arena never grows.
-void forks_and_cold(const char* nm, const char* kn, float tol) {
+void forks_and_cold(const char* nm, const char* kn, float tol, const char* set = "tiny-v4-c") {
   const int64_t n_blocks = 400;
-  ModelCore warm(256, 8, n_blocks, 4, nm, kn);
+  ModelCore warm(256, 8, n_blocks, 4, nm, kn, set);
   const int64_t arena = warm.runner->arena_bytes();
   EXPECT_EQ(arena, n_blocks * warm.spec.block_bytes);
   const uint64_t a = warm.submit(prompt(70, 21), greedy(10));  // snapshot: 79 tokens, 1 full page + 15
@@ -210,7 +226,7 @@ void forks_and_cold(const char* nm, const char* kn, float tol) {
   EXPECT_EQ(warm.core->stats().prefix_cache_hits, 3u);
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_EQ(warm.sinks[ids[i]]->events.back().usage.cached_tokens, int64_t(prefix.size()));
-    ModelCore cold(256, 8, n_blocks, 0, nm, kn);
+    ModelCore cold(256, 8, n_blocks, 0, nm, kn, set);
     const uint64_t c = cold.submit(turns[i], greedy(8));
     cold.run();
     EXPECT_EQ(warm.sinks[ids[i]]->tokens(), cold.sinks[c]->tokens()) << i;
@@ -240,8 +256,8 @@ TEST(EngineModel, ForkedSnapshotServesConcurrentRequests) {
 // copied), and one that shares 97 tokens from the cache point there (a partly filled page
 // copied too). Each gets the tokens and logits it gets cold (bit for bit with the referee
 // kernels, whose results do not depend on chunking).
-void checkpoints_and_cold(const char* nm, const char* kn, float tol) {
-  ModelCore warm(256, 8, 400, 16, nm, kn, 64);
+void checkpoints_and_cold(const char* nm, const char* kn, float tol, const char* set = "tiny-v4-c") {
+  ModelCore warm(256, 8, 400, 16, nm, kn, set, 64);
   const std::vector<int32_t> first = prompt(200, 21);
   warm.submit(first, greedy(3), {97});
   warm.run();
@@ -252,7 +268,7 @@ void checkpoints_and_cold(const char* nm, const char* kn, float tol) {
     const uint64_t w = warm.submit(p, greedy(5));
     warm.run();
     EXPECT_EQ(warm.sinks[w]->events.back().usage.cached_tokens, shared == 150 ? 128 : 97);
-    ModelCore cold(256, 8, 400, 0, nm, kn);
+    ModelCore cold(256, 8, 400, 0, nm, kn, set);
     const uint64_t c = cold.submit(p, greedy(5));
     cold.run();
     EXPECT_EQ(warm.sinks[w]->tokens(), cold.sinks[c]->tokens()) << shared;
@@ -275,27 +291,27 @@ TEST(EngineModel, PromptCheckpointsServeDivergingPrompts) {
 // checkpoints (64 and 128: 1 and 2 times the granularity; the cache point at 97; the finished
 // sequence); a new one over the same directory serves a prompt sharing 150 tokens from the
 // file at 128 and one sharing 97 from the cache point, with exactly the cold logits.
-void disk_restart_and_cold(const char* nm, const char* kn, float tol) {
-  const auto dir = std::filesystem::temp_directory_path() / ("di-engine-disk-" + std::to_string(getpid()) + nm + kn);
+void disk_restart_and_cold(const char* nm, const char* kn, float tol, const char* set = "tiny-v4-c") {
+  const auto dir = std::filesystem::temp_directory_path() / ("di-engine-disk-" + std::to_string(getpid()) + nm + kn + set);
   std::filesystem::remove_all(dir);
   const std::vector<int32_t> first = prompt(200, 21);
   {
     auto disk = std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
-    ModelCore before(256, 8, 400, 16, nm, kn, 64, disk);
+    ModelCore before(256, 8, 400, 16, nm, kn, set, 64, disk);
     before.submit(first, greedy(3), {97});
     before.run();
     disk->flush();
     EXPECT_EQ(disk->stats().writes, 4u);
   }
   auto disk = std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
-  ModelCore after(256, 8, 400, 16, nm, kn, 64, disk);
+  ModelCore after(256, 8, 400, 16, nm, kn, set, 64, disk);
   for (const int64_t shared : {150, 97}) {
     std::vector<int32_t> p(first.begin(), first.begin() + shared);
     for (int k = 0; k < 21; ++k) p.push_back(int32_t(300 + 11 * k));
     const uint64_t w = after.submit(p, greedy(5));
     after.run();
     EXPECT_EQ(after.sinks[w]->events.back().usage.cached_tokens, shared == 150 ? 128 : 97);
-    ModelCore cold(256, 8, 400, 0, nm, kn);
+    ModelCore cold(256, 8, 400, 0, nm, kn, set);
     const uint64_t c = cold.submit(p, greedy(5));
     cold.run();
     EXPECT_EQ(after.sinks[w]->tokens(), cold.sinks[c]->tokens()) << shared;
@@ -314,6 +330,15 @@ TEST(EngineModel, DiskCacheServesPrefixesAfterARestart) {
     SCOPED_TRACE("reference/ref");
     disk_restart_and_cold("reference", "ref", 0.0f);
   }
+}
+
+TEST(EngineModel, V41ForkedSnapshotServesConcurrentRequests) { forks_and_cold("reference", "ref", 0.0f, kV41); }
+
+// Checkpoints and the disk cache hold V4.1's state too (shared-source entries and index
+// keys, the Engram history).
+TEST(EngineModel, V41PromptCheckpointsAndDiskCache) {
+  checkpoints_and_cold("reference", "ref", 0.0f, kV41);
+  disk_restart_and_cold("reference", "ref", 0.0f, kV41);
 }
 
 // A pool too small for every fork to grow: later forks wait or take the snapshot by move,
@@ -462,4 +487,44 @@ TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
   const EngineStats st = eng->stats();
   EXPECT_EQ(st.requests_finished_abort, 1u);
   EXPECT_GE(st.generation_tokens_total, 17u);
+}
+
+// DeepSeek-V4.1 through the public Engine: streams, and a prompt holding the image placeholder
+// (here set to an id of the tiny vocabulary) is one invalid-request error.
+TEST(EngineModel, V41ThreadedEngineRefusesImageTokens) {
+  EngineOptions o;
+  o.model_dir = model_dir(kV41);
+  o.threads = 1;
+  o.num_kv_blocks = 500;
+  auto eng = Engine::create(o);
+  EXPECT_EQ(eng->info().vocab_size, 1024);
+  auto s = eng->submit(GenerateRequest{prompt(20, 1), greedy(8)});
+  std::vector<int32_t> got;
+  for (;;) {
+    auto ev = s->next(std::chrono::seconds(30));
+    ASSERT_TRUE(ev);
+    for (const auto& t : ev->tokens) got.push_back(t.token);
+    if (ev->finished) break;
+  }
+  EXPECT_EQ(got.size(), 8u);
+  // The same model with image_token_id 1000: that id in a prompt is refused, clearly.
+  const std::string dir = ::testing::TempDir() + "/v41_image";
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(model_dir(kV41)))
+    if (e.is_regular_file())
+      std::filesystem::copy_file(e.path(), dir + "/" + e.path().filename().string(),
+                                 std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(model_dir(kV41) + "/config.json");
+  auto cfg = nlohmann::json::parse(in);
+  cfg["image_token_id"] = 1000;
+  std::filesystem::permissions(dir + "/config.json", std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  o.model_dir = dir;
+  auto img = Engine::create(o);
+  auto bad = img->submit(GenerateRequest{{0, 17, 1000, 18}, greedy(1)});
+  auto ev = bad->next(std::chrono::seconds(30));
+  ASSERT_TRUE(ev && ev->finished);
+  EXPECT_EQ(ev->error.code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(ev->error.message.find("image token id 1000"), std::string::npos) << ev->error.message;
+  std::filesystem::remove_all(dir);
 }

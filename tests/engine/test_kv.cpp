@@ -240,6 +240,34 @@ TEST(KvSpec, FixedBlocksEqualTheModelFixedLayout) {
       }
 }
 
+// DeepSeek-V4.1 (MODEL.md 11.8): only the KV sources grow (entry + index key per group) and
+// keep a pending group (ratio > 1); every layer has its ring; the Engram history is one fixed
+// row per sequence. Both sides agree on every block size, window and with or without Engram.
+TEST(KvSpec, V41SharedSourcesEqualTheModelLayout) {
+  deepinfer::v4::Config c = deepinfer::v4::load_config(std::string(DI_SHARED_DIR) + "/golden/tiny-v41-a/model/config.json");
+  ASSERT_TRUE(c.v41());
+  for (bool engram : {true, false})
+    for (int64_t window : {1, 3, 16, 128})
+      for (int64_t T : {4, 8, 12, 20, 64, 100, 132, 1000}) {
+        deepinfer::v4::Config v = c;
+        v.window = window;
+        if (!engram) v.engram_layer_ids.clear();
+        const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(v), T);
+        const auto layout = deepinfer::v4::PageLayout::make(v, T);
+        SCOPED_TRACE("engram " + std::to_string(engram) + " window " + std::to_string(window) + " T " + std::to_string(T));
+        EXPECT_EQ(s.n_sources, 2);
+        EXPECT_EQ(s.block_bytes, layout.page_bytes);
+        EXPECT_EQ(s.fixed_blocks, layout.fixed_pages);
+        EXPECT_GE(s.blocks_for(1000) * s.block_bytes, s.fixed_bytes() + s.entry_bytes(1000));
+        // Two sources of head_dim 128 + index keys 128: ratio 2 (T/2 groups) and ratio 1 (T).
+        EXPECT_EQ(s.entry_bytes(T), (T / 2 + T) * 256 * 4);
+      }
+  // 10 rings of 16 x 128, one pending ratio-2 group (kv + score: 2 x 2 x 128), history of 2.
+  const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(c), 64);
+  EXPECT_EQ(s.window_ring_bytes, 10 * 16 * 128 * 4);
+  EXPECT_EQ(s.compressor_state_bytes, (2 * 2 * 128 + 2) * 4);
+}
+
 // DeepSeek-V4-Flash (MODEL.md: 43 layers + 1 MTP, window 128, head_dim 512, index_head_dim
 // 128, ratios [0,0] + [4,128] x 20 + [4] + [0]): about 23.7 MB of fixed state per sequence,
 // 27 pages of 64 tokens, as few as whole pages allow.

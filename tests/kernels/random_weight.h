@@ -14,10 +14,11 @@ struct OwnedWeight {
   deepinfer::WeightMatrix w;
 };
 
-// FP8: random non-NaN e4m3 codes with 128x128 ue8m0 blocks; FP4: random nibbles with per-32
-// scales; BF16 / F32: N(0, sd). Scale bytes are drawn from [scale_lo, scale_hi].
+// FP8: random non-NaN e4m3 codes with block x block ue8m0 blocks (128: V4, 32: V4.1); FP4:
+// random nibbles with per-32 scales; BF16 / F32: N(0, sd). Scale bytes are drawn from
+// [scale_lo, scale_hi].
 inline OwnedWeight random_weight(deepinfer::WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng,
-                                 float sd = 0.05f, int scale_lo = 118, int scale_hi = 128) {
+                                 float sd = 0.05f, int scale_lo = 118, int scale_hi = 128, int64_t block = 128) {
   using deepinfer::WeightFormat;
   OwnedWeight o;
   o.w.format = f;
@@ -32,9 +33,9 @@ inline OwnedWeight random_weight(deepinfer::WeightFormat f, int64_t rows, int64_
         do b = uint8_t(byte(rng));
         while ((b & 0x7f) == 0x7f);
       }
-      o.w.block = 128;
-      o.w.scale_cols = (cols + 127) / 128;
-      o.scale.resize(((rows + 127) / 128) * o.w.scale_cols);
+      o.w.block = block;
+      o.w.scale_cols = (cols + block - 1) / block;
+      o.scale.resize(((rows + block - 1) / block) * o.w.scale_cols);
       break;
     case WeightFormat::FP4_BLOCK:
       o.data.resize(rows * cols / 2);

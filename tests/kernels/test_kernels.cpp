@@ -115,6 +115,85 @@ TEST(Fp4Qdq, PowerOfTwoScaleAndTies) {
   EXPECT_EQ(y[0], 8.0f);
 }
 
+// V4.1 compressed KV (MODEL.md 3.4, e4m3 variant): the scale is e4m3(amax / 6), not a power
+// of two, so x / s is a rounded fp32 quotient; e2m1 ties go to the even code.
+TEST(Fp4Qdq, E4m3ScaleBlocksAndTies) {
+  std::vector<float> x(16, 0.0f);
+  x[0] = 2.5f;    // amax 2.5: 2.5 / 6 = 0.41666 -> e4m3 0.40625 (13/32); 2.5 / s = 6.15 -> clamp 6
+  x[1] = 0.3f;    // 0.3 / 0.40625 = 0.738 -> 0.5
+  x[2] = -1.0f;   // -2.46 -> -2
+  x[3] = 0.609375f;  // exactly 1.5 * s -> 1.5 (a grid value)
+  x[4] = 0.5078125f;  // exactly 1.25 * s: a tie -> the even code, 1.0
+  fp4_qdq_e4m3_ref(x.data(), 16, 16);
+  const float s = 0.40625f;
+  EXPECT_EQ(x[0], 6.0f * s);
+  EXPECT_EQ(x[1], 0.5f * s);
+  EXPECT_EQ(x[2], -2.0f * s);
+  EXPECT_EQ(x[3], 1.5f * s);
+  EXPECT_EQ(x[4], 1.0f * s);
+  for (int i = 5; i < 16; ++i) EXPECT_EQ(x[i], 0.0f);
+  // All-zero block: the amax floor 6 * 2^-9 keeps the scale at the smallest e4m3 value.
+  std::vector<float> z(32, 0.0f);
+  z[16] = 1e-3f;  // second block: 1e-3 / 2^-9 = 0.512 -> 0.5 -> 2^-10
+  fp4_qdq_e4m3_ref(z.data(), 32, 16);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(z[i], 0.0f);
+  EXPECT_EQ(z[16], std::ldexp(1.0f, -10));
+  // Against a plain evaluation of the rule over random blocks of both signs and scales.
+  std::mt19937 rng(5);
+  for (float sd : {1e-3f, 0.1f, 1.0f, 30.0f}) {
+    auto v = random_bf16(160, rng, sd), w = v;
+    fp4_qdq_e4m3_ref(w.data(), 160, 16);
+    for (int b = 0; b < 10; ++b) {
+      float amax = 6.0f * std::ldexp(1.0f, -9);
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(v[b * 16 + i]));
+      const float sc = e4m3_round(amax / 6.0f);
+      for (int i = 0; i < 16; ++i) {
+        const float q = std::min(6.0f, std::max(-6.0f, v[b * 16 + i] / sc));
+        // nearest grid value, ties to the even code (grid index even)
+        const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+        int best = 0;
+        for (int g = 1; g < 8; ++g) {
+          const float d = std::fabs(std::fabs(q) - grid[g]), db = std::fabs(std::fabs(q) - grid[best]);
+          if (d < db || (d == db && g % 2 == 0)) best = g;
+        }
+        ASSERT_EQ(w[b * 16 + i], round_bf16(std::copysign(grid[best], q) * sc)) << sd << " " << b << " " << i;
+      }
+    }
+  }
+}
+
+// BlockSum::kF32 (V4.1 canonical): each K block's exact dot is rounded to fp32 and the blocks
+// are summed in fp32 in order; kExact rounds the whole sum once.
+TEST(LinearActQuant, F32BlockSumsRoundEachBlock) {
+  std::mt19937 rng(6);
+  for (auto f : {WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+    for (int64_t K : {32, 96, 256}) {
+      OwnedWeight o = kernel_test::random_weight(f, 33, K, rng, 0.1f, 120, 130, 32);
+      auto x = random_bf16(3 * K, rng, 3.0f);
+      std::vector<float> y(3 * 33), exact(3 * 33);
+      linear_act_quant_ref(x.data(), 3, o.w, 32, y.data(), BlockSum::kF32);
+      linear_act_quant_ref(x.data(), 3, o.w, 32, exact.data(), BlockSum::kExact);
+      int differ = 0;
+      for (int64_t m = 0; m < 3; ++m) {
+        std::vector<float> xq(x.begin() + m * K, x.begin() + (m + 1) * K);
+        act_quant_ref(xq.data(), K, 32);
+        for (int64_t n = 0; n < 33; ++n) {
+          float acc = 0.0f;
+          for (int64_t k0 = 0; k0 < K; k0 += 32) {
+            double part = 0;
+            for (int64_t k = k0; k < k0 + 32; ++k) part += double(xq[k]) * weight_at(o.w, n, k);
+            acc += float(part);
+          }
+          ASSERT_EQ(y[m * 33 + n], acc) << K << " " << m << " " << n;
+          differ += y[m * 33 + n] != exact[m * 33 + n];
+        }
+      }
+      if (K == 256) {
+        EXPECT_GT(differ, 0) << "the two rules should differ somewhere with 8 blocks";
+      }
+    }
+}
+
 TEST(Hadamard, MatchesSylvesterMatrix) {
   std::mt19937 rng(3);
   for (int64_t n : {1, 2, 8, 64, 128}) {

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <new>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -84,7 +86,8 @@ namespace {
 using namespace deepinfer;
 using namespace deepinfer::v4;
 
-std::string tiny_model() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
+// tiny-v4-c, and tiny-v41-a (V4.1: Engram hashing, the shared top-k runtime, ratio-2 groups).
+std::string tiny_model(const std::string& set) { return std::string(DI_SHARED_DIR) + "/golden/" + set + "/model"; }
 
 // Positions: every sequence here stays inside its first KV page (SequenceState's default 64
 // tokens), so no step grows a page from the sequence's private source (that allocation is
@@ -105,21 +108,26 @@ void prefill(const Model& m, SequenceState& st, const Numerics& num) {
   m.forward(prompt.data(), kPrompt, st, num, logits.data());
 }
 
-class DecodeNoAlloc : public ::testing::TestWithParam<NumericsMode> {
+class DecodeNoAlloc : public ::testing::TestWithParam<std::tuple<std::string, NumericsMode>> {
  protected:
   static void SetUpTestSuite() {
-    model_ = Model::load(tiny_model()).release();
     pool_ = new ThreadPool(2);
     cpu_ = kernels::make_cpu_backend(pool_).release();
   }
   static void TearDownTestSuite() {
     delete cpu_;
     delete pool_;
-    delete model_;
+    for (auto& [set, m] : models_) delete m;
+    models_.clear();
+  }
+  void SetUp() override {
+    Model*& m = models_[std::get<0>(GetParam())];
+    if (!m) m = Model::load(tiny_model(std::get<0>(GetParam()))).release();
+    model_ = m;
   }
   Numerics numerics() const {
     Numerics num;
-    num.mode = GetParam();
+    num.mode = std::get<1>(GetParam());
     num.backend = cpu_;
     return num;
   }
@@ -147,11 +155,11 @@ class DecodeNoAlloc : public ::testing::TestWithParam<NumericsMode> {
     }
   }
 
-  static Model* model_;
+  Model* model_ = nullptr;
+  static inline std::map<std::string, Model*> models_;
   static ThreadPool* pool_;
   static kernels::Backend* cpu_;
 };
-Model* DecodeNoAlloc::model_ = nullptr;
 ThreadPool* DecodeNoAlloc::pool_ = nullptr;
 kernels::Backend* DecodeNoAlloc::cpu_ = nullptr;
 
@@ -211,9 +219,14 @@ TEST(DecodeNoAllocCounter, SeesAnAllocation) {
   EXPECT_GE(n, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Numerics, DecodeNoAlloc, ::testing::Values(NumericsMode::Reference, NumericsMode::Float),
-                         [](const ::testing::TestParamInfo<NumericsMode>& info) {
-                           return std::string(numerics_name(info.param));
+INSTANTIATE_TEST_SUITE_P(Numerics, DecodeNoAlloc,
+                         ::testing::Combine(::testing::Values(std::string("tiny-v4-c"), std::string("tiny-v41-a")),
+                                            ::testing::Values(NumericsMode::Reference, NumericsMode::Float)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, NumericsMode>>& info) {
+                           std::string set = std::get<0>(info.param);
+                           for (char& ch : set)
+                             if (ch == '-') ch = '_';
+                           return set + "_" + numerics_name(std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -80,7 +80,14 @@ int64_t kv_bytes_per_token(const v4::Config& c, int64_t p) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     bytes += std::min(p + 1, c.window) * c.head_dim * 4;
     const int64_t r = c.ratio(l);
-    if (r == 4) {
+    if (c.v41()) {  // shared caches: a top-k of entries; index sources score keys (candidates only when restricted)
+      if (r == 0) continue;
+      const int64_t n = (p + 1) / r;
+      bytes += std::min(c.index_topk, n) * c.head_dim * 4;
+      if (c.is_index_source(l))
+        bytes += (c.uses_candidates(l) ? std::min(n, c.candidate_topk_blocks * c.candidate_block_size) : n) *
+                 c.index_head_dim * 4;
+    } else if (r == 4) {
       bytes += std::min(c.index_topk, (p + 1) / 4) * c.head_dim * 4 + ((p + 1) / 4) * c.index_head_dim * 4;
     } else if (r != 0) {
       bytes += ((p + 1) / r) * c.head_dim * 4;
@@ -137,9 +144,14 @@ int run(const std::vector<std::string>& argv) {
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(3, int32_t(c.vocab_size - 1));
+  // Text only: never the V4.1 image placeholder.
+  auto draw = [&] {
+    int32_t x = tok(rng);
+    return x == c.image_token_id ? x - 1 : x;
+  };
   auto random_tokens = [&](int64_t n) {
     std::vector<int32_t> t(n);
-    for (auto& x : t) x = tok(rng);
+    for (auto& x : t) x = draw();
     return t;
   };
   std::vector<Run> runs;
@@ -156,7 +168,7 @@ int run(const std::vector<std::string>& argv) {
 
     st = model->new_sequence();
     if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
-    int32_t next = tok(rng);
+    int32_t next = draw();
     std::vector<float> row(c.vocab_size);
     profile::reset();
     const int64_t profile_t0 = profile::now_ns();

@@ -56,6 +56,33 @@ GOLDENS = {
 }
 
 
+# DeepSeek-V4.1 sets with logits from the independent float64 numpy model (v41_numpy.py; no
+# heavy venv needed): name -> (make_checkpoint.py arguments, sequence seed, lengths, greedy
+# tokens per sequence, description).
+NP_GOLDENS = {
+    "np-v41-mix": (
+        "--preset tiny-v41 --seed 41 --layers 6 --compress-ratios 2,2,0,1,1,1 --kv-sources 0,3 "
+        "--index-sources 0,1,3,5 --candidate-source 3 --candidate-block 2 --candidate-topk-blocks 1 "
+        "--index-topk 4 --index-heads 4 --index-head-dim 64 --engram-layers 0,4 --engram-max-ngram 4 "
+        "--engram-heads 3 --engram-head-dim 32 --engram-vocab 500 --window 8 --heads 2 --head-dim 96 "
+        "--rope-dim 64 --o-groups 1 --o-lora 96 --q-lora 96 --experts 4 --topk 2 --moe-inter 96 --mtp 0 "
+        "--gate-temp 0.75",
+        2041, [1, 7, 40, 200], 16,
+        "V4.1 roles in other places: a ratio-2 KV source at layer 0 read by index source 1, a "
+        "window-only layer between, ratio-1 source 3 (candidates: 1 block of 2, fewer than the "
+        "top-4, so later index source 5 fills its top-k with the lowest other entries), Engram "
+        "at 0 and 4 with 2- to 4-grams (3 heads x 32), head_dim 96 (nope 32), 1 output group, "
+        "window 8, router gate_temp 0.75, no DSpark",
+    ),
+}
+
+
+# Float64 numpy logits (v41_numpy.py) for a shared golden set's own checkpoint and sequences:
+# name -> shared set. The float counterpart of that set's reference-numerics goldens.
+NP_SHARED = {"np-tiny-v41-a": "tiny-v41-a"}
+SHARED = REPO.parent / "shared" / "golden"
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -75,6 +102,9 @@ def cmd_regen(ns) -> int:
     bad = 0
     for name in names:
         manifest = json.loads((DATA / name / "manifest.json").read_text())
+        if not isinstance(manifest.get("model"), dict):  # logits of a shared set's checkpoint
+            print(f"{name}: nothing to regenerate ({manifest.get('model')})")
+            continue
         args = manifest["model"]["generator_args"]
         out = out_root / name / "model"
         target = manifest["model"]["safetensors_sha256"]["model.safetensors"]
@@ -92,10 +122,96 @@ def cmd_regen(ns) -> int:
     return 1 if bad else 0
 
 
+def build_numpy_set(name: str) -> None:
+    """A V4.1 set: checkpoint, sequences, v41_numpy.py prefill logits and greedy tokens (each
+    greedy step a fresh prefill of the grown sequence)."""
+    import numpy as np
+    sys.path.insert(0, str(HERE))
+    from v41_numpy import Model
+    args, seq_seed, lengths, n_gen, desc = NP_GOLDENS[name]
+    dest = DATA / name
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        make_checkpoint(sys.executable, args, model_dir)
+        cfg = json.loads((model_dir / "config.json").read_text())
+        vocab = cfg["text_config"]["vocab_size"]
+        rng = np.random.default_rng(seq_seed)
+        seqs = {}
+        for n in lengths:
+            body = rng.integers(3, vocab, size=n - 1).tolist() if n > 1 else []
+            seqs[f"seq{n}"] = [0] + [int(t) for t in body]
+        m = Model(model_dir)
+        if dest.exists():
+            shutil.rmtree(dest)
+        (dest / "logits" / "numpy").mkdir(parents=True)
+        greedy = {}
+        for key, toks in seqs.items():
+            logits = m.forward(toks)
+            logits.astype(np.float32).tofile(dest / "logits" / "numpy" / f"{key}.prefill.f32")
+            grown, gen = list(toks), []
+            last = logits[-1]
+            for _ in range(n_gen):
+                nxt = int(np.argmax(last))  # ties: the lowest id
+                gen.append(nxt)
+                grown.append(nxt)
+                last = m.forward(grown)[-1]
+            np.array(gen, dtype=np.int32).tofile(dest / "logits" / "numpy" / f"{key}.gen.i32")
+            greedy[key] = gen
+            print(f"{name} {key}: {len(toks)} rows, greedy {gen[:8]}...")
+        (dest / "sequences.json").write_text(json.dumps(seqs) + "\n")
+        shutil.copy2(model_dir / "config.json", dest / "config.json")
+        man = {
+            "name": name, "description": desc,
+            "logits": "tools/golden/v41_numpy.py (float64 numpy, no QDQ): DeepInfer --numerics float",
+            "sequences": {"recipe": "BOS 0 + numpy.random.default_rng(seed).integers(3, vocab, N-1)",
+                          "seed": seq_seed, "lengths": lengths},
+            "greedy": greedy,
+            "model": {"generator_args": args, "numpy": np.__version__,
+                      "safetensors_sha256": {"model.safetensors": sha256(model_dir / "model.safetensors")},
+                      "regenerate": f"python3 tools/golden/goldens.py regen --only {name} --out DIR"},
+        }
+        files = {}
+        for p in sorted(dest.rglob("*")):
+            if p.is_file():
+                files[str(p.relative_to(dest))] = {"sha256": sha256(p), "bytes": p.stat().st_size}
+        man["files"] = files
+        (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
+    print(f"{name}: written to {dest}")
+
+
+def build_shared_numpy(name: str) -> None:
+    import numpy as np
+    sys.path.insert(0, str(HERE))
+    from v41_numpy import Model
+    src = SHARED / NP_SHARED[name]
+    seqs = json.loads((src / "sequences.json").read_text())
+    m = Model(src / "model")
+    dest = DATA / name
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "logits" / "numpy").mkdir(parents=True)
+    for key, toks in seqs.items():
+        m.forward(toks).astype(np.float32).tofile(dest / "logits" / "numpy" / f"{key}.prefill.f32")
+        print(f"{name} {key}: {len(toks)} rows")
+    man = {"name": name, "model": f"../shared/golden/{NP_SHARED[name]}/model (not copied)",
+           "sequences": f"../shared/golden/{NP_SHARED[name]}/sequences.json",
+           "logits": "tools/golden/v41_numpy.py (float64 numpy, no QDQ): DeepInfer --numerics float",
+           "numpy": np.__version__,
+           "files": {str(p.relative_to(dest)): {"sha256": sha256(p), "bytes": p.stat().st_size}
+                     for p in sorted(dest.rglob("*")) if p.is_file()}}
+    (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
+
+
 def cmd_build(ns) -> int:
     hf_python = ns.hf_python
-    names = [ns.only] if ns.only else list(GOLDENS)
+    names = [ns.only] if ns.only else list(GOLDENS) + list(NP_GOLDENS) + list(NP_SHARED)
     for name in names:
+        if name in NP_SHARED:
+            build_shared_numpy(name)
+            continue
+        if name in NP_GOLDENS:
+            build_numpy_set(name)
+            continue
         args, seq_seed, desc = GOLDENS[name]
         dest = DATA / name
         with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +255,7 @@ def main(argv=None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--only")
     b = sub.add_parser("build", help="rebuild tests/data/golden (needs the HF venv)")
-    b.add_argument("--only", choices=sorted(GOLDENS))
+    b.add_argument("--only", choices=sorted(GOLDENS) + sorted(NP_GOLDENS) + sorted(NP_SHARED))
     b.add_argument("--hf-python", default=str(HERE / ".venv-hf" / "bin" / "python"))
     b.add_argument("--gen-python", help="python for make_checkpoint (default: this one)")
     sub.add_parser("list")
@@ -150,6 +266,8 @@ def main(argv=None) -> int:
         return cmd_build(ns)
     for name, (args, seed, desc) in GOLDENS.items():
         print(f"{name}: {desc}\n  make_checkpoint.py {args}\n  sequences: seed {seed}")
+    for name, (args, seed, lengths, n_gen, desc) in NP_GOLDENS.items():
+        print(f"{name}: {desc}\n  make_checkpoint.py {args}\n  sequences: seed {seed}, lengths {lengths}")
     return 0
 
 

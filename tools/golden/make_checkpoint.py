@@ -23,6 +23,9 @@ Usage:
                       written by this script also restores the seed and init settings)
   make_checkpoint.py --preset tiny --layers 3 --compress-ratios 4,0,128 --window 32 --out DIR
   make_checkpoint.py --preset large-bench --out /data/large      (~3.9 B params, streamed)
+  make_checkpoint.py --preset tiny-v41 --out DIR                 (DeepSeek-V4.1: text_config layout,
+                      32x32 FP8 blocks, shared KV/index sources, Engram tables + engram_token_map.json,
+                      DSpark stages; see --kv-sources, --engram-layers, ...)
 
 Determinism: every tensor has its own numpy PCG64 stream seeded from sha256(seed, tensor name),
 and only exactly rounded IEEE operations (+, -, *, /, comparisons) turn the random bits into
@@ -45,6 +48,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # engram_token_map.py beside this file
 
 GENERATOR_VERSION = 1
 NOTE = ("RANDOM WEIGHTS - for smoke tests only. Written by tools/golden/make_checkpoint.py; "
@@ -135,6 +140,47 @@ def base_config() -> dict:
     }
 
 
+def base_config_v41() -> dict:
+    """DeepSeek-V4.1 text_config keys (spec section 2.2) with the tiny sizes of spec 15.2 /
+    the shared set tiny-v41-a, plus the root keys the release keeps outside text_config."""
+    c = base_config()
+    for k in ("num_hash_layers", "first_k_dense_replace", "attention_bias", "attention_dropout", "use_cache",
+              "initializer_range"):
+        c.pop(k, None)
+    c.update({
+        "architectures": ["DeepseekV41ForCausalLM"],
+        "model_type": "deepseek_v41",
+        "pad_token_id": 2,
+        "num_hidden_layers": 8,
+        "compress_ratios": [0, 0, 2, 2, 2, 1, 1, 1, 0, 0],
+        "kv_source_layer_ids": [2, 5],
+        "index_source_layer_ids": [2, 5, 7],
+        "index_n_heads": 8, "index_head_dim": 128, "index_topk": 8,
+        "candidate_source_layer_id": 5, "candidate_topk_blocks": 3, "candidate_block_size": 4,
+        "rms_norm_eps": 1e-20,
+        "engram_layer_ids": [1, 5],
+        "engram_max_ngram_size": 3, "engram_vocab_size": 1000, "engram_n_heads": 2, "engram_head_dim": 64,
+        "engram_pad_token_id": 2,
+        "num_nextn_predict_layers": 2,
+        "dspark_block_size": 3, "dspark_noise_token_id": 1023, "dspark_target_layer_ids": [5, 6, 7],
+        "dspark_markov_rank": 32, "dspark_n_routed_experts": 4, "dspark_num_experts_per_tok": 2,
+        "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
+                                "scale_fmt": "ue8m0", "expert_dtype": "fp4"},
+    })
+    c["rope_scaling"] = {"rope_type": "yarn", "factor": 16.0, "beta_fast": 32, "beta_slow": 1,
+                         "original_max_position_embeddings": 65536}
+    return c
+
+
+# Keys the V4.1 release keeps at the root of config.json; everything else goes to text_config.
+V41_ROOT_KEYS = ["architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype",
+                 "quantization_config"]
+
+
+def is_v41(cfg: dict) -> bool:
+    return cfg.get("model_type") in ("deepseek_v41", "deepseek_v41_text") or "kv_source_layer_ids" in cfg
+
+
 PRESETS = {
     # The embedded default model: real V4 tokenizer (129,280 ids), so embed/head dominate
     # (2 x 129280 x 256 bf16 = 132 MB); everything else is tiny.
@@ -177,6 +223,37 @@ PRESETS = {
         },
         "init": {"fast_experts": True},
     },
+    # DeepSeek-V4.1 at the shapes of the shared set tiny-v41-a (spec 15.2 structure): vocab 1024,
+    # layers [0,0,2,2,2,1,1,1], KV sources 2 and 5, index sources 2, 5, 7, candidates from 5,
+    # Engram at 1 and 5, two DSpark stages.
+    "tiny-v41": {
+        "description": "tiny DeepSeek-V4.1: vocab 1024, hidden 256, 8 layers, shared ratio-2/ratio-1 caches, Engram",
+        "seed": 0,
+        "family": "v41",
+        "config": {},
+        "init": {},
+    },
+    # large-bench's scale with the V4.1 structure: hidden 2048, 8 layers, 64 experts top-6,
+    # head_dim 512, real vocabulary; two Engram layers with 1/128-size tables.
+    "large-bench-v41": {
+        "description": "DeepSeek-V4.1 benchmark model at large-bench's scale (~4.3 B params)",
+        "seed": 0,
+        "family": "v41",
+        "config": {
+            "vocab_size": 129280, "hidden_size": 2048, "num_hidden_layers": 8,
+            "compress_ratios": [0, 0, 2, 2, 2, 1, 1, 1], "kv_source_layer_ids": [2, 5],
+            "index_source_layer_ids": [2, 5, 7], "candidate_source_layer_id": 5,
+            "candidate_topk_blocks": 64, "candidate_block_size": 8,
+            "num_attention_heads": 16, "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 512,
+            "o_groups": 4, "o_lora_rank": 512, "sliding_window": 128, "index_n_heads": 16,
+            "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 64, "num_experts_per_tok": 6,
+            "moe_intermediate_size": 1024, "num_nextn_predict_layers": 0,
+            "engram_layer_ids": [1, 5], "engram_max_ngram_size": 3, "engram_vocab_size": 100000,
+            "engram_n_heads": 4, "engram_head_dim": 128, "dspark_block_size": 0,
+            "dspark_target_layer_ids": [], "dspark_n_routed_experts": 0, "dspark_num_experts_per_tok": 0,
+        },
+        "init": {"fast_experts": True},
+    },
 }
 
 # Init settings.  "calm" (the default) follows the recipe of the shared golden set tiny-v4-c:
@@ -197,6 +274,7 @@ DEFAULT_INIT = {
     "ape_std": 0.5,           # compressor ape ~ N(0, 0.5^2)
     "gate_bias_std": 0.1,     # ffn.gate.bias ~ N(0, 0.1^2)
     "fast_experts": False,    # routed experts from a byte lookup table (cheap, for huge models)
+    "engram_value_gain": 0.02,  # V4.1: std x sqrt(in) of the value rows of engram.wkv (calm update)
     # attn_out_gain / ffn_out_gain (scalar or per-layer list) / hc_std come from CALM_INIT or
     # UNCALM_INIT unless given explicitly.
 }
@@ -212,6 +290,15 @@ INT_OVERRIDES = {
     "mtp": "num_nextn_predict_layers", "hc_mult": "hc_mult",
 }
 FLOAT_OVERRIDES = {"swiglu_limit": "swiglu_limit", "routed_scale": "routed_scaling_factor"}
+# V4.1 overrides (text_config keys).
+V41_INT_OVERRIDES = {
+    "candidate_source": "candidate_source_layer_id", "candidate_block": "candidate_block_size",
+    "candidate_topk_blocks": "candidate_topk_blocks", "engram_heads": "engram_n_heads",
+    "engram_head_dim": "engram_head_dim", "engram_max_ngram": "engram_max_ngram_size",
+    "engram_vocab": "engram_vocab_size",
+}
+V41_LIST_OVERRIDES = {"kv_sources": "kv_source_layer_ids", "index_sources": "index_source_layer_ids",
+                      "engram_layers": "engram_layer_ids"}
 
 # ----------------------------------------------------------------------------------------------
 # Number formats (spec section 3.1)
@@ -408,23 +495,30 @@ class Builder:
             return [np.float32(lo) + u * np.float32(hi - lo)]
         self.tensors.append(Tensor(name, "F32", shape, produce))
 
-    def norm(self, name, dim, gain=1.0):
+    def norm(self, name, dim, gain=1.0, shape=None):
         std = self.init["norm_std"]
+        shape = shape or [dim]
         def produce():
-            x = gauss_f32(self.rng(name), (dim,), std, 1.0) * np.float32(gain)
+            x = gauss_f32(self.rng(name), tuple(shape), std, 1.0) * np.float32(gain)
             return [f32_to_bf16_bits(x)]
-        self.tensors.append(Tensor(name, "BF16", [dim], produce))
+        self.tensors.append(Tensor(name, "BF16", shape, produce))
 
-    def fp8(self, prefix, out_f, in_f, gain=1.0):
-        """FP8 e4m3 weight ~ N(0, gain^2/in) with 128x128 ue8m0 block scales."""
+    def weight_block(self) -> int:
+        return self.cfg["quantization_config"].get("weight_block_size", [128, 128])[0]
+
+    def fp8(self, prefix, out_f, in_f, gain=1.0, row_gains=None):
+        """FP8 e4m3 weight ~ N(0, gain^2/in) with B x B ue8m0 block scales (B = 128 V4, 32 V4.1).
+        row_gains: optional (first_row, gain) multiplying the rows from first_row on."""
         name = prefix + ".weight"
         std = gain * self.init["weight_gain"] / math.sqrt(in_f)
+        b = self.weight_block()
         def compute():
             w = gauss_f32(self.rng(name), (out_f, in_f), std)
-            codes, scale = quantize_fp8_blocks(w)
+            if row_gains:
+                w[row_gains[0]:] *= np.float32(row_gains[1])
+            codes, scale = quantize_fp8_blocks(w, b)
             return {"w": codes, "s": scale}
         shared = SharedResult(compute)
-        b = 128
         self.tensors.append(Tensor(name, "F8_E4M3", [out_f, in_f], lambda: [shared.take("w")]))
         self.tensors.append(Tensor(prefix + ".scale", "F8_E8M0", [-(-out_f // b), -(-in_f // b)],
                                    lambda: [shared.take("s")]))
@@ -459,6 +553,53 @@ class Builder:
             return out
         self.tensors.append(Tensor(name, "I32", [vocab, topk], produce))
 
+    def engram_table(self, prefix, rows, hd):
+        """V4.1 Engram table: e4m3 [rows, hd] ~ N(0, 1) with one ue8m0 scale per row and 32
+        columns (spec 4.2). Streamed in row chunks; the scale pass replays the same stream."""
+        name = prefix + ".weight"
+        step = max(1, CHUNK_ELEMS // hd)
+        def chunks():
+            rng = self.rng(name)
+            for r0 in range(0, rows, step):
+                n = min(step, rows - r0)
+                blocks = gauss(rng, n * hd).reshape(n, hd // 32, 32)
+                k = pow2_exponent_ceil(np.abs(blocks).max(axis=2), E4M3_MAX)
+                inv = np.ldexp(np.float32(1.0), -k).astype(np.float32)
+                yield encode_signed(blocks * inv[:, :, None], E4M3_POS, 0x80).reshape(n, hd), (k + 127).astype(np.uint8)
+        self.tensors.append(Tensor(name, "F8_E4M3", [rows, hd], lambda: (c for c, _ in chunks())))
+        self.tensors.append(Tensor(prefix + ".scale", "F8_E8M0", [rows, hd // 32], lambda: (sc for _, sc in chunks())))
+
+    def engram(self, p, layer):
+        c, ini = self.cfg, self.init
+        d, nhc = c["hidden_size"], c["hc_mult"]
+        e = c["engram_layer_ids"].index(layer)
+        hd, n_cols = c["engram_head_dim"], (c["engram_max_ngram_size"] - 1) * c["engram_n_heads"]
+        self.engram_table(p + "embed", c["engram_num_embeddings"][e], hd)
+        # hc keys then one value: the value rows get the calm gain, so the update stays small.
+        self.fp8(p + "wkv", (nhc + 1) * d, n_cols * hd, 1.0, (nhc * d, ini["engram_value_gain"]))
+        self.norm(p + "q_weight", d, shape=[nhc, d])
+        self.norm(p + "k_weight", d, shape=[nhc, d])
+
+    def attention_v41(self, a, layer):
+        """V4.1 extras (spec 4.2): compressor + index-key projection at KV sources, indexer
+        queries at index sources."""
+        c = self.cfg
+        d, Dh, ql = c["hidden_size"], c["head_dim"], c["q_lora_rank"]
+        r = c["compress_ratios"][layer]
+        std = self.init["weight_gain"] / math.sqrt(d)
+        if layer in c["kv_source_layer_ids"]:
+            self.bf16_normal(a + "compressor.wkv.weight", [Dh, d], std)
+            if r > 1:
+                self.bf16_normal(a + "compressor.wgate.weight", [Dh, d], std)
+            self.norm(a + "compressor.norm.weight", Dh)
+            DI = c["index_head_dim"]
+            self.bf16_normal(a + "indexer.wk.weight", [DI, Dh], 1.0 / math.sqrt(Dh))
+            self.norm(a + "indexer.k_norm.weight", DI)
+        if layer in c["index_source_layer_ids"]:
+            HI, DI = c["index_n_heads"], c["index_head_dim"]
+            self.fp8(a + "indexer.wq_b", HI * DI, ql)
+            self.bf16_normal(a + "indexer.weights_proj.weight", [HI, d], 1.0 / math.sqrt(d))
+
     # -- model structure (spec section 4.1) --------------------------------------------------
     def hc(self, prefix, kind, n_out):
         c, ini = self.cfg, self.init
@@ -470,9 +611,13 @@ class Builder:
 
     def block(self, p, layer, ratio, is_hash, is_mtp):
         c, ini = self.cfg, self.init
+        v41 = is_v41(c)
         d, H, Dh = c["hidden_size"], c["num_attention_heads"], c["head_dim"]
         ql, G, Ro = c["q_lora_rank"], c["o_groups"], c["o_lora_rank"]
         E, k, inter = c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+        if v41 and is_mtp:  # DSpark stages have their own, smaller MoE
+            E = c.get("dspark_n_routed_experts") or E
+            k = c.get("dspark_num_experts_per_tok") or k
         shared_inter = inter * c["n_shared_experts"]
         nhc = c["hc_mult"]
         mix = (2 + nhc) * nhc
@@ -493,10 +638,13 @@ class Builder:
         self.norm(a + "kv_norm.weight", Dh)
         self.fp8(a + "wo_a", G * Ro, H * Dh // G)
         self.fp8(a + "wo_b", d, G * Ro, attn_out_gain)
-        if ratio:
+        if v41:
+            if not is_mtp:
+                self.attention_v41(a, layer)
+        elif ratio:
             coff = 2 if ratio == 4 else 1
             self.compressor(a + "compressor.", coff * Dh, Dh, ratio)
-        if ratio == 4:
+        if ratio == 4 and not v41:
             HI, DI = c["index_n_heads"], c["index_head_dim"]
             self.fp8(a + "indexer.wq_b", HI * DI, ql)
             self.bf16_normal(a + "indexer.weights_proj.weight", [HI, d], 1.0 / math.sqrt(d))
@@ -507,6 +655,10 @@ class Builder:
             self.tid2eid(f + "gate.tid2eid", c["vocab_size"], E, k)
         else:
             self.f32_normal(f + "gate.bias", [E], ini["gate_bias_std"])
+        if v41:  # the image-token bias ships on every layer (unused for text)
+            self.f32_normal(f + "gate.bias_vl", [E], ini["gate_bias_std"])
+        if v41 and not is_mtp and layer in c["engram_layer_ids"]:
+            self.engram(p + "engram.", layer)
         for e in range(E):
             self.fp4(f"{f}experts.{e}.w1", inter, d)
             self.fp4(f"{f}experts.{e}.w2", d, inter, ffn_out_gain)
@@ -523,6 +675,24 @@ class Builder:
         self.f32_normal(p + "ape", [ratio, width], self.init["ape_std"])
         self.norm(p + "norm.weight", dh)
 
+    def dspark(self):
+        """V4.1 DSpark stages mtp.S (spec 11.7): ratio-0 blocks with their own MoE; stage 0 has
+        main_proj / main_norm, the last one norm, markov_head and confidence_head."""
+        c = self.cfg
+        V, d, L, n = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"], c["num_nextn_predict_layers"]
+        rank = c["dspark_markov_rank"]
+        for s in range(n):
+            p = f"mtp.{s}."
+            self.block(p, L + s, 0, False, True)
+            if s == 0:
+                self.fp8(p + "main_proj", d, d * len(c["dspark_target_layer_ids"]))
+                self.norm(p + "main_norm.weight", d)
+            if s == n - 1:
+                self.norm(p + "norm.weight", d)
+                self.bf16_normal(p + "markov_head.embed.weight", [V, rank], 1.0)
+                self.bf16_normal(p + "markov_head.head.weight", [V, rank], 1.0 / math.sqrt(rank))
+                self.bf16_normal(p + "confidence_head.proj.weight", [1, d + rank], 1.0 / math.sqrt(d + rank))
+
     def build(self) -> list[Tensor]:
         c, ini = self.cfg, self.init
         V, d, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
@@ -530,6 +700,13 @@ class Builder:
         self.bf16_normal("embed.weight", [V, d], ini["embed_std"])
         self.bf16_normal("head.weight", [V, d], ini["head_gain"] / math.sqrt(d))
         self.norm("norm.weight", d)
+        if is_v41(c):  # no hc_head; DSpark stages instead of an MTP module
+            for layer in range(L):
+                self.block(f"layers.{layer}.", layer, ratios[layer], False, False)
+            self.dspark()
+            names = [t.name for t in self.tensors]
+            assert len(names) == len(set(names)), "duplicate tensor name"
+            return self.tensors
         self.hc("", "hc_head", c["hc_mult"])
         for layer in range(L):
             self.block(f"layers.{layer}.", layer, ratios[layer], layer < c["num_hash_layers"], False)
@@ -697,9 +874,21 @@ def parse_list(text: str, typ=float):
     return vals[0] if len(vals) == 1 else vals
 
 
+def flatten_v41(given: dict) -> dict:
+    """A V4.1 release config (text settings under text_config) as one flat dict."""
+    flat = {k: v for k, v in given.items() if k != "text_config"}
+    flat.update(given.get("text_config", {}))
+    return flat
+
+
 def assemble(args) -> tuple[dict, dict, int, str]:
     preset_name = args.preset or ("default" if not args.config else None)
-    cfg = base_config()
+    given = None
+    if args.config:
+        given = json.loads(Path(args.config).read_text())
+    v41 = (preset_name is not None and PRESETS.get(preset_name, {}).get("family") == "v41") or \
+        (given is not None and ("text_config" in given or is_v41(given)))
+    cfg = base_config_v41() if v41 else base_config()
     init = dict(DEFAULT_INIT)
     seed = 0
     origin = []
@@ -707,15 +896,16 @@ def assemble(args) -> tuple[dict, dict, int, str]:
         if preset_name not in PRESETS:
             raise SystemExit(f"unknown preset {preset_name!r}; choose from {', '.join(PRESETS)}")
         pre = PRESETS[preset_name]
+        if (pre.get("family") == "v41") != v41:
+            raise SystemExit(f"preset {preset_name!r} and --config are of different model families")
         cfg.update(copy.deepcopy(pre["config"]))
         init.update(pre["init"])
         seed = pre["seed"]
         origin.append(f"preset {preset_name}")
-    if args.config:
-        given = json.loads(Path(args.config).read_text())
+    if given is not None:
         gen = given.pop("_deepinfer_generator", None)
         given.pop("_deepinfer_note", None)
-        cfg.update(given)
+        cfg.update(flatten_v41(given) if v41 else given)
         if gen:                                   # a config written by this script: restore init
             init.update(gen.get("init", {}))
             seed = gen.get("seed", seed)
@@ -731,6 +921,18 @@ def assemble(args) -> tuple[dict, dict, int, str]:
         v = getattr(args, flag)
         if v is not None:
             cfg[key] = v
+    if args.gate_temp is not None:
+        if not v41:
+            raise SystemExit("--gate-temp is a DeepSeek-V4.1 setting (use a -v41 preset)")
+        cfg["gate_temp"] = args.gate_temp
+    for table, conv in ((V41_INT_OVERRIDES, int), (V41_LIST_OVERRIDES, None)):
+        for flag, key in table.items():
+            v = getattr(args, flag)
+            if v is None:
+                continue
+            if not v41:
+                raise SystemExit(f"--{flag.replace('_', '-')} is a DeepSeek-V4.1 setting (use a -v41 preset)")
+            cfg[key] = [int(x) for x in v.split(",") if x.strip()] if conv is None else v
     n_mtp = cfg["num_nextn_predict_layers"]
     if args.compress_ratios is not None:
         ratios = [int(r) for r in args.compress_ratios.split(",")]
@@ -765,10 +967,69 @@ def assemble(args) -> tuple[dict, dict, int, str]:
             init[flag] = parse_list(v)
     if args.fast_experts is not None:
         init["fast_experts"] = args.fast_experts
+    if args.engram_value_gain is not None:
+        init["engram_value_gain"] = args.engram_value_gain
+    if v41:  # table rows follow from the prime layout (spec 11.6)
+        from engram_token_map import engram_primes
+        layers = cfg.get("engram_layer_ids", [])
+        primes = engram_primes(len(layers), cfg["engram_max_ngram_size"], cfg["engram_n_heads"],
+                               cfg["engram_vocab_size"]) if layers else []
+        cfg["engram_num_embeddings"] = [sum(sum(g) for g in layer) for layer in primes]
     return cfg, init, seed, "; ".join(origin)
 
 
+def check_config_v41(c: dict, init: dict) -> None:
+    """What the V4.1 reference (and DeepInfer's loader) needs of the layer roles and shapes."""
+    errors = []
+    L, n_mtp = c["num_hidden_layers"], c["num_nextn_predict_layers"]
+    ratios = c["compress_ratios"]
+    if len(ratios) != L + n_mtp:
+        errors.append(f"compress_ratios needs {L + n_mtp} entries")
+    if any(r != 0 for r in ratios[L:]):
+        errors.append("DSpark compress_ratios entries must be 0")
+    kv, ix = c["kv_source_layer_ids"], c["index_source_layer_ids"]
+    if any(r < 0 for r in ratios):
+        errors.append("compress_ratios must be >= 0")
+    if sorted(set(kv)) != kv or sorted(set(ix)) != ix:
+        errors.append("kv / index source lists must be strictly ascending")
+    if not set(kv) <= set(ix):
+        errors.append("every KV source must be an index source")
+    src = -1
+    for layer in range(L):
+        if layer in kv:
+            src = layer
+        if ratios[layer] and (src < 0 or ratios[src] != ratios[layer]):
+            errors.append(f"layer {layer} (ratio {ratios[layer]}) has no KV source of its ratio at or before it")
+    for layer in kv + ix:
+        if layer >= L or ratios[layer] == 0:
+            errors.append(f"source layer {layer} must be a backbone layer with a ratio")
+    cs = c.get("candidate_source_layer_id", -1)
+    if cs >= 0 and cs not in ix:
+        errors.append("candidate_source_layer_id must be an index source")
+    for key in ("hidden_size", "q_lora_rank", "moe_intermediate_size", "head_dim", "index_head_dim"):
+        if c[key] % 32:
+            errors.append(f"{key}={c[key]} must be a multiple of 32 (V4.1 blocks)")
+    if (c["o_groups"] * c["o_lora_rank"]) % 32 or c["engram_head_dim"] % 32:
+        errors.append("o_groups * o_lora_rank and engram_head_dim must be multiples of 32")
+    if c["num_attention_heads"] % c["o_groups"]:
+        errors.append("num_attention_heads must be divisible by o_groups")
+    if c["index_head_dim"] < c["qk_rope_head_dim"]:
+        errors.append("index_head_dim must be at least qk_rope_head_dim")
+    if c.get("engram_layer_ids") and c["engram_max_ngram_size"] < 2:
+        errors.append("engram_max_ngram_size must be >= 2")
+    if n_mtp and len(c.get("dspark_target_layer_ids", [])) == 0:
+        errors.append("DSpark stages need dspark_target_layer_ids")
+    for key in ("ffn_norm_gain", "ffn_out_gain", "attn_out_gain"):
+        v = init.get(key)
+        if isinstance(v, list) and len(v) != L:
+            errors.append(f"--{key.replace('_', '-')} list needs {L} values (one per layer)")
+    if errors:
+        raise SystemExit("make_checkpoint: invalid config:\n  " + "\n  ".join(errors))
+
+
 def check_config(cfg: dict, init: dict, force: bool) -> None:
+    if is_v41(cfg):
+        return check_config_v41(cfg, init)
     c = cfg
     errors, warnings = [], []
     L, n_mtp = c["num_hidden_layers"], c["num_nextn_predict_layers"]
@@ -816,6 +1077,15 @@ def check_config(cfg: dict, init: dict, force: bool) -> None:
 
 
 def ordered_config(cfg: dict, note: str, generator: dict) -> dict:
+    if is_v41(cfg):  # the release layout: root keys, then text_config
+        out = {"_deepinfer_note": note}
+        for k in V41_ROOT_KEYS:
+            out[k] = cfg[k]
+        text = {"model_type": "deepseek_v41_text"}
+        text.update({k: v for k, v in sorted(cfg.items()) if k not in V41_ROOT_KEYS})
+        out["text_config"] = text
+        out["_deepinfer_generator"] = generator
+        return out
     out = {"_deepinfer_note": note}
     for k in CONFIG_KEY_ORDER:
         if k in cfg:
@@ -869,6 +1139,10 @@ def main(argv=None) -> int:
         ap.add_argument("--" + flag.replace("_", "-"), dest=flag, type=float,
                         help=f"config {FLOAT_OVERRIDES[flag]}")
     ap.add_argument("--compress-ratios", help="per-layer ratios, e.g. 0,4,128,4,0 (MTP 0s appended)")
+    for flag, key in V41_INT_OVERRIDES.items():
+        ap.add_argument("--" + flag.replace("_", "-"), dest=flag, type=int, help=f"V4.1 text_config {key}")
+    for flag, key in V41_LIST_OVERRIDES.items():
+        ap.add_argument("--" + flag.replace("_", "-"), dest=flag, help=f"V4.1 {key}, e.g. 2,5")
     ap.add_argument("--calm", action=argparse.BooleanOptionalAction, default=None,
                     help="calm init (default on): attn-out gain 0.002, ffn-out gain 0.005, "
                          "hc-std 0.3; --no-calm uses gains of 1")
@@ -878,6 +1152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hc-std", help="std (x 1/sqrt(nhc*d)) of the hc_*_fn matrices")
     ap.add_argument("--head-gain", help="head.weight std x sqrt(d)")
     ap.add_argument("--weight-gain", help="std x sqrt(in) of all other matrices")
+    ap.add_argument("--engram-value-gain", type=float, help="V4.1: std x sqrt(in) of engram.wkv's value rows")
+    ap.add_argument("--gate-temp", type=float, help="V4.1 router temperature (ModelArgs gate_temp, default 1)")
     ap.add_argument("--fast-experts", action=argparse.BooleanOptionalAction, default=None,
                     help="cheap FP4 experts from a byte table (large-bench default)")
     ap.add_argument("--force", action="store_true", help="write configs the reference can't run")
@@ -907,6 +1183,13 @@ def main(argv=None) -> int:
     log(f"make_checkpoint: {origin or 'defaults'}, seed {seed}: {len(tensors)} tensors, "
         f"{n_params / 1e6:.1f} M params, {total / 2**20:.1f} MiB -> {out}")
     tok_info = write_tokenizer(out, cfg["vocab_size"], args.tokenizer)
+    if is_v41(cfg) and cfg.get("engram_layer_ids"):
+        # The compressed token map by the official rule over the tokenizer just written.
+        from engram_token_map import engram_data
+        tok = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+        data = engram_data(cfg, tok, cfg["engram_pad_token_id"])
+        cfg["engram_compressed_vocab_size"] = data["compressed_vocab_size"]
+        (out / "engram_token_map.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
     generator = {
         "tool": "tools/golden/make_checkpoint.py",
         "version": GENERATOR_VERSION,

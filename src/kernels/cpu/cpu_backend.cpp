@@ -76,7 +76,8 @@ class ScalarBackend final : public Backend {
     });
   }
 
-  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const override {
+  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
+                        BlockSum = BlockSum::kExact) const override {
     if (!W.is_quantized()) return linear_f32(x, M, W, y);
     const int64_t N = W.rows, K = W.cols, nb = K / act_block;
     const bool fp4 = W.format == WeightFormat::FP4_BLOCK;
@@ -209,7 +210,8 @@ class SimdBackend final : public Backend {
     run(x, M, W, 0, y);
   }
 
-  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const override {
+  void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
+                        BlockSum = BlockSum::kExact) const override {
     if (!W.is_quantized()) return linear_f32(x, M, W, y);
     if (!supported(W) || !act_supported(W, act_block)) return scalar_.linear_act_quant(x, M, W, act_block, y);
     run(x, M, W, act_block, y);

@@ -26,7 +26,8 @@ static float weight_code(const WeightMatrix& w, int64_t r, int64_t c) {
   return e2m1_to_f32((c & 1) ? (byte >> 4) : (byte & 0xf));
 }
 
-void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) {
+void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
+                          BlockSum sum) {
   if (!W.is_quantized()) {
     linear_f32_ref(x, M, W, y);
     return;
@@ -48,15 +49,19 @@ void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int6
     for (int64_t m = 0; m < M; ++m) {
       const float* xm = xq.data() + m * K;
       double acc = 0.0;
+      float acc_f32 = 0.0f;
       for (int64_t k0 = 0; k0 < K; k0 += kblock) {
         double part = 0.0;  // exact: products of e4m3 and e4m3/e2m1 codes
         for (int64_t k = k0; k < k0 + kblock && k < K; ++k) part += double(xm[k]) * double(wrow[k]);
         double s_act = sx[m * (K / act_block) + k0 / act_block];
         double s_w = fp4 ? e8m0_to_f32(W.scale[n * W.scale_cols + k0 / wblock])
                          : e8m0_to_f32(W.scale[(n / W.block) * W.scale_cols + k0 / wblock]);
-        acc += part * s_act * s_w;
+        if (sum == BlockSum::kF32)
+          acc_f32 += float(part * s_act * s_w);
+        else
+          acc += part * s_act * s_w;
       }
-      y[m * N + n] = float(acc);
+      y[m * N + n] = sum == BlockSum::kF32 ? acc_f32 : float(acc);
     }
   }
 }

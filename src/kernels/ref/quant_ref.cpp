@@ -40,6 +40,21 @@ void fp4_qdq_pow2_ref(float* x, int64_t n, int64_t block) {
   }
 }
 
+void fp4_qdq_e4m3_ref(float* x, int64_t n, int64_t block) {
+  const float floor_amax = 6.0f * std::ldexp(1.0f, -9);  // 6 * the smallest e4m3 subnormal
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    float amax = 0.0f;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    amax = std::max(amax, floor_amax);
+    const float s = e4m3_round(amax / 6.0f);  // an e4m3 scale: not a power of two
+    for (int64_t i = b0; i < b1; ++i) {
+      const float v = std::clamp(x[i] / s, -6.0f, 6.0f);
+      x[i] = round_bf16(e2m1_round(v) * s);  // exact: at most 2 + 4 significant bits
+    }
+  }
+}
+
 void hadamard_ref(float* x, int64_t n) {
   // Butterflies in double: sums of n bf16 values are exact there, so the result is the
   // correctly rounded fp32 transform whatever the butterfly order.

@@ -14,10 +14,16 @@
 
 namespace deepinfer::v4 {
 
+// How the ref kernels combine an act-quant GEMM's K blocks: the canonical rule of each
+// family's goldens (kernels.h BlockSum).
+static kernels::BlockSum block_sum(const Config& cfg) {
+  return cfg.v41() ? kernels::BlockSum::kF32 : kernels::BlockSum::kExact;
+}
+
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y) {
   if (num.reference() && W.is_quantized())
-    num.backend->linear_act_quant(x, M, W, cfg.act_block(), y);
+    num.backend->linear_act_quant(x, M, W, cfg.act_block(), y, block_sum(cfg));
   else
     num.backend->linear_f32(x, M, W, y);
   num.bf16(y, M * W.rows);
@@ -37,7 +43,7 @@ void run_products(const Config& cfg, const Numerics& num, const LayerProduct* pr
   for (size_t i = 0; i < n; ++i) {
     const LayerProduct& p = products[i];
     const bool act_quant = p.kind == LayerProduct::kQuantized && num.reference() && p.W->is_quantized();
-    jobs[i] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y};
+    jobs[i] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y, block_sum(cfg)};
   }
   num.backend->linear_many(jobs.data(), n);
   for (size_t i = 0; i < n; ++i)
@@ -78,9 +84,14 @@ void query_head_norm(float* q, int64_t n, float eps, const Numerics& num) {
   for (int64_t i = 0; i < n; ++i) q[i] = round_bf16(q[i] * r);
 }
 
-// FP8 QDQ of the non-rope dims in blocks of 64 (window keys and compressed entries).
+// FP8 QDQ of a window key: V4 the non-rope dims in blocks of 64 (also its compressed
+// entries), V4.1 the whole vector in blocks of 32.
 void kv_qdq(const Config& cfg, const Numerics& num, float* kv) {
-  if (num.reference()) kernels::act_quant_ref(kv, cfg.nope_dim(), 64);
+  if (!num.reference()) return;
+  if (cfg.v41())
+    kernels::act_quant_ref(kv, cfg.head_dim, 32);
+  else
+    kernels::act_quant_ref(kv, cfg.nope_dim(), 64);
 }
 
 // bf16(Hadamard(x) * n^-0.5), then FP4 QDQ in blocks of 32 (indexer queries and keys).
@@ -170,7 +181,8 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // projections, the indexer's head weights; then every product of qr: wq_b, indexer wq_b.
   const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim;
   const CompressorWeights &cw = w.compressor, &icw = w.indexer_compressor;
-  const int64_t cn = w.has_compressor ? cw.coff * cw.width : 0, icn = w.has_indexer ? icw.coff * icw.width : 0;
+  const int64_t cn = w.has_compressor ? cw.coff * cw.width : 0;
+  const int64_t icn = w.has_indexer && !cfg.v41() ? icw.coff * icw.width : 0;
   std::span<float> qr = scratch.take<float>(S * cfg.q_lora_rank), q = scratch.take<float>(S * H * Dh);
   std::span<float> kv = scratch.take<float>(S * Dh);
   std::span<float> ckv = scratch.take<float>(S * cn), csc = scratch.take<float>(S * cn);
@@ -182,12 +194,15 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   batch.add(a, S, w.wq_a, qr.data(), LayerProduct::kQuantized);
   batch.add(a, S, w.wkv, kv.data(), LayerProduct::kQuantized);
   if (w.has_compressor) {
-    batch.add(a, S, cw.wkv, ckv.data(), LayerProduct::kFp32);
-    batch.add(a, S, cw.wgate, csc.data(), LayerProduct::kFp32);
+    // V4.1 ratio 1 has no pooling: its wkv is a bf16 product (no fp32 promotion, no gate).
+    batch.add(a, S, cw.wkv, ckv.data(), cw.wgate.valid() ? LayerProduct::kFp32 : LayerProduct::kBf16);
+    if (cw.wgate.valid()) batch.add(a, S, cw.wgate, csc.data(), LayerProduct::kFp32);
   }
   if (w.has_indexer) {
-    batch.add(a, S, icw.wkv, ikv.data(), LayerProduct::kFp32);
-    batch.add(a, S, icw.wgate, isc.data(), LayerProduct::kFp32);
+    if (icn > 0) {
+      batch.add(a, S, icw.wkv, ikv.data(), LayerProduct::kFp32);
+      batch.add(a, S, icw.wgate, isc.data(), LayerProduct::kFp32);
+    }
     batch.add(a, S, w.indexer_weights_proj, iw.data(), LayerProduct::kBf16);
   }
   batch.run(cfg, num);
@@ -201,16 +216,16 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // projection.
   prefetch_next(num, {&w.wo_a, &w.wo_b});
 
-  // ---- queries: head norm -> RoPE
+  // ---- queries: head norm (V4 only) -> RoPE
   section.start(DI_PROFILE_SECTION("attn.query_rope"));
   for (int64_t t = 0; t < S; ++t)
     for (int64_t h = 0; h < H; ++h) {
       float* qh = &q[(t * H + h) * Dh];
-      query_head_norm(qh, Dh, eps, num);
+      if (!cfg.v41()) query_head_norm(qh, Dh, eps, num);
       rope.apply(qh, Dh, pos[t], false, num);
     }
 
-  // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ of the non-rope dims
+  // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ (kv_qdq)
   for (int64_t t = 0; t < S; ++t) {
     float* k = &kv[t * Dh];
     rms_norm(k, w.kv_norm.data(), Dh, eps, num, k);
@@ -232,15 +247,22 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     for (int64_t t = 0; t < sg.n; ++t) {
       const int64_t p = sg.p0 + t;
       key_begin[sg.row0 + t] = key_room;
-      key_room += (sg.p0 == 0 ? std::min(sg.n, Wn) : Wn) +
-                  (L.ratio == 4 ? cfg.index_topk : L.ratio != 0 ? (p + 1) / L.ratio : 0);
+      // V4.1: every compressed layer reads a top-k (its own or its index source's).
+      const bool topk = L.ratio == 4 || (cfg.v41() && L.ratio != 0);
+      key_room += (sg.p0 == 0 ? std::min(sg.n, Wn) : Wn) + (topk ? cfg.index_topk : L.ratio != 0 ? (p + 1) / L.ratio : 0);
     }
   std::span<const float*> key_rows = scratch.take<const float*>(key_room);
   std::span<const float*> ring_rows = scratch.take<const float*>(Wn);
   for (const Segment& sg : segments) {
     LayerState& st = *sg.state;
     section.start(DI_PROFILE_SECTION("attn.compressors"));
-    if (w.has_indexer) {
+    if (cfg.v41() && L.ratio != 0) {
+      // The segment's rows of the indexer projections (none on a layer without an indexer).
+      const int64_t ix = w.has_indexer ? 1 : 0;
+      shared_attention_segment(cfg, num, L, rope, sg, ckv.data() + sg.row0 * cn, csc.data() + sg.row0 * cn,
+                               iq.subspan(size_t(ix * sg.row0 * HI * DI), size_t(ix * sg.n * HI * DI)),
+                               iw.subspan(size_t(ix * sg.row0 * HI), size_t(ix * sg.n * HI)));
+    } else if (w.has_indexer) {
       run_compressor(icw, st.index_compressor, &ikv[sg.row0 * icn], &isc[sg.row0 * icn], sg.n, sg.p0,
                      [&](float* z, int64_t entry) {
                        for (int64_t c = 0; c < icw.width; ++c) z[c] = num.bf16(z[c]);
@@ -249,7 +271,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
                        indexer_rotate_quant(z, icw.width, num);
                      });
     }
-    if (w.has_compressor) {
+    if (w.has_compressor && !cfg.v41()) {
       run_compressor(cw, st.compressor, &ckv[sg.row0 * cn], &csc[sg.row0 * cn], sg.n, sg.p0, [&](float* z, int64_t entry) {
         for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
         rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
@@ -261,7 +283,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     // Indexer choices of the segment's queries (scope: this segment).
     ScratchArena::Scope segment_scope(scratch);
     std::span<int64_t> selected, n_selected;
-    if (w.has_indexer) {
+    if (w.has_indexer && !cfg.v41()) {
       DI_PROFILE("attn.indexer");
       selected = scratch.take<int64_t>(sg.n * cfg.index_topk);
       n_selected = scratch.take<int64_t>(sg.n);
@@ -284,7 +306,11 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       int64_t& n = n_keys[sg.row0 + t];
       const int64_t start = std::max<int64_t>(0, p - Wn + 1);
       for (int64_t j = 0; j < n_window_cols; ++j) keys[n++] = start + j <= p ? window_key(start + j) : nullptr;
-      if (L.ratio == 4) {
+      if (cfg.v41() && L.ratio != 0) {  // the top-k of the governing index source, ascending
+        const SharedSelection& sel = *sg.shared;
+        for (int64_t i = 0; i < sel.n_topk[t]; ++i)
+          keys[n++] = sg.kv_source->compressor.entry(sel.topk[t * cfg.index_topk + i]);
+      } else if (L.ratio == 4) {
         for (int64_t i = 0; i < n_selected[t]; ++i) keys[n++] = st.compressor.entry(selected[t * cfg.index_topk + i]);
       } else if (L.ratio != 0) {
         const int64_t n_vis = std::min((p + 1) / L.ratio, st.compressor.n_entries());

@@ -1,5 +1,7 @@
-// DeepSeek-V4 hyper-parameters from the checkpoint's config.json (MODEL.md section 2.1).
-// V4-Flash, V4-Pro and the 0731/0813 refreshes are the same struct with other values.
+// DeepSeek-V4 hyper-parameters from the checkpoint's config.json (MODEL.md sections 2.1, 2.2).
+// V4-Flash, V4-Pro and the 0731/0813 refreshes are the same struct with other values;
+// V4.1-Flash (family V41) adds the fields of its own block below. The family is read from
+// the config (text_config, model_type, V4.1-only keys), never from the directory name.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,7 +9,10 @@
 
 namespace deepinfer::v4 {
 
+enum class Family { V4, V41 };
+
 struct Config {
+  Family family = Family::V4;
   int64_t vocab_size = 0;
   int64_t dim = 0;               // hidden_size, d
   int64_t n_layers = 0;          // num_hidden_layers
@@ -44,11 +49,58 @@ struct Config {
   int64_t weight_block = 128;       // quantization_config.weight_block_size
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 1;
+  int64_t max_position_embeddings = 0;  // 0: not stated
 
+  // ---- V4.1 only (MODEL.md 11). Layer lists are ascending, backbone layers only.
+  std::vector<int64_t> kv_source_layers;     // own a compressor (+ index keys); readers follow
+  std::vector<int64_t> index_source_layers;  // run an indexer; later compressed layers reuse its top-k
+  int64_t candidate_source_layer = -1;       // -1: no two-level selection
+  int64_t candidate_topk_blocks = 0;
+  int64_t candidate_block_size = 0;
+  double gate_temp = 1.0;                    // router logits are divided by it
+  // Per backbone layer, derived: the KV source / index source whose cache / top-k the layer
+  // reads (the latest one at or before it), -1 for window-only layers.
+  std::vector<int64_t> kv_source_of, index_source_of;
+  // Engram (11.6): layer ids in table order, rows per table.
+  std::vector<int64_t> engram_layer_ids, engram_num_embeddings;
+  int64_t engram_max_ngram = 0, engram_vocab_size = 0, engram_n_heads = 0, engram_head_dim = 0;
+  int64_t engram_pad_id = 2, engram_compressed_vocab_size = 0;
+  // DSpark stages (mtp.*): parsed so the checkpoint is recognised; drafting is not run here.
+  int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
+  int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
+  std::vector<int64_t> dspark_target_layers;
+  // Vision placeholder id (-1: none): the config's, else the reference's default 129264 when
+  // the vocabulary holds it. Only the text path runs; a token with this id is refused.
+  int64_t image_token_id = -1;
+
+  bool v41() const { return family == Family::V41; }
   int64_t nope_dim() const { return head_dim - rope_dim; }
   int64_t ratio(int64_t layer) const { return compress_ratios[size_t(layer)]; }
-  // Activation act-quant block of every FP8/FP4 GEMM input (V4: 128).
-  int64_t act_block() const { return 128; }
+  // Activation act-quant block of every FP8/FP4 GEMM input (V4: 128, V4.1: 32).
+  int64_t act_block() const { return v41() ? 32 : 128; }
+
+  // Which layer states hold a compressor with its emitted entries (backbone and MTP layers
+  // alike): V4 every layer with ratio != 0, V4.1 the KV sources only.
+  bool owns_compressor(int64_t layer) const {
+    if (!v41()) return ratio(layer) != 0;
+    return layer < n_layers && kv_source_of[size_t(layer)] == layer;
+  }
+  // Layers whose state holds index keys: V4 the ratio-4 layers (lightning indexer compressor),
+  // V4.1 the KV sources (keys derived from their latents).
+  bool owns_index_keys(int64_t layer) const { return v41() ? owns_compressor(layer) : ratio(layer) == 4; }
+  bool is_index_source(int64_t layer) const {
+    return v41() && layer < n_layers && index_source_of[size_t(layer)] == layer;
+  }
+  // V4.1 index sources after the candidate source restrict their top-k to its candidates.
+  bool uses_candidates(int64_t layer) const {
+    return is_index_source(layer) && candidate_source_layer >= 0 && layer > candidate_source_layer;
+  }
+  // Position of layer in engram_layer_ids, -1 when it has no Engram.
+  int64_t engram_index(int64_t layer) const {
+    for (size_t i = 0; i < engram_layer_ids.size(); ++i)
+      if (engram_layer_ids[i] == layer) return int64_t(i);
+    return -1;
+  }
 };
 
 // Parses and validates config.json; throws std::runtime_error naming the file and field.

@@ -1,11 +1,15 @@
 // DeepSeek-V4 forward pass, top to bottom (MODEL.md 5):
 //   embed -> hc streams -> [attention site, ffn site] per layer -> hc_head -> norm -> head.
+// V4.1 (MODEL.md 11.3, 11.6): Engram before its layers' blocks, staggered mHC (each site
+// collapses with the previous site's pre; the last FFN site's pre replaces hc_head), and a
+// shared attention runtime per sequence that carries top-k lists between layers.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,9 +53,23 @@ static void populate_weights(const TensorStore& store) {
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> m(new Model());
-  m->cfg_ = load_config(dir + "/config.json");
+  // config.json (Hugging Face layout); the reference's flat inference/config.json also works.
+  const std::string cfg_path = std::ifstream(dir + "/config.json") || !std::ifstream(dir + "/inference/config.json")
+                                   ? dir + "/config.json"
+                                   : dir + "/inference/config.json";
+  m->cfg_ = load_config(cfg_path);
+  // The Engram layout first: it checks the table sizes the weights are then bound with.
+  m->engram_ = load_engram_tables(m->cfg_, dir);
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
+  if (m->cfg_.v41()) {
+    size_t dspark = 0, vision = 0;
+    for (const auto& [name, t] : m->store_->all()) {
+      if (name.rfind("mtp.", 0) == 0) ++dspark;
+      if (name.rfind("vision.", 0) == 0 || name.rfind("aligner.", 0) == 0 || name.rfind("image_", 0) == 0) ++vision;
+    }
+    log_info("DeepSeek-V4.1: %zu DSpark (mtp.*) and %zu vision tensors recognised, not used", dspark, vision);
+  }
   if (options.verify_weights) {
     const auto tv = std::chrono::steady_clock::now();
     m->store_->verify_finite();
@@ -76,8 +94,16 @@ void Model::check_numerics(const Numerics& num) const {
       throw std::runtime_error("reference numerics cannot run this checkpoint: " + what +
                                " (DeepSeek's reference asserts the same); use --numerics float");
   };
-  need(c.nope_dim() % 64 == 0, "head_dim - qk_rope_head_dim = " + std::to_string(c.nope_dim()) +
-                                   " is not a multiple of the KV QDQ block 64");
+  if (c.v41()) {
+    need(c.head_dim % 32 == 0, "head_dim = " + std::to_string(c.head_dim) +
+                                   " is not a multiple of the window KV QDQ block 32");
+    need(c.head_dim % 16 == 0, "head_dim is not a multiple of the compressed KV QDQ block 16");
+    need(c.index_source_layers.empty() || c.index_head_dim % 32 == 0,
+         "index_head_dim is not a multiple of the FP4 block 32");
+  } else {
+    need(c.nope_dim() % 64 == 0, "head_dim - qk_rope_head_dim = " + std::to_string(c.nope_dim()) +
+                                     " is not a multiple of the KV QDQ block 64");
+  }
   const int64_t B = c.act_block();
   need(c.dim % B == 0, "hidden_size is not a multiple of the activation block " + std::to_string(B));
   need(c.q_lora_rank % B == 0, "q_lora_rank is not a multiple of " + std::to_string(B));
@@ -108,7 +134,8 @@ static void hc_expand_rows(const float* y, const float* R, const HcMix* mix, int
 }
 
 void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
-                          int64_t S, std::span<const Segment> segments, const Numerics& num, float* X) const {
+                          int64_t S, std::span<const Segment> segments, const Numerics& num, float* X,
+                          float* carry_pre) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim, width = hc * d;
   const float eps = float(c.norm_eps);
@@ -130,9 +157,12 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
     DI_PROFILE("hc.pre");
     hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
     for (int64_t t = 0; t < S; ++t) {
-      hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
+      // Staggered (V4.1): the attention input is collapsed with the previous site's pre.
+      hc_collapse(&R[t * width], carry_pre ? &carry_pre[t * hc] : mix[t].pre, hc, d, num, &x[t * d]);
       rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
     }
+    if (carry_pre)  // the FFN site collapses with the attention site's pre
+      for (int64_t t = 0; t < S; ++t) std::copy_n(mix[t].pre, hc, &carry_pre[t * hc]);
   }
   {
     DI_PROFILE("attention");
@@ -153,9 +183,11 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
     std::copy_n(X, S * width, R.data());
     hc_site_mix(R.data(), S, L.hc_ffn, hc, d, c, num, mix.data());
     for (int64_t t = 0; t < S; ++t) {
-      hc_collapse(&R[t * width], mix[t].pre, hc, d, num, &x[t * d]);
+      hc_collapse(&R[t * width], carry_pre ? &carry_pre[t * hc] : mix[t].pre, hc, d, num, &x[t * d]);
       rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, num, &x[t * d]);
     }
+    if (carry_pre)  // handed on to the next block's attention site (or the final collapse)
+      for (int64_t t = 0; t < S; ++t) std::copy_n(mix[t].pre, hc, &carry_pre[t * hc]);
   }
   {
     DI_PROFILE("moe");
@@ -166,7 +198,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
 }
 
 void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
-                         const Numerics& num, float* logits) const {
+                         const Numerics& num, float* logits, const float* carried_pre) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim;
   ScratchArena& scratch = step_scratch();
@@ -180,7 +212,10 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
   prefetch_next(num, {&head_a, &head_b});
   {
     DI_PROFILE("head.hc");
-    hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());
+    if (carried_pre)
+      std::copy_n(carried_pre, S * hc, pre.data());
+    else
+      hc_head_pre(X, S, hc_head, hc, d, c, num, pre.data());
     for (int64_t t = 0; t < S; ++t) {
       hc_collapse(X + t * hc * d, &pre[t * hc], hc, d, num, &h[t * d]);
       rms_norm(&h[t * d], norm.data(), d, float(c.norm_eps), num, &h[t * d]);
@@ -191,7 +226,7 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
 }
 
 static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,
-                       float* X) {
+                       float* X, int64_t image_token_id = -1) {
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
   std::span<float> row = scratch.take<float>(d);
@@ -199,6 +234,9 @@ static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t
     if (tokens[t] < 0 || tokens[t] >= embed.rows)
       throw std::out_of_range("token id " + std::to_string(tokens[t]) + " outside the vocabulary [0, " +
                               std::to_string(embed.rows) + ")");
+    if (tokens[t] == image_token_id)
+      throw std::invalid_argument("token id " + std::to_string(tokens[t]) +
+                                  " is the image placeholder: image input is not supported (text path only)");
     weight_decode_row(embed, tokens[t], row.data());
     for (int64_t i = 0; i < hc; ++i) std::memcpy(X + (t * hc + i) * d, row.data(), d * sizeof(float));
   }
@@ -214,6 +252,44 @@ void Model::forward_batch(const std::vector<SequenceChunk>& chunks, const Numeri
                           std::vector<float>* final_streams) const {
   forward_chunks(chunks, num, final_streams);
 }
+
+namespace {
+
+// What a V4.1 step carries besides the streams: the staggered pre of every row (one-hot
+// before layer 0: the streams are still equal), the Engram hash ids of every row (all engram
+// layers), and each sequence's shared attention runtime (hung on its segment).
+struct V41Step {
+  float* carry_pre = nullptr;
+  int64_t* engram_ids = nullptr;
+  int64_t engram_stride = 0;
+};
+
+V41Step begin_v41_step(const Config& c, const EngramTables& engram, std::span<const SequenceChunk> chunks,
+                       std::span<Segment> segments, int64_t S, ScratchArena& scratch) {
+  V41Step v;
+  const int64_t hc = c.hc_mult, n_engram = int64_t(engram.layers.size());
+  v.carry_pre = scratch.take_zeroed<float>(S * hc).data();
+  for (int64_t t = 0; t < S; ++t) v.carry_pre[t * hc] = 1.0f;
+  v.engram_stride = n_engram * engram.n_cols;
+  v.engram_ids = scratch.take<int64_t>(S * v.engram_stride).data();
+  std::span<SharedSelection> shared = scratch.take<SharedSelection>(int64_t(segments.size()));
+  size_t k = 0;
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.n_tokens <= 0) continue;
+    Segment& sg = segments[k];
+    SharedSelection& sel = shared[k++];
+    sel.topk = scratch.take<int64_t>(sg.n * c.index_topk).data();
+    sel.n_topk = scratch.take_zeroed<int64_t>(sg.n).data();
+    sel.cand = scratch.take<int64_t>(sg.n * c.candidate_topk_blocks).data();
+    sel.n_cand = scratch.take_zeroed<int64_t>(sg.n).data();
+    sg.shared = &sel;
+    // Hashing advances the sequence's Engram history past this chunk.
+    if (n_engram > 0) engram_hash_ids(c, engram, ch.tokens, ch.n_tokens, *ch.state, &v.engram_ids[sg.row0 * v.engram_stride]);
+  }
+  return v;
+}
+
+}  // namespace
 
 void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
                            std::vector<float>* final_streams) const {
@@ -240,13 +316,26 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   float* Xn = scratch.take<float>(S * hc * d).data();
   {
     DI_PROFILE("embed");
-    embed_rows(w_.embed, tokens.data(), S, hc, d, X);
+    embed_rows(w_.embed, tokens.data(), S, hc, d, X, c.image_token_id);
   }
+  const V41Step v41 = c.v41() ? begin_v41_step(c, engram_, chunks, segments, S, scratch) : V41Step{};
+  float* carry_pre = v41.carry_pre;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     k = 0;
     for (const SequenceChunk& ch : chunks)
-      if (ch.n_tokens > 0) segments[k++].state = &ch.state->layers[l];
-    block_forward(w_.layers[l], ropes_[l], X, tokens.data(), S, segments, num, Xn);
+      if (ch.n_tokens > 0) {
+        Segment& sg = segments[k++];
+        sg.state = &ch.state->layers[l];
+        const int64_t src = c.v41() ? c.kv_source_of[size_t(l)] : -1;
+        sg.kv_source = src >= 0 ? &ch.state->layers[size_t(src)] : nullptr;
+      }
+    const LayerWeights& L = w_.layers[l];
+    if (L.has_engram) {
+      DI_PROFILE("engram");
+      const int64_t e = c.engram_index(l);
+      engram_forward(c, num, L.engram, &v41.engram_ids[e * engram_.n_cols], v41.engram_stride, S, X);
+    }
+    block_forward(L, ropes_[l], X, tokens.data(), S, segments, num, Xn, carry_pre);
     std::swap(X, Xn);
   }
   for (const SequenceChunk& ch : chunks) ch.state->n_past += ch.n_tokens;
@@ -258,16 +347,19 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
     if (ch.n_tokens > 0 && ch.logits) n_rows += ch.all_rows ? ch.n_tokens : 1;
   if (n_rows == 0) return;
   std::span<float> Xr = scratch.take<float>(n_rows * hc * d), out = scratch.take<float>(n_rows * V);
+  std::span<float> pre_r = scratch.take<float>(carry_pre ? n_rows * hc : 0);
   int64_t r = 0;
   k = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.n_tokens <= 0) continue;
     const Segment& sg = segments[k++];
     if (!ch.logits) continue;
-    for (int64_t t = ch.all_rows ? 0 : sg.n - 1; t < sg.n; ++t, ++r)
+    for (int64_t t = ch.all_rows ? 0 : sg.n - 1; t < sg.n; ++t, ++r) {
       std::copy_n(&X[(sg.row0 + t) * hc * d], hc * d, &Xr[r * hc * d]);
+      if (carry_pre) std::copy_n(&carry_pre[(sg.row0 + t) * hc], hc, &pre_r[r * hc]);
+    }
   }
-  head_forward(Xr.data(), n_rows, w_.hc_head, w_.norm, num, out.data());
+  head_forward(Xr.data(), n_rows, w_.hc_head, w_.norm, num, out.data(), carry_pre ? pre_r.data() : nullptr);
   r = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.n_tokens <= 0 || !ch.logits) continue;
@@ -280,6 +372,7 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
 void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
                         SequenceState& st, const Numerics& num, float* logits) const {
   const Config& c = cfg_;
+  if (c.v41()) throw std::runtime_error("DeepSeek-V4.1's DSpark stages are loaded but not run (no MTP forward)");
   const MtpWeights& m = w_.mtp.at(size_t(k));
   const int64_t hc = c.hc_mult, d = c.dim;
   const float eps = float(c.norm_eps);

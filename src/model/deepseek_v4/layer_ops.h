@@ -45,11 +45,30 @@ void run_products(const Config& cfg, const Numerics& num, const LayerProduct* pr
 // pull them into cache while the caller's serial code runs (see Backend::prefetch_hint).
 void prefetch_next(const Numerics& num, std::initializer_list<const WeightMatrix*> weights);
 
+// V4.1's shared attention runtime (MODEL.md 11.2, the reference's SharedAttentionRuntime) for
+// one sequence of a step: what an index source publishes for the later layers of the same
+// step, per row of the sequence's chunk.
+//   topk   [n, index_topk] the chosen compressed entries of the governing KV source,
+//          ascending, n_topk[t] of them (the latest index source's choice)
+//   cand   [n, candidate_topk_blocks] the candidate source's chosen blocks (of
+//          candidate_block_size entries), ascending, n_cand[t] of them
+struct SharedSelection {
+  int64_t* topk = nullptr;
+  int64_t* n_topk = nullptr;
+  int64_t* cand = nullptr;
+  int64_t* n_cand = nullptr;
+};
+
 // One sequence's share of a batched step: rows [row0, row0 + n) of the batch hold its tokens
 // at positions p0 .. p0 + n - 1; state is that sequence's state of the current layer.
+// V4.1: kv_source is the state of the layer whose compressed KV and index keys the current
+// layer reads (itself at a KV source; null for a window-only layer), shared the sequence's
+// runtime for the step.
 struct Segment {
   int64_t row0 = 0, n = 0, p0 = 0;
   LayerState* state = nullptr;
+  LayerState* kv_source = nullptr;
+  SharedSelection* shared = nullptr;
 };
 
 // Attention sublayer (MODEL.md 7): a [rows, dim] (normed collapsed stream) -> out [rows, dim].
@@ -58,6 +77,16 @@ struct Segment {
 // the other rows of the batch (batch invariance).
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
                        const float* a, int64_t rows, std::span<const Segment> segments, float* out);
+
+// V4.1 (MODEL.md 11.4, 11.5), one segment of a compressed layer: a KV source emits the
+// entries its tokens complete (latent, index key, RoPE, FP4 QDQ) into its state; an index
+// source scores the KV source's index keys and publishes its top-k (and, at the candidate
+// source, the candidate blocks) into sg.shared. ckv / csc: the segment's rows of the
+// compressor projections (fp32 for ratio > 1; ckv is the bf16 product for ratio 1); iq / iw:
+// its rows of the indexer projections (modified).
+void shared_attention_segment(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
+                              const Segment& sg, const float* ckv, const float* csc, std::span<float> iq,
+                              std::span<float> iw);
 
 // MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,

@@ -9,6 +9,7 @@
 
 #include "loader/safetensors.h"
 #include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/engram.h"
 #include "model/deepseek_v4/numerics.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
@@ -66,17 +67,23 @@ class Model {
 
  private:
   Model() = default;
+  // carry_pre: null for V4; V4.1's staggered mHC (MODEL.md 11.3) passes [rows, hc], the pre of
+  // the previous sublayer on entry (collapses the attention input) and this block's FFN-site
+  // pre on return.
   void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
-                     int64_t rows, std::span<const Segment> segments, const Numerics& num, float* X) const;
+                     int64_t rows, std::span<const Segment> segments, const Numerics& num, float* X,
+                     float* carry_pre = nullptr) const;
   void forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
                       std::vector<float>* final_streams) const;
+  // pre: V4.1's collapse weights [S, hc] (the last FFN site's pre) instead of hc_head.
   void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
-                    const Numerics& num, float* logits) const;
+                    const Numerics& num, float* logits, const float* pre = nullptr) const;
 
   Config cfg_;
   std::unique_ptr<TensorStore> store_;
   Weights w_;
   std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
+  EngramTables engram_;           // V4.1 with Engram layers
 };
 
 }  // namespace deepinfer::v4

@@ -20,7 +20,9 @@ void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
   std::span<float> score = scratch.take<float>(E);
-  for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus_f(logits[e]));
+  // V4.1 divides the router logits by gate_temp (1.0 in the release: exact either way).
+  const float temp = float(cfg.gate_temp);
+  for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus_f(cfg.v41() ? logits[e] / temp : logits[e]));
   if (hash_routed) {
     std::copy_n(m.tid2eid.begin() + int64_t(token) * K, K, experts);
   } else {
@@ -40,9 +42,13 @@ void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const
     sum += score[experts[k]];
   }
   const float route_scale = float(cfg.route_scale);
+  // V4.1 renormalises only more than one expert, with 1e-20 in the denominator (its training
+  // value, not rms_norm_eps); V4's reference adds nothing.
+  const bool renorm = cfg.norm_topk_prob && (!cfg.v41() || K > 1);
+  const float den = cfg.v41() ? float(sum) + 1e-20f : float(sum);
   for (int64_t k = 0; k < K; ++k) {
     float& w = weights[k];
-    if (cfg.norm_topk_prob) w = w / float(sum);
+    if (renorm) w = w / den;
     w = w * route_scale;
   }
 }

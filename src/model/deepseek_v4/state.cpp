@@ -49,25 +49,43 @@ class RowPacker {
 
 // ---- page layout
 
+namespace {
+// Pending rows (kv and score alike) of a layer's main compressor: count and width in floats.
+// V4 ratio 4 pools overlapping pairs of groups (2*ratio rows of both halves), other ratios one
+// group; V4.1 pools one group for ratio > 1 and nothing for ratio 1.
+std::pair<int64_t, int64_t> compressor_pending(const Config& cfg, int64_t layer) {
+  const int64_t r = cfg.ratio(layer);
+  if (!cfg.owns_compressor(layer)) return {0, 0};
+  if (cfg.v41()) return r > 1 ? std::pair<int64_t, int64_t>{r, cfg.head_dim} : std::pair<int64_t, int64_t>{0, 0};
+  const int64_t coff = r == 4 ? 2 : 1;
+  return {coff * r, coff * cfg.head_dim};
+}
+// V4's lightning indexer compressor (ratio 4) keeps 8 pending rows of both halves.
+bool has_index_compressor(const Config& cfg, int64_t layer) { return !cfg.v41() && cfg.ratio(layer) == 4; }
+int64_t engram_history_floats(const Config& cfg) {
+  return cfg.v41() && !cfg.engram_layer_ids.empty() ? cfg.engram_max_ngram - 1 : 0;
+}
+}  // namespace
+
 PageLayout PageLayout::make(const Config& cfg, int64_t block_tokens) {
   if (block_tokens < 1) throw std::invalid_argument("page block size must be at least one token");
   PageLayout p;
   p.block_tokens = block_tokens;
   const int64_t n_states = cfg.n_layers + cfg.n_mtp_layers;
-  int64_t floats = 0, widest = 0;  // growing rows of a page; widest fixed row
+  int64_t floats = 0, widest = engram_history_floats(cfg);  // growing rows of a page; widest fixed row
   for (int64_t l = 0; l < n_states; ++l) {
     const int64_t r = cfg.ratio(l);
     int64_t main = -1, index = -1;
     widest = std::max(widest, cfg.head_dim);
-    if (r != 0) {
+    if (cfg.owns_compressor(l)) {
       main = floats;
       floats += ceil_div(block_tokens, r) * cfg.head_dim;
-      widest = std::max(widest, (r == 4 ? 2 : 1) * cfg.head_dim);
+      widest = std::max(widest, compressor_pending(cfg, l).second);
     }
-    if (r == 4) {
+    if (cfg.owns_index_keys(l)) {
       index = floats;
       floats += ceil_div(block_tokens, r) * cfg.index_head_dim;
-      widest = std::max(widest, 2 * cfg.index_head_dim);
+      if (has_index_compressor(cfg, l)) widest = std::max(widest, 2 * cfg.index_head_dim);
     }
     p.main_offset.push_back(main);
     p.index_offset.push_back(index);
@@ -77,19 +95,20 @@ PageLayout PageLayout::make(const Config& cfg, int64_t block_tokens) {
 
   RowPacker pack(p.page_bytes / f);
   for (int64_t l = 0; l < n_states; ++l) {
-    const int64_t r = cfg.ratio(l), coff = r == 4 ? 2 : 1;
     LayerRows rows;
     rows.ring = pack.place(cfg.window, cfg.head_dim);
-    if (r != 0) {
-      rows.main_kv = pack.place(coff * r, coff * cfg.head_dim);
-      rows.main_score = pack.place(coff * r, coff * cfg.head_dim);
+    const auto [n_pending, width] = compressor_pending(cfg, l);
+    if (n_pending > 0) {
+      rows.main_kv = pack.place(n_pending, width);
+      rows.main_score = pack.place(n_pending, width);
     }
-    if (r == 4) {
+    if (has_index_compressor(cfg, l)) {
       rows.index_kv = pack.place(2 * 4, 2 * cfg.index_head_dim);
       rows.index_score = pack.place(2 * 4, 2 * cfg.index_head_dim);
     }
     p.fixed.push_back(rows);
   }
+  if (const int64_t h = engram_history_floats(cfg)) p.engram_history = pack.place(1, h);
   p.fixed_pages = pack.pages();
   return p;
 }
@@ -153,17 +172,22 @@ int64_t PageTable::private_bytes() const {
 
 // ---- compressor state
 
-void CompressorState::init(int64_t r, int64_t w, int64_t page_offset, const FixedRows& kv, const FixedRows& score) {
+void CompressorState::init(int64_t r, int64_t c, int64_t w, int64_t page_offset, const FixedRows& kv,
+                           const FixedRows& score) {
   ratio = r;
-  coff = r == 4 ? 2 : 1;
+  coff = c;
   width = w;
   page_offset_ = page_offset;
   kv_ = kv;
   score_ = score;
 }
 
+void CompressorState::init_entries(int64_t r, int64_t w, int64_t page_offset) {
+  init(r, 1, w, page_offset, FixedRows{}, FixedRows{});
+}
+
 void CompressorState::reset() {
-  for (int64_t i = 0; i < coff * ratio; ++i) {
+  for (int64_t i = 0; i < kv_.rows; ++i) {
     std::fill_n(kv_row(i), coff * width, 0.0f);
     std::fill_n(score_row(i), coff * width, -std::numeric_limits<float>::infinity());
   }
@@ -201,10 +225,18 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
     const PageLayout::LayerRows& rows = layout.fixed[size_t(layer)];
     LayerState s;
     s.ring_ = rows.ring;
-    if (ratio != 0)
-      s.compressor.init(ratio, cfg.head_dim, layout.main_offset[size_t(layer)], rows.main_kv, rows.main_score);
-    if (ratio == 4)
-      s.index_compressor.init(4, cfg.index_head_dim, layout.index_offset[size_t(layer)], rows.index_kv, rows.index_score);
+    if (cfg.owns_compressor(layer)) {
+      // V4 ratio 4 pools overlapping halves (coff 2); every other compressor pools one group.
+      const int64_t coff = !cfg.v41() && ratio == 4 ? 2 : 1;
+      s.compressor.init(ratio, coff, cfg.head_dim, layout.main_offset[size_t(layer)], rows.main_kv, rows.main_score);
+    }
+    if (cfg.owns_index_keys(layer)) {
+      if (cfg.v41())
+        s.index_compressor.init_entries(ratio, cfg.index_head_dim, layout.index_offset[size_t(layer)]);
+      else
+        s.index_compressor.init(4, 2, cfg.index_head_dim, layout.index_offset[size_t(layer)], rows.index_kv,
+                                rows.index_score);
+    }
     return s;
   };
   SequenceState st;
@@ -212,6 +244,7 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
   for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) st.mtp_layers.push_back(layer_state(cfg.n_layers + k));
   st.pages_ = std::move(table);
   st.fixed_page_bytes_ = layout.page_bytes;
+  st.engram_history_ = layout.engram_history;
   st.bind_pages();
   st.reset();
   return st;
@@ -309,6 +342,7 @@ SequenceState SequenceState::fork_into(const SequenceState& src, std::span<const
   out.layers = src.layers;
   out.mtp_layers = src.mtp_layers;
   out.fixed_page_bytes_ = src.fixed_page_bytes_;
+  out.engram_history_ = src.engram_history_;
   out.pages_ = std::move(table);
   const size_t page_bytes = size_t(from.source().page_bytes());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -361,8 +395,18 @@ int64_t SequenceState::bytes() const {
          pages_->size() * pages_->source().page_bytes();
 }
 
+int64_t SequenceState::engram_history(int64_t k) const {
+  return int64_t(engram_history_.row(pages_->fixed_pages(), 0)[k]);
+}
+
+void SequenceState::set_engram_history(int64_t k, int64_t id) {
+  // Compressed ids are below 2^24, so a float holds them exactly.
+  engram_history_.row(pages_->fixed_pages(), 0)[k] = float(id);
+}
+
 void SequenceState::reset() {
   n_past = 0;
+  for (int64_t k = 0; k < engram_history_size(); ++k) set_engram_history(k, -1);
   for (auto* group : {&layers, &mtp_layers})
     for (auto& l : *group) {
       for (int64_t s = 0; s < l.window(); ++s) std::fill_n(l.ring_row(s), l.ring_.row_floats, 0.0f);

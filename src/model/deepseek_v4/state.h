@@ -54,12 +54,18 @@ struct FixedRows {
 // Fixed part: fixed_pages pages holding, in this order, for every layer (backbone layers,
 // then MTP layers):
 //   ring          window rows of head_dim floats (position p in row p % window)
-//   main kv       coff*ratio rows of coff*head_dim floats     ratio != 0 (coff: 2 for ratio 4,
-//   main score    the same                                     else 1)
-//   index kv      8 rows of 2*index_head_dim floats            ratio 4
-//   index score   the same
-// packed row after row from float 0 of fixed page 0; a row that does not fit in what is left
+//   main kv       coff*ratio rows of coff*head_dim floats     V4: ratio != 0 (coff: 2 for
+//   main score    the same                                     ratio 4, else 1); V4.1: KV
+//                                                              sources with ratio > 1 (coff 1)
+//   index kv      8 rows of 2*index_head_dim floats            V4 ratio 4 (V4.1 index keys
+//   index score   the same                                     have no pending rows)
+// then, once per sequence, the Engram history (V4.1 with Engram layers): one row of
+// engram_max_ngram - 1 floats, the compressed ids of the last tokens (newest first).
+// Packed row after row from float 0 of fixed page 0; a row that does not fit in what is left
 // of a page starts the next one (the tail stays unused), so no row straddles two pages.
+//
+// V4.1 (MODEL.md 11.8): only the KV sources own compressed entries and index keys (growing
+// rows as above, with their ratio); the layers that read them hold a window ring only.
 //
 // Page size: the growing rows of T tokens, but at least the largest fixed row (so every row
 // fits in a page; only a model without compressed layers or a tiny T gets the larger size),
@@ -74,9 +80,10 @@ struct PageLayout {
   // Growing part, per layer state (backbone layers, then MTP layers), in floats from the page
   // start; -1 where the layer has no such compressor.
   std::vector<int64_t> main_offset, index_offset;
-  // Fixed part, per layer state.
+  // Fixed part, per layer state, then the per-sequence rows.
   int64_t fixed_pages = 0;
   std::vector<LayerRows> fixed;
+  FixedRows engram_history;  // rows == 0 without Engram
 
   // Throws std::invalid_argument for block_tokens < 1.
   static PageLayout make(const Config& cfg, int64_t block_tokens);
@@ -130,7 +137,8 @@ struct CompressorState {
 
   // Rows of projections waiting to be pooled, coff*ratio rows of coff*width floats each, in
   // the fixed pages. ratio 4 (coff 2): rows 0..3 hold the previous complete group, rows 4..7
-  // the current one. other ratios (coff 1): rows 0..ratio-1 hold the current group.
+  // the current one. other ratios (coff 1): rows 0..ratio-1 hold the current group. None
+  // for a V4.1 ratio-1 compressor and for V4.1 index keys (an entry per group, no pooling).
   float* kv_row(int64_t i) { return kv_.row(pages_->fixed_pages(), i); }
   float* score_row(int64_t i) { return score_.row(pages_->fixed_pages(), i); }
   const float* kv_row(int64_t i) const { return kv_.row(pages_->fixed_pages(), i); }
@@ -138,9 +146,13 @@ struct CompressorState {
 
   // page_offset (floats) is where this compressor's entries start in every token page; kv
   // and score, where its pending rows sit in the fixed pages.
-  void init(int64_t ratio, int64_t width, int64_t page_offset, const FixedRows& kv, const FixedRows& score);
+  void init(int64_t ratio, int64_t coff, int64_t width, int64_t page_offset, const FixedRows& kv,
+            const FixedRows& score);
   // kv = 0, score = -inf, no entries.
   void reset();
+  // Entries only: an entry store without pending rows (V4.1 ratio-1 compressor, index keys).
+  void init_entries(int64_t ratio, int64_t width, int64_t page_offset);
+  bool has_pending_rows() const { return kv_.rows > 0; }
   // Emitted entries [n_entries, width], finished (normed, roped, QDQ'd), in pages.
   int64_t n_entries() const { return n_entries_; }
   const float* entry(int64_t w) const {
@@ -160,8 +172,8 @@ struct CompressorState {
 };
 
 struct LayerState {
-  CompressorState compressor;        // main KV compressor (ratio != 0)
-  CompressorState index_compressor;  // lightning indexer keys (ratio 4)
+  CompressorState compressor;        // main KV compressor (V4: ratio != 0; V4.1: KV sources)
+  CompressorState index_compressor;  // indexer keys (V4: ratio 4; V4.1: KV sources, no pooling)
 
   // Window ring: row `slot` [head_dim] of the ring's rows (position p lives in slot p % window).
   // A row lookup costs a division; the attention resolves the rows it reads once per step.
@@ -181,6 +193,12 @@ struct SequenceState {
   int64_t n_past = 0;  // tokens already processed = position of the next token
   std::vector<LayerState> layers;
   std::vector<LayerState> mtp_layers;
+
+  // V4.1 Engram: the compressed ids of the tokens before position n_past, newest first
+  // (engram_max_ngram - 1 of them; a position before the sequence start holds -1).
+  int64_t engram_history_size() const { return engram_history_.rows ? engram_history_.row_floats : 0; }
+  int64_t engram_history(int64_t k) const;
+  void set_engram_history(int64_t k, int64_t id);
 
   // A standalone sequence (CLI, tests): fixed pages and pages of block_tokens tokens from a
   // private source that grows with the context.
@@ -234,6 +252,7 @@ struct SequenceState {
   void bind_pages();  // points every layer and compressor at pages_
   std::unique_ptr<PageTable> pages_;
   int64_t fixed_page_bytes_ = 0;  // layout.page_bytes: every fixed row lies in a page's first bytes
+  FixedRows engram_history_;
 };
 
 }  // namespace deepinfer::v4

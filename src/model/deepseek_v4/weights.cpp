@@ -164,6 +164,55 @@ class Binder {
     return c;
   }
 
+  // V4.1 KV source compressor: ratio > 1 pools with fp32 wkv / wgate, ratio 1 is a bf16 wkv.
+  CompressorWeights compressor_v41(const std::string& p, int64_t ratio) const {
+    CompressorWeights c;
+    c.ratio = ratio;
+    c.coff = 1;
+    c.width = cfg_.head_dim;
+    c.wkv = plain_matrix(p + "wkv.weight", c.width, cfg_.dim);
+    if (ratio > 1) c.wgate = plain_matrix(p + "wgate.weight", c.width, cfg_.dim);
+    c.norm = vec(p + "norm.weight", c.width);
+    return c;
+  }
+
+  // V4.1 attention extras (MODEL.md 4.2): the compressor and index-key projection of a KV
+  // source, the indexer query side of an index source.
+  void attention_v41(const std::string& ap, int64_t layer, AttentionWeights& a) const {
+    const Config& c = cfg_;
+    if (c.owns_compressor(layer)) {
+      a.has_compressor = true;
+      a.compressor = compressor_v41(ap + "compressor.", c.ratio(layer));
+      a.has_index_keys = true;
+      a.indexer_wk = plain_matrix(ap + "indexer.wk.weight", c.index_head_dim, c.head_dim);
+      a.indexer_k_norm = vec(ap + "indexer.k_norm.weight", c.index_head_dim);
+    }
+    if (c.is_index_source(layer)) {
+      a.has_indexer = true;
+      a.indexer_wq_b = matrix(ap + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+      a.indexer_weights_proj = plain_matrix(ap + "indexer.weights_proj.weight", c.index_n_heads, c.dim);
+    }
+  }
+
+  EngramWeights engram(const std::string& p, int64_t rows) const {
+    const Config& c = cfg_;
+    EngramWeights e;
+    e.rows = rows;
+    e.head_dim = c.engram_head_dim;
+    const TensorView& t = tensor(p + "embed.weight");
+    if (t.dtype != DType::F8_E4M3) mismatch(t, "F8_E4M3 [" + std::to_string(rows) + ", " + std::to_string(e.head_dim) + "]");
+    expect_shape(t, {rows, e.head_dim}, "F8_E4M3");
+    const TensorView& s = scale(p + "embed.scale", {rows, e.head_dim / 32});
+    e.table = t.data;
+    e.table_scale = s.data;
+    const int64_t n_cols = (c.engram_max_ngram - 1) * c.engram_n_heads;
+    e.wkv = matrix(p + "wkv.weight", (c.hc_mult + 1) * c.dim, n_cols * e.head_dim);
+    const std::vector<float> q = table(p + "q_weight", c.hc_mult, c.dim), k = table(p + "k_weight", c.hc_mult, c.dim);
+    e.qk.resize(q.size());
+    for (size_t i = 0; i < q.size(); ++i) e.qk[i] = q[i] * k[i];
+    return e;
+  }
+
   ExpertWeights expert(const std::string& p, int64_t inter) const {
     ExpertWeights e;
     e.w1 = matrix(p + "w1.weight", inter, cfg_.dim);
@@ -172,10 +221,11 @@ class Binder {
     return e;
   }
 
-  LayerWeights layer(const std::string& p, int64_t ratio, bool hash_routed) const {
+  LayerWeights layer(const std::string& p, int64_t id, int64_t ratio, bool hash_routed) const {
     const Config& c = cfg_;
     const int64_t n_mix = (2 + c.hc_mult) * c.hc_mult;
     LayerWeights L;
+    L.id = id;
     L.ratio = ratio;
     L.hash_routed = hash_routed;
     L.hc_attn = hc(p + "hc_attn", n_mix, 3);
@@ -193,11 +243,13 @@ class Binder {
     a.wo_a = matrix(ap + "wo_a.weight", c.o_groups * c.o_lora_rank, c.n_heads * c.head_dim / c.o_groups);
     a.wo_b = matrix(ap + "wo_b.weight", c.dim, c.o_groups * c.o_lora_rank);
     a.sink = vec(ap + "attn_sink", c.n_heads);
-    if (ratio != 0) {
+    if (c.v41()) {
+      attention_v41(ap, id, a);
+    } else if (ratio != 0) {
       a.has_compressor = true;
       a.compressor = compressor(ap + "compressor.", ratio, c.head_dim);
     }
-    if (ratio == 4) {
+    if (!c.v41() && ratio == 4) {
       a.has_indexer = true;
       a.indexer_wq_b = matrix(ap + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
       a.indexer_weights_proj = plain_matrix(ap + "indexer.weights_proj.weight", c.index_n_heads, c.dim);
@@ -211,11 +263,16 @@ class Binder {
       m.tid2eid = id_table(fp + "gate.tid2eid", c.vocab_size, c.n_activated_experts, c.n_routed_experts);
     else
       m.bias = vec(fp + "gate.bias", c.n_routed_experts);
+    if (c.v41() && store_.find(fp + "gate.bias_vl")) m.bias_vl = vec(fp + "gate.bias_vl", c.n_routed_experts);
     m.experts.reserve(c.n_routed_experts);
     for (int64_t e = 0; e < c.n_routed_experts; ++e)
       m.experts.push_back(expert(fp + "experts." + std::to_string(e) + ".", c.moe_inter_dim));
     m.has_shared = c.n_shared_experts > 0;
     if (m.has_shared) m.shared = expert(fp + "shared_experts.", c.moe_inter_dim * c.n_shared_experts);
+    if (const int64_t e = id < c.n_layers ? c.engram_index(id) : -1; e >= 0) {
+      L.has_engram = true;
+      L.engram = engram(p + "engram.", c.engram_num_embeddings[size_t(e)]);
+    }
     return L;
   }
 
@@ -233,9 +290,10 @@ Weights bind_weights(const Config& c, const TensorStore& store) {
   w.embed = b.plain_matrix("embed.weight", c.vocab_size, c.dim);
   w.head = b.plain_matrix("head.weight", c.vocab_size, c.dim);
   w.norm = b.vec("norm.weight", c.dim);
-  w.hc_head = b.hc("hc_head", c.hc_mult, 1);
+  if (!c.v41()) w.hc_head = b.hc("hc_head", c.hc_mult, 1);
   for (int64_t l = 0; l < c.n_layers; ++l)
-    w.layers.push_back(b.layer("layers." + std::to_string(l) + ".", c.ratio(l), l < c.n_hash_layers));
+    w.layers.push_back(b.layer("layers." + std::to_string(l) + ".", l, c.ratio(l), l < c.n_hash_layers));
+  if (c.v41()) return w;  // DSpark stages (mtp.*) and vision tensors stay unbound
   for (int64_t k = 0; k < c.n_mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     if (!store.find(p + "e_proj.weight")) {
@@ -244,7 +302,7 @@ Weights bind_weights(const Config& c, const TensorStore& store) {
                       std::to_string(k) + "; DSpark stages are not supported yet)");
     }
     MtpWeights m;
-    m.block = b.layer(p, c.ratio(c.n_layers + k), false);
+    m.block = b.layer(p, c.n_layers + k, c.ratio(c.n_layers + k), false);
     m.e_proj = b.matrix(p + "e_proj.weight", c.dim, c.dim);
     m.h_proj = b.matrix(p + "h_proj.weight", c.dim, c.dim);
     m.enorm = b.vec(p + "enorm.weight", c.dim);
@@ -268,21 +326,25 @@ namespace {
 template <typename F>
 void for_active_matrices(const Config& c, const Weights& w, F f) {
   f(w.head, 1.0);
-  f(w.hc_head.fn, 1.0);
+  if (w.hc_head.fn.valid()) f(w.hc_head.fn, 1.0);
   for (const LayerWeights& L : w.layers) {
     for (const WeightMatrix* m : {&L.hc_attn.fn, &L.hc_ffn.fn, &L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a,
                                   &L.attn.wo_b, &L.ffn.gate})
       f(*m, 1.0);
     if (L.attn.has_compressor) {
       f(L.attn.compressor.wkv, 1.0);
-      f(L.attn.compressor.wgate, 1.0);
+      if (L.attn.compressor.wgate.valid()) f(L.attn.compressor.wgate, 1.0);
     }
     if (L.attn.has_indexer) {
       f(L.attn.indexer_wq_b, 1.0);
       f(L.attn.indexer_weights_proj, 1.0);
-      f(L.attn.indexer_compressor.wkv, 1.0);
-      f(L.attn.indexer_compressor.wgate, 1.0);
+      if (L.attn.indexer_compressor.wkv.valid()) {
+        f(L.attn.indexer_compressor.wkv, 1.0);
+        f(L.attn.indexer_compressor.wgate, 1.0);
+      }
     }
+    if (L.attn.has_index_keys) f(L.attn.indexer_wk, 1.0 / double(L.ratio));  // one key per entry
+    if (L.has_engram) f(L.engram.wkv, 1.0);
     const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
     for (const ExpertWeights& e : L.ffn.experts)
       for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) f(*m, share);
@@ -295,6 +357,10 @@ void for_active_matrices(const Config& c, const Weights& w, F f) {
 
 int64_t active_weight_bytes_per_token(const Config& c, const Weights& w) {
   double bytes = double(matrix_bytes(w.embed)) / double(c.vocab_size);
+  // Engram: each token reads n_cols table rows (codes and their per-32 scales) per layer.
+  for (const LayerWeights& L : w.layers)
+    if (L.has_engram)
+      bytes += double((c.engram_max_ngram - 1) * c.engram_n_heads * (L.engram.head_dim + L.engram.head_dim / 32));
   for_active_matrices(c, w, [&](const WeightMatrix& m, double share) { bytes += share * double(matrix_bytes(m)); });
   return int64_t(bytes);
 }

@@ -22,10 +22,11 @@ struct HcWeights {
 
 // Gated pooling compressor of a ratio-r layer (main KV, width head_dim) or of the
 // lightning indexer (width index_head_dim). coff = 2 for the overlapping ratio-4 kind.
+// V4.1 (KV sources only): coff 1, no ape; ratio 1 has no wgate (wkv is a bf16 product).
 struct CompressorWeights {
   int64_t ratio = 0, coff = 1, width = 0;
   WeightMatrix wkv, wgate;  // [coff*width, dim], bf16 on disk, used as fp32
-  std::vector<float> ape;   // [ratio, coff*width], added to the scores only
+  std::vector<float> ape;   // [ratio, coff*width], added to the scores only (V4)
   std::vector<float> norm;  // [width]
 };
 
@@ -34,9 +35,22 @@ struct AttentionWeights {
   std::vector<float> q_norm, kv_norm, sink;
   bool has_compressor = false;
   CompressorWeights compressor;
-  bool has_indexer = false;  // ratio-4 layers
+  bool has_indexer = false;  // V4: ratio-4 layers; V4.1: index sources
   WeightMatrix indexer_wq_b, indexer_weights_proj;
-  CompressorWeights indexer_compressor;
+  CompressorWeights indexer_compressor;  // V4
+  // V4.1 KV sources: index keys k_norm(wk(latent)) [index_head_dim, head_dim], bf16.
+  bool has_index_keys = false;
+  WeightMatrix indexer_wk;
+  std::vector<float> indexer_k_norm;
+};
+
+// V4.1 Engram (MODEL.md 11.6): the n-gram table and the gated update of the hc streams.
+struct EngramWeights {
+  int64_t rows = 0, head_dim = 0;
+  const uint8_t* table = nullptr;        // e4m3 [rows, head_dim]
+  const uint8_t* table_scale = nullptr;  // ue8m0 [rows, head_dim / 32]
+  WeightMatrix wkv;                      // [(hc + 1) * dim, n_cols * head_dim]: hc keys, one value
+  std::vector<float> qk;                 // [hc, dim]: fp32(q_weight) * fp32(k_weight), the only use of both
 };
 
 struct ExpertWeights {
@@ -46,6 +60,7 @@ struct ExpertWeights {
 struct MoeWeights {
   WeightMatrix gate;            // [n_experts, dim], fp32 GEMM
   std::vector<float> bias;      // [n_experts], selection only (non-hash layers)
+  std::vector<float> bias_vl;   // V4.1: the bias of image tokens (checked, unused: text only)
   std::vector<int32_t> tid2eid; // [vocab, top-k], hash layers
   std::vector<ExpertWeights> experts;
   bool has_shared = false;
@@ -53,8 +68,11 @@ struct MoeWeights {
 };
 
 struct LayerWeights {
+  int64_t id = 0;  // layer index (backbone), n_layers + k for MTP stage k
   int64_t ratio = 0;
   bool hash_routed = false;
+  bool has_engram = false;  // V4.1
+  EngramWeights engram;
   HcWeights hc_attn, hc_ffn;
   std::vector<float> attn_norm, ffn_norm;
   AttentionWeights attn;
@@ -72,7 +90,7 @@ struct Weights {
   WeightMatrix embed;  // [vocab, dim] bf16
   WeightMatrix head;   // [vocab, dim], fp32 GEMM
   std::vector<float> norm;
-  HcWeights hc_head;
+  HcWeights hc_head;   // V4 (V4.1 collapses with the last sublayer's pre instead)
   std::vector<LayerWeights> layers;
   std::vector<MtpWeights> mtp;
   // Storage of the BF16 matrices' row_check memos (see WeightMatrix), one byte per row.
@@ -80,7 +98,8 @@ struct Weights {
 };
 
 // Checks and binds every tensor; throws LoadError with one line naming the file, the tensor,
-// what was expected and what was found.
+// what was expected and what was found. V4.1's DSpark stages (mtp.*) and vision tensors are
+// recognised and left unbound (drafting and images are not run here).
 Weights bind_weights(const Config& cfg, const TensorStore& store);
 
 }  // namespace deepinfer::v4
