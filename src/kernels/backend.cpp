@@ -1,6 +1,7 @@
 #include "kernels/backend.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -35,6 +36,29 @@ void Backend::linear_many(const LinearJob* jobs, size_t n) const {
     else
       linear_f32(j.x, j.M, *j.W, j.y);
   }
+}
+
+void Backend::linear_f32_exact(const float* x, int64_t M, const WeightMatrix& W, float* y) const {
+  // linear_f32_ref's arithmetic (in-order double sums), its output columns split over the pool.
+  struct Job {
+    const float* x;
+    int64_t M;
+    const WeightMatrix* W;
+    float* y;
+  } job{x, M, &W, y};
+  parallel_for(pool(), W.rows, 4, [&job](int64_t n0, int64_t n1, int) {
+    const int64_t N = job.W->rows, K = job.W->cols;
+    std::vector<float> row{};
+    row.resize(size_t(K));
+    for (int64_t n = n0; n < n1; ++n) {
+      weight_decode_row(*job.W, n, row.data());
+      for (int64_t m = 0; m < job.M; ++m) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < K; ++k) acc += double(job.x[m * K + k]) * double(row[size_t(k)]);
+        job.y[m * N + n] = float(acc);
+      }
+    }
+  });
 }
 
 void Backend::sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,

@@ -35,6 +35,12 @@ class Backend {
 
   // y[M, W.rows] = x[M, W.cols] . W^T, exact decoded weights (see linear_f32_ref).
   virtual void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const = 0;
+  // The same product with every dot accumulated in double and rounded once (the products of
+  // fp32 values are exact there), as linear_f32_ref: the canonical rule for the fp32 GEMMs
+  // whose outputs later sit near rounding boundaries (the mHC mixer: its coefficients feed
+  // bf16 roundings that FP4 QDQ amplifies). The ref backend is linear_f32_ref; the fast one
+  // sums in another order in double (equal to the last fp32 bit except on rare exact ties).
+  virtual void linear_f32_exact(const float* x, int64_t M, const WeightMatrix& W, float* y) const;
   // The reference's act-quant + block-scaled FP8/FP4 GEMM (see linear_act_quant_ref). The ref
   // backend combines the K blocks as `sum` says; the fast ones always sum them in fp32.
   virtual void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,

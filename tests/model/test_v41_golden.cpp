@@ -118,20 +118,27 @@ TEST(V41Golden, DecodeAndChunksEqualPrefillBitForBit) {
   }
 }
 
-// The fast CPU kernels accumulate in fp32: within reassociation noise of the referee, and
-// their own decode agrees with their own prefill to the same noise.
+// The fast CPU kernels (the default) accumulate in fp32: on the short sequences every row
+// within 1e-5 of the logit std of the official code (the mHC mixer's product is exact, so no
+// bf16 rounding upstream of an FP4 QDQ flips), on seq300 inside the README's spread; their own
+// decode agrees with their own prefill to reassociation noise.
 TEST(V41Golden, CpuKernelsStayWithinTheSpread) {
   const Model& m = v41_model();
   const int64_t V = m.config().vocab_size;
   ThreadPool pool(2);
   auto cpu = kernels::make_cpu_backend(&pool);
-  for (std::string seq : {"seq40", "seq300"}) {
+  for (std::string seq : {"seq1", "seq7", "seq40", "seq300"}) {
     auto tokens = golden::sequence(kSet, seq);
     auto got = logits_of(m, tokens, NumericsMode::Reference, 0, cpu.get());
     auto want = golden::raw<float>(golden::dir(kSet) + "/reference/" + seq + ".prefill.f32");
     auto s = golden::compare(got, want, V);
-    EXPECT_LE(median_of(s.rel), seq == "seq300" ? 3e-3 : 1e-3) << seq;
-    EXPECT_LE(*std::max_element(s.rel.begin(), s.rel.end()), 3e-2) << seq;
+    const double worst = *std::max_element(s.rel.begin(), s.rel.end());
+    if (seq == "seq300") {
+      EXPECT_LE(median_of(s.rel), 3e-3) << seq;
+      EXPECT_LE(worst, 3e-2) << seq;
+    } else {
+      EXPECT_LE(worst, 1e-5) << seq;
+    }
   }
   auto tokens = golden::sequence(kSet, "seq300");
   tokens.resize(100);

@@ -165,6 +165,36 @@ struct IndexJob {
   }
 };
 
+// One linear_f32_exact call, captured by one reference (keeps std::function off the heap).
+struct ExactJob {
+  const cpu::IsaKernels* k;
+  const float* x;
+  int64_t M;
+  const WeightMatrix* W;
+  float* y;
+  void operator()(int64_t n0, int64_t n1) const {
+    thread_local std::vector<float> row;  // grow-only per thread
+    const int64_t N = W->rows, K = W->cols;
+    row.resize(size_t(K));
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* w = row.data();
+      if (W->format == WeightFormat::F32 && reinterpret_cast<uintptr_t>(W->data) % alignof(float) == 0)
+        w = reinterpret_cast<const float*>(W->data) + n * K;  // already fp32: read in place
+      else
+        weight_decode_row(*W, n, row.data());
+      for (int64_t m = 0; m < M; ++m) {
+        double acc = 0.0;
+        if (k->dot_f64) {
+          acc = k->dot_f64(x + m * K, w, K);
+        } else {
+          for (int64_t i = 0; i < K; ++i) acc += double(x[m * K + i]) * double(w[i]);
+        }
+        y[m * N + n] = float(acc);
+      }
+    }
+  }
+};
+
 // What a parallel region needs, captured by one reference (keeps std::function off the heap).
 struct PrepJob {
   const cpu::IsaKernels* k;
@@ -208,6 +238,13 @@ class SimdBackend final : public Backend {
   void linear_f32(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
     if (!supported(W)) return scalar_.linear_f32(x, M, W, y);
     run(x, M, W, 0, y);
+  }
+
+  // Double dots through the ISA kernel, output columns over the pool; each thread decodes a
+  // weight row once into its own grow-only buffer (no allocation once warm).
+  void linear_f32_exact(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
+    const ExactJob job{&k_, x, M, &W, y};
+    parallel_for(pool_, W.rows, 1, [&job](int64_t n0, int64_t n1, int) { job(n0, n1); });
   }
 
   void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,

@@ -94,6 +94,9 @@ struct IsaKernels {
   // Null, or hc_collapse_ref bit for bit.
   void (*hc_collapse)(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16,
                       float* out) = nullptr;
+  // Null, or sum_i a[i] * b[i] in double over n floats (products exact in double), several
+  // accumulators in vector lanes: linear_f32_exact's dot, up to double summation order.
+  double (*dot_f64)(const float* a, const float* b, int64_t n) = nullptr;
   // Null, or swiglu_ref with exp in vectors (within one unit in the last place of it).
   void (*swiglu)(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                  float* out) = nullptr;

@@ -451,6 +451,25 @@ void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* con
   }
 }
 
+// sum a[i] * b[i] in double: 4 lanes x 4 accumulators of exact products, then the lanes and
+// a scalar tail.
+double dot_f64(const float* a, const float* b, int64_t n) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int u = 0; u < 4; ++u) {
+      const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(a + i + 4 * u));
+      const __m256d y = _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * u));
+      acc[u] = _mm256_fmadd_pd(x, y, acc[u]);
+    }
+  const __m256d sum = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, sum);
+  double total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) total += double(a[i]) * double(b[i]);
+  return total;
+}
+
 constexpr IsaKernels kKernels = {
     .name = "avx2",
     .bf16 = false,
@@ -468,6 +487,7 @@ constexpr IsaKernels kKernels = {
     .scratch_bytes = scratch_bytes,
     .rows = rows,
     .index_dots = index_dots,
+    .dot_f64 = dot_f64,
 };
 
 }  // namespace

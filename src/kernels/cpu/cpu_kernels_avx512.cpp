@@ -1260,6 +1260,24 @@ void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t 
   }
 }
 
+// sum a[i] * b[i] in double: 8 lanes x 4 accumulators of exact products (fp32 x fp32 fits a
+// double), then the lanes and a scalar tail.
+double dot_f64(const float* a, const float* b, int64_t n) {
+  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int u = 0; u < 4; ++u) {
+      const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(a + i + 8 * u));
+      const __m512d y = _mm512_cvtps_pd(_mm256_loadu_ps(b + i + 8 * u));
+      acc[u] = _mm512_fmadd_pd(x, y, acc[u]);
+    }
+  for (; i + 8 <= n; i += 8)
+    acc[0] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i)), _mm512_cvtps_pd(_mm256_loadu_ps(b + i)), acc[0]);
+  double total = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
+  for (; i < n; ++i) total += double(a[i]) * double(b[i]);
+  return total;
+}
+
 constexpr IsaKernels kKernels = {
     .name = "avx512",
     .bf16 = true,
@@ -1281,6 +1299,7 @@ constexpr IsaKernels kKernels = {
     .index_combine = index_combine,
     .hc_expand = hc_expand,
     .hc_collapse = hc_collapse,
+    .dot_f64 = dot_f64,
     .swiglu = swiglu,
 };
 

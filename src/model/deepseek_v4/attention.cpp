@@ -40,14 +40,20 @@ void prefetch_next(const Numerics& num, std::initializer_list<const WeightMatrix
 void run_products(const Config& cfg, const Numerics& num, const LayerProduct* products, size_t n) {
   ScratchArena::Scope scope(step_scratch());
   std::span<kernels::LinearJob> jobs = step_scratch().take<kernels::LinearJob>(int64_t(n));
+  size_t n_jobs = 0;
   for (size_t i = 0; i < n; ++i) {
     const LayerProduct& p = products[i];
+    if (p.kind == LayerProduct::kFp32Exact && num.reference()) {
+      num.backend->linear_f32_exact(p.x, p.M, *p.W, p.y);
+      continue;
+    }
     const bool act_quant = p.kind == LayerProduct::kQuantized && num.reference() && p.W->is_quantized();
-    jobs[i] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y, block_sum(cfg)};
+    jobs[n_jobs++] = kernels::LinearJob{p.x, p.M, p.W, act_quant ? cfg.act_block() : 0, p.y, block_sum(cfg)};
   }
-  num.backend->linear_many(jobs.data(), n);
+  num.backend->linear_many(jobs.data(), n_jobs);
   for (size_t i = 0; i < n; ++i)
-    if (products[i].kind != LayerProduct::kFp32) num.bf16(products[i].y, products[i].M * products[i].W->rows);
+    if (products[i].kind == LayerProduct::kQuantized || products[i].kind == LayerProduct::kBf16)
+      num.bf16(products[i].y, products[i].M * products[i].W->rows);
 }
 
 namespace {
@@ -195,8 +201,9 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   batch.add(a, S, w.wkv, kv.data(), LayerProduct::kQuantized);
   if (w.has_compressor) {
     // V4.1 ratio 1 has no pooling: its wkv is a bf16 product (no fp32 promotion, no gate).
-    batch.add(a, S, cw.wkv, ckv.data(), cw.wgate.valid() ? LayerProduct::kFp32 : LayerProduct::kBf16);
-    if (cw.wgate.valid()) batch.add(a, S, cw.wgate, csc.data(), LayerProduct::kFp32);
+    const LayerProduct::Kind pooled = cfg.v41() ? LayerProduct::kFp32Exact : LayerProduct::kFp32;
+    batch.add(a, S, cw.wkv, ckv.data(), cw.wgate.valid() ? pooled : LayerProduct::kBf16);
+    if (cw.wgate.valid()) batch.add(a, S, cw.wgate, csc.data(), pooled);
   }
   if (w.has_indexer) {
     if (icn > 0) {

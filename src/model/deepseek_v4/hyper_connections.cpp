@@ -10,10 +10,16 @@
 namespace deepinfer::v4 {
 
 // mix[rows, n_mix] = (x . fn^T) * rsqrt(mean(x^2) + eps): the reference scales after the product.
+// Reference numerics take the product with double dots (the canonical fp32 GEMM): a last-bit
+// change of a coefficient can flip a bf16 rounding of the collapsed stream, which the FP4
+// QDQ of V4.1's compressed entries and index keys then turns into a visible difference.
 static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t width, float eps, const Numerics& num,
                        float* mix) {
   const int64_t n_mix = w.fn.rows;
-  num.backend->linear_f32(X, rows, w.fn, mix);
+  if (num.reference())
+    num.backend->linear_f32_exact(X, rows, w.fn, mix);
+  else
+    num.backend->linear_f32(X, rows, w.fn, mix);
   for (int64_t t = 0; t < rows; ++t) {
     const float* x = X + t * width;
     double ss = 0.0;

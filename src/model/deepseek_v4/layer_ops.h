@@ -29,8 +29,11 @@ void linear_quantized(const Config& cfg, const Numerics& num, const float* x, in
 //   kQuantized  linear_quantized (act-quant block GEMM in reference numerics), bf16 output
 //   kBf16       the reference's bf16 GEMMs: exact product, bf16 output
 //   kFp32       the reference's fp32 GEMMs (compressor projections): exact product, fp32 output
+//   kFp32Exact  kFp32 taken with double dots in reference numerics whatever the kernels
+//               (Backend::linear_f32_exact): V4.1's pooled compressor inputs, whose last bits
+//               decide bf16 roundings ahead of the FP4 QDQ of the compressed entries
 struct LayerProduct {
-  enum Kind { kQuantized, kBf16, kFp32 };
+  enum Kind { kQuantized, kBf16, kFp32, kFp32Exact };
   const float* x;
   int64_t M;
   const WeightMatrix* W;
