@@ -88,9 +88,18 @@ TEST(ThreadPool, PrefetchHintIsTakenByTheIdleWorker) {
   ThreadPool pool(2);
   std::vector<char> buf(size_t(3) << 20);
   const ThreadPool::MemRange big[] = {{buf.data(), buf.size()}, {buf.data() + 7, 100}, {nullptr, 64}};
-  pool.prefetch_hint(big, 3);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (pool.hint_chunks_left() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  // A hint is for a worker spinning between the regions of a step; one that has gone to
+  // sleep is not woken for it. So wake the worker with a region, then hint; retried, because
+  // a loaded machine can keep the worker off a core until it falls asleep (the test then saw
+  // 770 chunks never taken). The deadline only bounds a hang.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  do {
+    pool.run_balanced(2, 1, 1, [](int64_t, int64_t, int) {});
+    pool.prefetch_hint(big, 3);
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (pool.hint_chunks_left() > 0 && Clock::now() < until) std::this_thread::yield();
+  } while (pool.hint_chunks_left() > 0 && Clock::now() < deadline);
   EXPECT_EQ(pool.hint_chunks_left(), 0u);
   // Replaced mid-way, with addresses that are not mapped, while regions run.
   const ThreadPool::MemRange odd[] = {{reinterpret_cast<const void*>(uintptr_t(4096)), size_t(1) << 20},
