@@ -17,14 +17,20 @@ StateOp state_op(StateOp::Kind kind, uint64_t seq, uint64_t snap) {
 }
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerOptions& options, const kv::KvSpec& spec, int64_t n_blocks)
-    : opt_(options), kv_(spec, n_blocks), cache_(options.prefix_cache_entries) {
-  if (opt_.max_running < 1) throw std::invalid_argument("max_running must be >= 1");
-  if (opt_.max_batch_tokens <= opt_.max_running)
-    throw std::invalid_argument("max_batch_tokens (" + std::to_string(opt_.max_batch_tokens) +
-                                ") must exceed max_running (" + std::to_string(opt_.max_running) +
+namespace {
+// Checked before any member is built, so a bad option throws without unwinding the KV tables.
+const SchedulerOptions& checked(const SchedulerOptions& o) {
+  if (o.max_running < 1) throw std::invalid_argument("max_running must be >= 1");
+  if (o.max_batch_tokens <= o.max_running)
+    throw std::invalid_argument("max_batch_tokens (" + std::to_string(o.max_batch_tokens) +
+                                ") must exceed max_running (" + std::to_string(o.max_running) +
                                 ") so that prefill chunks progress while every decoder runs");
+  return o;
 }
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options, const kv::KvSpec& spec, int64_t n_blocks)
+    : opt_(checked(options)), kv_(spec, n_blocks), cache_(options.prefix_cache_entries) {}
 
 void Scheduler::add(Request* r) {
   r->phase = Phase::kWaiting;
