@@ -251,17 +251,10 @@ TEST(EngineModel, ForkedSnapshotServesConcurrentRequests) {
   }
 }
 
-// Prompt checkpoints on the real model: a prompt that shares only the first 150 tokens of an
-// earlier one resumes from its checkpoint at 128 (a block edge: pages shared, fixed part
-// copied), and one that shares 97 tokens from the cache point there (a partly filled page
-// copied too). Each gets the tokens and logits it gets cold (bit for bit with the referee
-// kernels, whose results do not depend on chunking).
-void checkpoints_and_cold(const char* nm, const char* kn, float tol, const char* set = "tiny-v4-c") {
-  ModelCore warm(256, 8, 400, 16, nm, kn, set, 64);
-  const std::vector<int32_t> first = prompt(200, 21);
-  warm.submit(first, greedy(3), {97});
-  warm.run();
-  EXPECT_EQ(warm.core->stats().prefix_cache_checkpoints, 4u);  // 64, 97, 128, 192
+// Prompts sharing 150 and 97 tokens with `first` (then other tokens) on `warm`: they hit at
+// 128 (a granularity checkpoint) and 97 (the cache point) and get the cold tokens and logits.
+void diverging_prompts_match_cold(ModelCore& warm, const std::vector<int32_t>& first, const char* nm, const char* kn,
+                                  float tol, const char* set) {
   for (const int64_t shared : {150, 97}) {
     std::vector<int32_t> p(first.begin(), first.begin() + shared);
     for (int k = 0; k < 21; ++k) p.push_back(int32_t(300 + 11 * k));
@@ -274,6 +267,20 @@ void checkpoints_and_cold(const char* nm, const char* kn, float tol, const char*
     EXPECT_EQ(warm.sinks[w]->tokens(), cold.sinks[c]->tokens()) << shared;
     EXPECT_LE(max_abs_diff(warm.rows[w], cold.rows[c]), tol) << shared;
   }
+}
+
+// Prompt checkpoints on the real model: a prompt that shares only the first 150 tokens of an
+// earlier one resumes from its checkpoint at 128 (a block edge: pages shared, fixed part
+// copied), and one that shares 97 tokens from the cache point there (a partly filled page
+// copied too). Each gets the tokens and logits it gets cold (bit for bit with the referee
+// kernels, whose results do not depend on chunking).
+void checkpoints_and_cold(const char* nm, const char* kn, float tol, const char* set = "tiny-v4-c") {
+  ModelCore warm(256, 8, 400, 16, nm, kn, set, 64);
+  const std::vector<int32_t> first = prompt(200, 21);
+  warm.submit(first, greedy(3), {97});
+  warm.run();
+  EXPECT_EQ(warm.core->stats().prefix_cache_checkpoints, 4u);  // 64, 97, 128, 192
+  diverging_prompts_match_cold(warm, first, nm, kn, tol, set);
 }
 
 TEST(EngineModel, PromptCheckpointsServeDivergingPrompts) {
@@ -305,18 +312,7 @@ void disk_restart_and_cold(const char* nm, const char* kn, float tol, const char
   }
   auto disk = std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
   ModelCore after(256, 8, 400, 16, nm, kn, set, 64, disk);
-  for (const int64_t shared : {150, 97}) {
-    std::vector<int32_t> p(first.begin(), first.begin() + shared);
-    for (int k = 0; k < 21; ++k) p.push_back(int32_t(300 + 11 * k));
-    const uint64_t w = after.submit(p, greedy(5));
-    after.run();
-    EXPECT_EQ(after.sinks[w]->events.back().usage.cached_tokens, shared == 150 ? 128 : 97);
-    ModelCore cold(256, 8, 400, 0, nm, kn, set);
-    const uint64_t c = cold.submit(p, greedy(5));
-    cold.run();
-    EXPECT_EQ(after.sinks[w]->tokens(), cold.sinks[c]->tokens()) << shared;
-    EXPECT_LE(max_abs_diff(after.rows[w], cold.rows[c]), tol) << shared;
-  }
+  diverging_prompts_match_cold(after, first, nm, kn, tol, set);
   EXPECT_EQ(after.core->stats().prefix_cache_disk_hits, 2u);
   std::filesystem::remove_all(dir);
 }
