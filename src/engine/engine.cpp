@@ -237,6 +237,31 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   const v4::Config cfg = model->config();
   const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
   auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+  std::string spec_mode = o.speculative;
+  if (spec_mode == "auto") {
+    spec_mode = !cfg.v41() && cfg.n_mtp_layers > 0 ? "mtp" : "off";
+    if (cfg.v41() && cfg.n_mtp_layers > 0)
+      log_info("speculative decoding off: this checkpoint's DSpark drafter is loaded but not run by this engine yet");
+  }
+  if (spec_mode == "dspark")
+    throw std::runtime_error("--speculative dspark: DSpark drafting is not implemented in this engine yet "
+                             "(use --speculative off)");
+  if (spec_mode != "mtp" && spec_mode != "off")
+    throw std::runtime_error("--speculative must be auto, mtp, dspark or off, not '" + o.speculative + "'");
+  if (spec_mode == "mtp") {
+    try {
+      runner->enable_mtp_drafting();
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(e.what());
+    }
+    if (o.num_draft_tokens < 1 || o.num_draft_tokens > runner->max_draft_tokens())
+      throw std::runtime_error("--num-draft-tokens must be between 1 and " + std::to_string(runner->max_draft_tokens()) +
+                               ", not " + std::to_string(o.num_draft_tokens));
+    log_info("speculative decoding: MTP drafts, up to %lld per step (%s); costs per draft token: draft %.2f, verify "
+             "%.2f decode steps",
+             (long long)o.num_draft_tokens, o.adaptive_drafts ? "adaptive" : "fixed", runner->draft_cost(),
+             runner->verify_cost());
+  }
 
   const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(cfg), o.kv_block_tokens);
   const int64_t bytes = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : EngineOptions::kDefaultKvMemoryBytes;
@@ -296,6 +321,14 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
                                                       checkpoint_fingerprint(o.model_dir, settings));
   }
   copt.token_text = o.token_text;
+  if (spec_mode == "mtp") {
+    copt.num_draft_tokens = o.num_draft_tokens;
+    copt.adaptive_drafts = o.adaptive_drafts;
+    copt.draft_cost = runner->draft_cost();
+    copt.verify_cost = runner->verify_cost();
+  }
+  info.speculative = spec_mode;
+  info.num_draft_tokens = copt.num_draft_tokens;
   return make_engine(info, copt, spec, n_blocks, std::move(runner));
 }
 

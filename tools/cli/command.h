@@ -32,6 +32,13 @@ struct CommandRegistration {
   "  --threads N                  compute threads (default: all cores)\n"                   \
   "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu)\n"
 
+// Speculative decoding, for the commands that decode.
+#define DI_USAGE_SPECULATIVE                                                                  \
+  "  --speculative auto|mtp|dspark|off  draft with the checkpoint's MTP module and verify the\n" \
+  "                               drafts in one forward (auto: mtp when the checkpoint has one)\n" \
+  "  --num-draft-tokens K         the most drafts per step, 1..7 (default 3); fewer, down to\n" \
+  "                               none, while drafts are rarely accepted\n"
+
 // The load-time weight scan of the commands that load a model.
 #define DI_USAGE_VERIFY \
   "  --verify-weights             scan every weight for NaN / Inf codes at load (reads all of them)\n"
