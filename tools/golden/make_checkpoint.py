@@ -181,6 +181,17 @@ def is_v41(cfg: dict) -> bool:
     return cfg.get("model_type") in ("deepseek_v41", "deepseek_v41_text") or "kv_source_layer_ids" in cfg
 
 
+# /work/shared/bench/large-v4.config.json (about 3.95 B parameters, ~3 GB on disk).
+LARGE_BENCH = {
+    "vocab_size": 129280, "hidden_size": 2048, "num_hidden_layers": 8,
+    "compress_ratios": [0, 0, 4, 128, 4, 128, 4, 0], "num_attention_heads": 16,
+    "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 512, "o_groups": 4,
+    "o_lora_rank": 512, "sliding_window": 128, "index_n_heads": 16,
+    "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 64,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 1024, "num_hash_layers": 3,
+    "num_nextn_predict_layers": 0,
+}
+
 PRESETS = {
     # The embedded default model: real V4 tokenizer (129,280 ids), so embed/head dominate
     # (2 x 129280 x 256 bf16 = 132 MB); everything else is tiny.
@@ -208,19 +219,10 @@ PRESETS = {
         },
         "init": {},
     },
-    # /work/shared/bench/large-v4.config.json (about 3.95 B parameters, ~3 GB on disk).
     "large-bench": {
         "description": "benchmark model: hidden 2048, 8 layers, 64 experts, real vocab (~3.95 B params)",
         "seed": 0,
-        "config": {
-            "vocab_size": 129280, "hidden_size": 2048, "num_hidden_layers": 8,
-            "compress_ratios": [0, 0, 4, 128, 4, 128, 4, 0], "num_attention_heads": 16,
-            "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 512, "o_groups": 4,
-            "o_lora_rank": 512, "sliding_window": 128, "index_n_heads": 16,
-            "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 64,
-            "num_experts_per_tok": 6, "moe_intermediate_size": 1024, "num_hash_layers": 3,
-            "num_nextn_predict_layers": 0,
-        },
+        "config": LARGE_BENCH,
         "init": {"fast_experts": True},
     },
     # large-bench with one MTP module (a ninth, window-only layer with its own head norm), for
@@ -228,15 +230,8 @@ PRESETS = {
     "large-bench-mtp": {
         "description": "benchmark model with an MTP module: large-bench + 1 MTP layer (~4.3 B params)",
         "seed": 0,
-        "config": {
-            "vocab_size": 129280, "hidden_size": 2048, "num_hidden_layers": 8,
-            "compress_ratios": [0, 0, 4, 128, 4, 128, 4, 0, 0], "num_attention_heads": 16,
-            "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 512, "o_groups": 4,
-            "o_lora_rank": 512, "sliding_window": 128, "index_n_heads": 16,
-            "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 64,
-            "num_experts_per_tok": 6, "moe_intermediate_size": 1024, "num_hash_layers": 3,
-            "num_nextn_predict_layers": 1,
-        },
+        "config": {**LARGE_BENCH, "compress_ratios": LARGE_BENCH["compress_ratios"] + [0],
+                   "num_nextn_predict_layers": 1},
         "init": {"fast_experts": True},
     },
     # DeepSeek-V4.1 at the shapes of the shared set tiny-v41-a (spec 15.2 structure): vocab 1024,
