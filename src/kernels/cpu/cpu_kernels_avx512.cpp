@@ -693,12 +693,32 @@ constexpr int gemv_rows_m1() {
 }
 
 template <class D>
-void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+void gemv_rows_upto4(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   switch (c.M) {
     case 1: return gemv_range<D, 1, gemv_rows_m1<D>()>(c, d, n0, n1);
     case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
     case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
     default: return gemv_range<D, 4, 2>(c, d, n0, n1);
+  }
+}
+
+// M 5..8 (a speculative verify chunk): activation rows 0-3, then the rest, over each few
+// weight rows, so the second pass reads them from L1 and DRAM streams each weight once.
+// Every output is one gemv_group's, whatever the row count (batch invariance holds).
+template <class D>
+void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  if (c.M <= 4) return gemv_rows_upto4(c, d, n0, n1);
+  LinearCall lo = c, hi = c;
+  lo.M = 4;
+  hi.M = c.M - 4;
+  hi.xf += 4 * c.xs;
+  hi.xb += 4 * c.xs;
+  hi.y += 4 * c.N;
+  constexpr int64_t kStep = 8;  // weight rows per round: a few KiB, well inside L1
+  for (int64_t n = n0; n < n1; n += kStep) {
+    const int64_t e = n + kStep < n1 ? n + kStep : n1;
+    gemv_rows_upto4(lo, d, n, e);
+    gemv_rows_upto4(hi, d, n, e);
   }
 }
 
@@ -963,7 +983,7 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
 
 // ------------------------------------------------------------------------------ entry points
 
-constexpr int64_t kGemvMaxM = 4;
+constexpr int64_t kGemvMaxM = 8;
 
 template <class D>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
