@@ -66,7 +66,7 @@ class DraftPolicy {
   }
 
   static constexpr double kDecay = 0.9, kPriorSuccesses = 1.2, kPriorTrials = 2.0;
-  static constexpr int64_t kFirstBackoff = 4, kMaxBackoff = 256;
+  static constexpr int64_t kFirstBackoff = 16, kMaxBackoff = 256;
   int64_t max_k_, fixed_k_;
   double per_token_;
   double successes_ = 0.0, trials_ = 0.0;

@@ -230,6 +230,8 @@ int64_t EngineCore::step() {
   if (sched.empty()) return 0;
   const Clock::time_point now = Clock::now();
   chunks_.clear();
+  step_ids_.clear();
+  for (const ScheduledRequest& s : sched) step_ids_.push_back(s.req->id);
   int64_t n_run = 0;
   for (const ScheduledRequest& s : sched) {
     Request& r = *s.req;
@@ -337,9 +339,12 @@ int64_t EngineCore::step() {
     }
   }
   apply_state_ops();
-  // Drafts for the next step, from states that now hold every token but the pending one.
-  for (const ScheduledRequest& s : sched)
-    if (requests_.count(s.req->id) && s.req->remaining() == 1 && speculates(*s.req)) draft_next(*s.req);
+  // Drafts for the next step, from states that now hold every token but the pending one
+  // (by id: a request that finished in this step is gone).
+  for (uint64_t id : step_ids_) {
+    auto it = requests_.find(id);
+    if (it != requests_.end() && it->second->remaining() == 1 && speculates(*it->second)) draft_next(*it->second);
+  }
   return n_run;
 }
 

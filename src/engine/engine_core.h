@@ -83,6 +83,7 @@ class EngineCore {
   uint64_t next_arrival_ = 0;
   std::vector<float> logits_;
   std::vector<ScheduledChunk> chunks_;
+  std::vector<uint64_t> step_ids_;  // the requests of the current step
   std::vector<int32_t> scratch_;
   EngineStats stats_;
 };
