@@ -2,6 +2,8 @@
 // (one clear line, non-zero exit, never a crash).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -73,6 +75,20 @@ TEST(Cli, LogitsWritesNpyAndGenerateMatchesGolden) {
   r = run("generate --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " -n 4 --numerics float");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\n"), std::string::npos);
+  // Speculative decoding (tiny-v4-c has an MTP module) prints the same n ids as plain decoding.
+  const std::string gen = "generate --model " + shared_model("tiny-v4-c") + " --tokens-file " + tokens + " -n 9";
+  const Result plain = run(gen + " --speculative off"), spec = run(gen + " --speculative mtp --num-draft-tokens 4");
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  ASSERT_EQ(spec.code, 0) << spec.output;
+  auto ids_line = [](const std::string& out) {  // the last line: the ids (logs come before)
+    const size_t end = out.find_last_not_of('\n');
+    const size_t start = out.rfind('\n', end);
+    return out.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  };
+  EXPECT_EQ(ids_line(spec.output), ids_line(plain.output));
+  const std::string ids = ids_line(plain.output);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), ' '), 8) << plain.output;
+  EXPECT_EQ(run(gen + " --speculative dspark").code, 2);
 }
 
 TEST(Cli, BadArgumentsAreRejected) {

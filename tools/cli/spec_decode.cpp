@@ -61,7 +61,8 @@ SpecDecodeResult spec_decode(const v4::Model& m, const v4::Numerics& num, const 
       tokens.push_back(t);
       res.tokens.push_back(t);
       ++emitted;
-      go = int64_t(res.tokens.size()) < n && (!on_token || on_token(t));
+      const bool wanted = !on_token || on_token(t);  // every token is shown, the n-th too
+      go = wanted && int64_t(res.tokens.size()) < n;
       if (j + 1 >= S || t != drafts[size_t(j)]) break;
       ++accepted;
     }
