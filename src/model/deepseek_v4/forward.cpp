@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -27,9 +28,10 @@ namespace deepinfer::v4 {
 // tokens take a page fault per 64 KiB of weights they touch (a MoE model keeps finding new
 // experts for many tokens), which cost ~10% of a short decode. A checkpoint larger than
 // 70% of RAM stays lazily mapped; DEEPINFER_NO_POPULATE=1 skips this.
-static void populate_weights(const TensorStore& store) {
+// With expert parallel, skip names the other ranks' experts: their pages are never touched.
+static void populate_weights(const TensorStore& store, const TensorStore::Skip& skip) {
   const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-  const double bytes = double(store.total_bytes());
+  const double bytes = double(store.total_bytes(skip));
   const char* off = std::getenv("DEEPINFER_NO_POPULATE");
   if (off && *off && std::strcmp(off, "0") != 0) {
     log_info("weights stay lazily mapped (DEEPINFER_NO_POPULATE)");
@@ -41,13 +43,28 @@ static void populate_weights(const TensorStore& store) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
-  store.populate([&](size_t done, size_t all) {
+  store.populate(
+      [&](size_t done, size_t all) {
     const auto now = std::chrono::steady_clock::now();
     if (done < all && now - last < std::chrono::seconds(2)) return;
     last = now;
     log_info("reading weights into memory: %.0f%% (%.1f of %.1f GB), %.1f s", 100.0 * double(done) / double(all),
              double(done) / 1e9, double(all) / 1e9, std::chrono::duration<double>(now - t0).count());
-  });
+      },
+      skip);
+}
+
+// "layers.3.ffn.experts.12.w1.weight" -> 12 (also mtp.K. and the .scale tensors); -1 for any
+// tensor that is not a routed expert's.
+static int64_t routed_expert_of(const std::string& name) {
+  static const std::string kMark = ".ffn.experts.";
+  const size_t p = name.find(kMark);
+  if (p == std::string::npos) return -1;
+  int64_t e = 0;
+  size_t i = p + kMark.size();
+  if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i) e = e * 10 + (name[i] - '0');
+  return e;
 }
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
@@ -62,6 +79,20 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   m->engram_ = load_engram_tables(m->cfg_, dir);
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
+  // Every rank binds (and so validates) every tensor; it reads only the experts it runs.
+  TensorStore::Skip skip;
+  if (options.expert_parallel && options.comm && options.comm->size() > 1) {
+    m->experts_ = split_experts(options.comm, m->cfg_.n_routed_experts);
+    const ExpertSplit& s = m->experts_;
+    skip = [&s](const std::string& name) {
+      const int64_t e = routed_expert_of(name);
+      return e >= 0 && !s.owns(e);
+    };
+    const int r = options.comm->rank();
+    log_info("expert parallel: rank %d of %d runs routed experts %lld .. %lld of %lld (%.1f of %.1f MB of weights)", r,
+             options.comm->size(), (long long)s.first[size_t(r)], (long long)s.first[size_t(r) + 1] - 1,
+             (long long)m->cfg_.n_routed_experts, m->store_->total_bytes(skip) / 1e6, m->store_->total_bytes() / 1e6);
+  }
   if (m->cfg_.v41()) {
     size_t dspark = 0, vision = 0;
     for (const auto& [name, t] : m->store_->all()) {
@@ -72,11 +103,11 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   }
   if (options.verify_weights) {
     const auto tv = std::chrono::steady_clock::now();
-    m->store_->verify_finite();
+    m->store_->verify_finite(skip);
     log_info("verified %zu tensors: no NaN / Inf codes (%.2f s)", m->store_->all().size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
   }
-  populate_weights(*m->store_);
+  populate_weights(*m->store_, skip);
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -191,7 +222,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   }
   {
     DI_PROFILE("moe");
-    moe_forward(c, num, L, x.data(), tokens, S, y.data());
+    moe_forward(c, num, L, experts_, x.data(), tokens, S, y.data());
   }
   DI_PROFILE("hc.post");
   hc_expand_rows(y.data(), R.data(), mix.data(), S, hc, d, num, X);

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "loader/safetensors.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/engram.h"
+#include "model/deepseek_v4/expert_split.h"
 #include "model/deepseek_v4/numerics.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
@@ -32,6 +34,11 @@ struct LoadOptions {
   // Scan every tensor's codes for NaN / Inf before returning (reads all weights once); a
   // corrupt checkpoint is then a LoadError naming the tensor instead of NaN logits later.
   bool verify_weights = false;
+  // Expert parallel over comm (null: one process): this rank maps, reads and runs only its
+  // slice of the routed experts; every forward then calls comm's collectives, so every rank
+  // must run the same forwards in the same order.
+  dist::Communicator* comm = nullptr;
+  bool expert_parallel = false;
 };
 
 class Model {
@@ -41,6 +48,7 @@ class Model {
 
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
+  const ExpertSplit& expert_split() const { return experts_; }
   SequenceState new_sequence() const { return SequenceState::create(cfg_); }
 
   // Throws if the reference numerics cannot run this checkpoint (the reference's quantisation
@@ -84,6 +92,7 @@ class Model {
   Weights w_;
   std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
   EngramTables engram_;           // V4.1 with Engram layers
+  ExpertSplit experts_;           // the routed experts this rank runs (all of them in one process)
 };
 
 }  // namespace deepinfer::v4

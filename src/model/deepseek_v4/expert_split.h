@@ -1,0 +1,24 @@
+// Which routed experts this process runs (expert parallel over a communicator).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "dist/communicator.h"
+
+namespace deepinfer::v4 {
+
+// Expert parallel: rank r of comm runs the routed experts [first[r], first[r + 1]) (contiguous
+// slices, so its rows of the expert-sorted slot array are one block and a single allgatherv
+// puts every rank's outputs in place). comm null or of size 1: one process runs them all.
+struct ExpertSplit {
+  dist::Communicator* comm = nullptr;
+  std::vector<int64_t> first;  // size() + 1 bounds
+  bool active() const { return comm && comm->size() > 1; }
+  bool owns(int64_t e) const { return !active() || (e >= first[size_t(comm->rank())] && e < first[size_t(comm->rank()) + 1]); }
+};
+
+// Contiguous slices of n_experts over comm's ranks (the first n_experts % size ranks get
+// one more). Throws std::invalid_argument if there are more ranks than experts.
+ExpertSplit split_experts(dist::Communicator* comm, int64_t n_experts);
+
+}  // namespace deepinfer::v4
