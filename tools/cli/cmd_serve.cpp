@@ -94,11 +94,12 @@ int run(const std::vector<std::string>& argv) {
   const EngineOptions eo = engine_options(args);
   if (world().rank() > 0) {
     // A worker rank: no HTTP; it runs rank 0's steps until rank 0's engine shuts down, so
-    // SIGINT / SIGTERM (mpirun forwards them to every rank) are left to rank 0.
+    // the stop signals (mpirun forwards SIGUSR1 to every rank) are left to rank 0.
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
     run_engine_worker(eo);
     log_info("worker stopped");
@@ -144,6 +145,9 @@ int run(const std::vector<std::string>& argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  // Under mpirun a SIGTERM to mpirun ends the job at once (it kills every rank a second
+  // later); SIGUSR1, which mpirun forwards to every rank, drains and stops it cleanly.
+  if (world().size() > 1) sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   server::Server srv(so);

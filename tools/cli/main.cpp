@@ -1,5 +1,8 @@
 // deepinfer: one executable, one subcommand per job (logits, generate, tokenize, ...).
+#include <pthread.h>
+
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -71,8 +74,15 @@ int main(int argc, char** argv) {
   for (const auto& c : deepinfer::cli::command_table()) {
     if (c.name != name) continue;
     using deepinfer::cli::g_world;
+    // The threads MPI starts must never take the stop signals (the default action would end
+    // the process there): they inherit this mask; the main thread unblocks right after.
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stop_signals, sig);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     try {
       g_world = deepinfer::dist::make_world();
+      pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "deepinfer %s: error: %s\n", name.c_str(), e.what());
       return 1;
