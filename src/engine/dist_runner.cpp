@@ -103,6 +103,8 @@ void write_chunks(Writer& w, const std::vector<ScheduledChunk>& chunks) {
   for (const ScheduledChunk& c : chunks) {
     w.put<uint64_t>(c.seq_id);
     w.put<int64_t>(c.pos0);
+    // The head is split over the ranks: every rank computes the rows rank 0 wants.
+    w.put<uint8_t>(uint8_t((c.want_logits ? 1 : 0) | (c.all_rows ? 2 : 0)));
     w.put_array(c.tokens, size_t(c.n_tokens));
     w.put_array(c.pages.data(), c.pages.size());
     w.put_array(c.fixed.data(), c.fixed.size());
@@ -125,6 +127,9 @@ void read_chunks(Reader& r, ReceivedStep& step) {
     ScheduledChunk& c = step.chunks[i];
     c.seq_id = r.get<uint64_t>();
     c.pos0 = r.get<int64_t>();
+    const uint8_t rows = r.get<uint8_t>();
+    c.want_logits = rows & 1;
+    c.all_rows = rows & 2;
     step.tokens[i] = r.get_array<int32_t>();
     step.pages[i] = r.get_array<int32_t>();
     step.fixed[i] = r.get_array<int32_t>();
@@ -132,9 +137,6 @@ void read_chunks(Reader& r, ReceivedStep& step) {
     c.n_tokens = int64_t(step.tokens[i].size());
     c.pages = step.pages[i];
     c.fixed = step.fixed[i];
-    // Only rank 0 samples: a worker's forward skips the output head.
-    c.want_logits = false;
-    c.all_rows = false;
   }
 }
 

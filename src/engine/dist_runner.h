@@ -3,7 +3,7 @@
 // run_step_worker with its own ModelRunner. Each Runner call rank 0 makes (bind_kv, apply,
 // run) is broadcast first, so every rank's runner sees the same calls in the same order and
 // holds the same sequence states; the model's collectives inside run() are the only other
-// traffic. Workers compute no logits (only rank 0 samples).
+// traffic (workers compute their share of the logits rows too, and ignore them).
 //
 // Failures: after every run() the ranks agree on its outcome. All failed alike (a scheduler
 // bug the runner refuses, a missing snapshot): rank 0 throws as a lone runner would, and

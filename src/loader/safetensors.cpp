@@ -221,6 +221,16 @@ void TensorStore::populate(const std::function<void(size_t, size_t)>& progress, 
       }
 }
 
+void TensorStore::populate_bytes(const uint8_t* data, size_t n) const {
+  for (const auto& f : files_) {
+    const uint8_t* base = f->mapped().data();
+    if (data >= base && data + n <= base + f->mapped().size()) {
+      f->mapped().populate(size_t(data - base), n);
+      return;
+    }
+  }
+}
+
 namespace {
 
 // Index of the first element of n whose bits, masked, equal the mask (an exponent field of

@@ -77,6 +77,8 @@ class TensorStore {
   // steps; progress(bytes done, bytes in all) after each. With skip: only the kept tensors'
   // byte ranges (merged where adjacent), so the skipped ones' pages are never touched.
   void populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip = {}) const;
+  // The same for bytes [data, data + n) of one of the shards (a part of a tensor).
+  void populate_bytes(const uint8_t* data, size_t n) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -1,6 +1,6 @@
 // Expert parallel without MPI: N threads stand for N ranks behind a shared-memory
 // Communicator (ThreadRanks below), each with its own Model holding its slice of the routed
-// experts. Every rank's logits must equal one process's bit for bit (reference numerics,
+// experts and of the head's vocabulary rows. Every rank's logits must equal one process's bit for bit (reference numerics,
 // the scalar referee kernels), on V4 and V4.1, prefill (gathered rows) and decode (one row).
 // The MPI transport itself is tested under mpirun by tests/dist/test_mpi.py.
 #include <gtest/gtest.h>
@@ -117,9 +117,9 @@ void expect_ranks_match_one_process(const std::string& set) {
       for (auto& t : threads) t.join();
       for (int r = 0; r < n; ++r) {
         ASSERT_EQ(errors[size_t(r)], "") << set << " rank " << r;
-        // One combine per MoE layer per forward call.
+        // Per forward call: one combine per MoE layer, one gather of the head's logits.
         const int64_t calls = chunk == 0 ? 1 : int64_t(tokens.size());
-        EXPECT_EQ(combines[size_t(r)], calls * one->config().n_layers) << set << " rank " << r;
+        EXPECT_EQ(combines[size_t(r)], calls * (one->config().n_layers + 1)) << set << " rank " << r;
         ASSERT_EQ(got[size_t(r)].size(), want.size());
         EXPECT_EQ(0, std::memcmp(got[size_t(r)].data(), want.data(), want.size() * sizeof(float)))
             << set << ": rank " << r << " of " << n << (chunk ? " (decode)" : " (prefill)")
@@ -136,6 +136,7 @@ TEST(ExpertParallel, SlicesAreContiguousAndCoverEveryExpert) {
   ThreadRanks r1(group, 1);
   const ExpertSplit s = split_experts(&r1, 8);
   EXPECT_EQ(s.first, (std::vector<int64_t>{0, 3, 6, 8}));
+  EXPECT_EQ(split_experts(&r1, 8, 1000).head_first, (std::vector<int64_t>{0, 334, 667, 1000}));
   EXPECT_TRUE(s.active());
   EXPECT_FALSE(s.owns(2));
   EXPECT_TRUE(s.owns(3));

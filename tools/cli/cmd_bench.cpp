@@ -168,9 +168,7 @@ int run(const std::vector<std::string>& argv) {
     if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
     auto prompt = random_tokens(n_prefill);
     std::vector<float> last_logits(c.vocab_size);
-    // Only rank 0 samples, so only it runs the output head (as when serving).
-    float* const head_out = comm.rank() == 0 ? last_logits.data() : nullptr;
-    const std::vector<v4::SequenceChunk> chunk{{prompt.data(), n_prefill, &st, head_out, false}};
+    const std::vector<v4::SequenceChunk> chunk{{prompt.data(), n_prefill, &st, last_logits.data(), false}};
     auto t0 = Clock::now();
     model->forward_batch(chunk, compute.num);
     r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
@@ -187,10 +185,8 @@ int run(const std::vector<std::string>& argv) {
     t0 = Clock::now();
     for (int64_t i = 0; i < n_decode; ++i) {
       r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
-      // Rank 0 picks the next token and sends it to the other ranks (a no-op alone).
-      model->forward(&next, 1, st, compute.num, comm.rank() == 0 ? row.data() : nullptr);
-      if (comm.rank() == 0) next = argmax_lowest(row.data(), c.vocab_size);
-      comm.broadcast(&next, sizeof next, 0);
+      model->forward(&next, 1, st, compute.num, row.data());
+      next = argmax_lowest(row.data(), c.vocab_size);
     }
     r.decode_tok_s = double(n_decode) / seconds_since(t0);
     r.decode_comm_s = comm.stats().seconds / double(n_decode);

@@ -44,17 +44,8 @@ int run(const std::vector<std::string>& argv) {
   const int64_t V = cfg.vocab_size;
   auto st = model->new_sequence();
   std::vector<float> row(V);
-  // Several ranks: rank 0 runs the output head, picks each token and sends it to the others.
-  dist::Communicator& comm = world();
-  const bool picker = comm.rank() == 0;
-  auto pick = [&](int64_t pos) {
-    int32_t id = picker ? greedy_next(row.data(), V, pos) : 0;
-    comm.broadcast(&id, sizeof id, 0);
-    return id;
-  };
-  model->forward_batch({v4::SequenceChunk{tokens.data(), int64_t(tokens.size()), &st, picker ? row.data() : nullptr, false}},
-                       num);
-  int32_t next = pick(int64_t(tokens.size()) - 1);
+  model->forward_batch({v4::SequenceChunk{tokens.data(), int64_t(tokens.size()), &st, row.data(), false}}, num);
+  int32_t next = greedy_next(row.data(), V, int64_t(tokens.size()) - 1);
   std::string line;
   std::optional<IncrementalDetokenizer> detok;
   if (tok) detok.emplace(*tok, true);
@@ -68,8 +59,8 @@ int run(const std::vector<std::string>& argv) {
       line += std::to_string(next);
     }
     if (i + 1 == n) break;
-    model->forward(&next, 1, st, num, picker ? row.data() : nullptr);
-    next = pick(int64_t(tokens.size()) + i);
+    model->forward(&next, 1, st, num, row.data());
+    next = greedy_next(row.data(), V, int64_t(tokens.size()) + i);
   }
   if (detok) std::printf("%s\n", detok->flush().c_str());
   else std::printf("%s\n", line.c_str());

@@ -81,10 +81,8 @@ int run(const std::vector<std::string>& argv) {
   model->check_numerics(num);
   auto st = model->new_sequence();
   std::vector<float> logits;
-  // Several ranks: only rank 0 runs the output head and writes the rows.
-  const bool writer = world().rank() == 0;
-  run_chunked(*model, tokens, chunk, st, num, writer ? &logits : nullptr);
-  if (!writer) return 0;
+  run_chunked(*model, tokens, chunk, st, num, &logits);
+  if (world().rank() != 0) return 0;  // every rank holds the same logits; rank 0 writes them
   write_npy_f32(out, logits.data(), int64_t(tokens.size()), model->config().vocab_size);
   log_info("wrote %s [%zu, %lld] (%s numerics)", out.c_str(), tokens.size(),
            (long long)model->config().vocab_size, v4::numerics_name(num.mode));

@@ -82,11 +82,12 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   // Every rank binds (and so validates) every tensor; it reads only the experts it runs.
   TensorStore::Skip skip;
   if (options.expert_parallel && options.comm && options.comm->size() > 1) {
-    m->experts_ = split_experts(options.comm, m->cfg_.n_routed_experts);
+    m->experts_ = split_experts(options.comm, m->cfg_.n_routed_experts, m->cfg_.vocab_size);
     const ExpertSplit& s = m->experts_;
+    // The head is read in below, this rank's rows only.
     skip = [&s](const std::string& name) {
       const int64_t e = routed_expert_of(name);
-      return e >= 0 && !s.owns(e);
+      return (e >= 0 && !s.owns(e)) || name == "head.weight";
     };
     const int r = options.comm->rank();
     log_info("expert parallel: rank %d of %d runs routed experts %lld .. %lld of %lld (%.1f of %.1f MB of weights)", r,
@@ -108,6 +109,10 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
              std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
   }
   populate_weights(*m->store_, skip);
+  if (m->experts_.active() && std::getenv("DEEPINFER_NO_POPULATE") == nullptr) {
+    const WeightMatrix mine = m->own_head_rows();
+    m->store_->populate_bytes(mine.data, size_t(weight_data_bytes(mine)));
+  }
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -238,8 +243,10 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
   // The start of each thread's share of the head (a region split in two: rows from 0 and
   // from the middle), pulled in during the final mixer.
   constexpr int64_t kHeadRows = 256;
-  const WeightMatrix head_a = weight_row_slice(w_.head, 0, std::min(kHeadRows, w_.head.rows));
-  const WeightMatrix head_b = weight_row_slice(w_.head, w_.head.rows / 2, std::min(kHeadRows, w_.head.rows - w_.head.rows / 2));
+  // Several ranks: each computes its own rows of the head (it maps no others).
+  const WeightMatrix head = experts_.active() ? own_head_rows() : w_.head;
+  const WeightMatrix head_a = weight_row_slice(head, 0, std::min(kHeadRows, head.rows));
+  const WeightMatrix head_b = weight_row_slice(head, head.rows / 2, std::min(kHeadRows, head.rows - head.rows / 2));
   prefetch_next(num, {&head_a, &head_b});
   {
     DI_PROFILE("head.hc");
@@ -253,7 +260,37 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
     }
   }
   DI_PROFILE("head.linear");
-  num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
+  if (!experts_.active()) {
+    num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
+    return;
+  }
+  // Rank q's block [S, its rows] lies at S * head_first[q] of `parts`; one allgatherv fills
+  // the others' blocks, then each row is put together (every logit is its own dot product,
+  // so the split changes no value).
+  dist::Communicator& comm = *experts_.comm;
+  const int64_t V = w_.head.rows, n_ranks = comm.size();
+  const std::vector<int64_t>& vf = experts_.head_first;
+  std::span<float> parts = scratch.take<float>(S * V);
+  std::span<int64_t> counts = scratch.take<int64_t>(n_ranks), displs = scratch.take<int64_t>(n_ranks);
+  for (int64_t q = 0; q < n_ranks; ++q) {
+    displs[q] = S * vf[size_t(q)];
+    counts[q] = S * (vf[size_t(q) + 1] - vf[size_t(q)]);
+  }
+  num.backend->linear_f32(h.data(), S, head, &parts[displs[comm.rank()]]);
+  {
+    DI_PROFILE("head.comm");
+    comm.allgatherv(parts.data(), counts, displs);
+  }
+  for (int64_t q = 0; q < n_ranks; ++q) {
+    const int64_t v0 = vf[size_t(q)], n = vf[size_t(q) + 1] - v0;
+    for (int64_t t = 0; t < S; ++t) std::copy_n(&parts[displs[q] + t * n], n, &logits[t * V + v0]);
+  }
+}
+
+WeightMatrix Model::own_head_rows() const {
+  const int64_t r = experts_.comm->rank();
+  const int64_t v0 = experts_.head_first[size_t(r)], v1 = experts_.head_first[size_t(r) + 1];
+  return weight_row_slice(w_.head, v0, v1 - v0);
 }
 
 static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,

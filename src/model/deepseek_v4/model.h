@@ -64,6 +64,8 @@ class Model {
   // Several sequences in one step (continuous batching): their rows share every weight
   // product, each keeps its own attention state. Each sequence's logits equal what forward()
   // gives it alone. Distinct chunks must have distinct states.
+  // Expert parallel: every rank makes the same calls with logits wanted for the same rows
+  // (the head is split by vocabulary rows; every rank receives all the logits).
   void forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
                      std::vector<float>* final_streams = nullptr) const;
 
@@ -86,6 +88,8 @@ class Model {
   // pre: V4.1's collapse weights [S, hc] (the last FFN site's pre) instead of hc_head.
   void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
                     const Numerics& num, float* logits, const float* pre = nullptr) const;
+  // Expert parallel: this rank's vocabulary rows of the head (experts_.head_first).
+  WeightMatrix own_head_rows() const;
 
   Config cfg_;
   std::unique_ptr<TensorStore> store_;

@@ -113,14 +113,17 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
 
 }  // namespace
 
-ExpertSplit split_experts(dist::Communicator* comm, int64_t n_experts) {
+ExpertSplit split_experts(dist::Communicator* comm, int64_t n_experts, int64_t vocab) {
   ExpertSplit s;
   s.comm = comm;
   const int64_t n = comm ? comm->size() : 1;
   if (n > n_experts)
     throw std::invalid_argument("expert parallel over " + std::to_string(n) + " ranks needs at least as many routed experts; the checkpoint has " +
                                 std::to_string(n_experts));
-  for (int64_t r = 0; r <= n; ++r) s.first.push_back(r * (n_experts / n) + std::min(r, n_experts % n));
+  for (int64_t r = 0; r <= n; ++r) {
+    s.first.push_back(r * (n_experts / n) + std::min(r, n_experts % n));
+    s.head_first.push_back(r * (vocab / n) + std::min(r, vocab % n));
+  }
   return s;
 }
 
