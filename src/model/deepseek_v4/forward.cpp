@@ -29,17 +29,18 @@ namespace deepinfer::v4 {
 // experts for many tokens), which cost ~10% of a short decode. A checkpoint larger than
 // 70% of RAM stays lazily mapped; DEEPINFER_NO_POPULATE=1 skips this.
 // With expert parallel, skip names the other ranks' experts: their pages are never touched.
-static void populate_weights(const TensorStore& store, const TensorStore::Skip& skip) {
+// True if the weights were read in.
+static bool populate_weights(const TensorStore& store, const TensorStore::Skip& skip) {
   const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
   const double bytes = double(store.total_bytes(skip));
   const char* off = std::getenv("DEEPINFER_NO_POPULATE");
   if (off && *off && std::strcmp(off, "0") != 0) {
     log_info("weights stay lazily mapped (DEEPINFER_NO_POPULATE)");
-    return;
+    return false;
   }
   if (bytes > 0.7 * ram) {
     log_info("weights stay lazily mapped: %.1f GB is more than 70%% of the %.1f GB of RAM", bytes / 1e9, ram / 1e9);
-    return;
+    return false;
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
@@ -52,6 +53,7 @@ static void populate_weights(const TensorStore& store, const TensorStore::Skip& 
              double(done) / 1e9, double(all) / 1e9, std::chrono::duration<double>(now - t0).count());
       },
       skip);
+  return true;
 }
 
 // "layers.3.ffn.experts.12.w1.weight" -> 12 (also mtp.K. and the .scale tensors); -1 for any
@@ -90,9 +92,12 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
       return (e >= 0 && !s.owns(e)) || name == "head.weight";
     };
     const int r = options.comm->rank();
-    log_info("expert parallel: rank %d of %d runs routed experts %lld .. %lld of %lld (%.1f of %.1f MB of weights)", r,
-             options.comm->size(), (long long)s.first[size_t(r)], (long long)s.first[size_t(r) + 1] - 1,
-             (long long)m->cfg_.n_routed_experts, m->store_->total_bytes(skip) / 1e6, m->store_->total_bytes() / 1e6);
+    const double own_bytes = double(m->store_->total_bytes(skip)) + double(weight_data_bytes(m->own_head_rows()));
+    log_info("expert parallel: rank %d of %d runs routed experts %lld .. %lld of %lld and vocabulary rows %lld .. %lld of "
+             "the head (%.1f of %.1f MB of weights)",
+             r, options.comm->size(), (long long)s.first[size_t(r)], (long long)s.first[size_t(r) + 1] - 1,
+             (long long)m->cfg_.n_routed_experts, (long long)s.head_first[size_t(r)],
+             (long long)s.head_first[size_t(r) + 1] - 1, own_bytes / 1e6, m->store_->total_bytes() / 1e6);
   }
   if (m->cfg_.v41()) {
     size_t dspark = 0, vision = 0;
@@ -108,8 +113,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
     log_info("verified %zu tensors: no NaN / Inf codes (%.2f s)", m->store_->all().size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
   }
-  populate_weights(*m->store_, skip);
-  if (m->experts_.active() && std::getenv("DEEPINFER_NO_POPULATE") == nullptr) {
+  if (populate_weights(*m->store_, skip) && m->experts_.active()) {
     const WeightMatrix mine = m->own_head_rows();
     m->store_->populate_bytes(mine.data, size_t(weight_data_bytes(mine)));
   }
