@@ -23,8 +23,12 @@ echo "== ASan + UBSan tests (build-san/)"
 cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_SANITIZE=ON >/dev/null
 cmake --build build-san -j"$jobs"
 # Client deadlines in the Python tests stretch with the sanitizers' slowdown.
+# Left to the Release pass: the long numeric sweeps (more positions through the code paths the
+# engine and model tests already run here) and the client-compatibility suites (Python SDKs,
+# the browser page, the Python package), which test protocols, not memory safety.
+san_skip='LongContext|sdk_openai_anthropic|webui_chromium|python_package|BatchInvariance|HfGolden|GoldenTest\.(DecodeAndChunks|CpuKernels)|V41Golden\.DecodeAndChunks|V41Float|PagedState\.BlockSizeChangesNothing'
 DEEPINFER_TEST_TIME_SCALE=5 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-san --output-on-failure -j"$jobs"
+  ctest --test-dir build-san --output-on-failure -j"$jobs" -E "$san_skip"
 
 echo "== fuzzers (tests/fuzz, ${FUZZ_SECONDS:-20}s each)"
 tests/fuzz/run.sh

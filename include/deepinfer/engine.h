@@ -43,6 +43,11 @@ struct EngineOptions {
   // after a restart with the same checkpoint, numerics, kernels and KV layout.
   std::string kv_cache_dir;
   int64_t kv_cache_disk_bytes = int64_t(20) << 30;
+  // Speculative decoding: "auto" (MTP when the checkpoint has an MTP module, else off),
+  // "mtp", "dspark" or "off". A mode the checkpoint cannot do is an error at create().
+  std::string speculative = "auto";
+  int64_t num_draft_tokens = 3;  // the most drafts a request verifies per step (1..7)
+  bool adaptive_drafts = true;   // each request drafts 0..num_draft_tokens by its acceptance
   // Bytes one token id contributes to the text that stop strings are matched against
   // (special tokens should give ""). Unset: requests with stop strings are rejected.
   std::function<std::string(int32_t)> token_text;
@@ -64,6 +69,8 @@ struct EngineInfo {
   int64_t kv_blocks_total = 0;
   int64_t kv_block_bytes = 0;
   int64_t kv_fixed_blocks_per_seq = 0;  // window rings + compressor state of one sequence
+  std::string speculative = "off";      // the mode in use: "mtp" or "off"
+  int64_t num_draft_tokens = 0;         // the most drafts per step (0 when off)
 };
 
 // A fixed-bucket latency histogram (Prometheus style: counts[i] = observations <= bounds[i],
@@ -76,6 +83,7 @@ struct Histogram {
   void observe(double v);
   static Histogram latency_seconds();  // 1 ms .. 60 s
   static Histogram token_counts();     // 1 .. 1M tokens, 1-2-5 steps
+  static Histogram small_counts();     // 0, 1, .. 8
 };
 
 struct EngineStats {
@@ -88,6 +96,10 @@ struct EngineStats {
   uint64_t tokens_computed_total = 0;  // tokens run through the model (prefill, recompute, decode)
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_hit_tokens = 0;
   uint64_t prefix_cache_checkpoints = 0;  // prompt checkpoints kept as snapshots
+  // Speculative decoding: verify steps (one per request per step that verified drafts), draft
+  // tokens verified and accepted, and the accepted drafts per verify step.
+  uint64_t spec_verify_steps = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  Histogram spec_accepted_per_step = Histogram::small_counts();
   int64_t prefix_cache_entries = 0;       // snapshots cached now
   int64_t prefix_cache_memory_bytes = 0;  // KV bytes only they hold
   uint64_t prefix_cache_disk_hits = 0, prefix_cache_disk_hit_tokens = 0;  // admissions that loaded a snapshot from disk

@@ -57,6 +57,9 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // Speculative decoding: draft tokens verified, and those accepted (part of completion_tokens).
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
 };
 
 // One event per engine step in which something happened to the request. The last event

@@ -92,6 +92,13 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+Histogram Histogram::small_counts() {
+  Histogram h;
+  for (int i = 0; i <= 8; ++i) h.bounds.push_back(double(i));
+  h.counts.assign(h.bounds.size() + 1, 0);
+  return h;
+}
+
 Histogram Histogram::token_counts() {
   Histogram h;
   for (double decade = 1; decade <= 1e6; decade *= 10)

@@ -10,7 +10,7 @@
 namespace deepinfer::engine {
 namespace {
 
-enum class Msg : uint32_t { kBind = 1, kApply = 2, kRun = 3, kShutdown = 4 };
+enum class Msg : uint32_t { kBind = 1, kApply = 2, kRun = 3, kShutdown = 4, kDraft = 5 };
 
 // Fixed size, so a worker can wait for it with broadcast_idle; the payload follows.
 struct Header {
@@ -79,6 +79,7 @@ void write_op(Writer& w, const StateOp& op) {
   w.put<uint32_t>(uint32_t(op.kind));
   w.put<uint64_t>(op.seq);
   w.put<uint64_t>(op.snap);
+  w.put<int64_t>(op.keep);
   w.put_array(op.pages.data(), op.pages.size());
   w.put_array(op.fixed.data(), op.fixed.size());
   const bool has_payload = op.payload != nullptr;
@@ -91,6 +92,7 @@ StateOp read_op(Reader& r) {
   op.kind = StateOp::Kind(r.get<uint32_t>());
   op.seq = r.get<uint64_t>();
   op.snap = r.get<uint64_t>();
+  op.keep = r.get<int64_t>();
   op.pages = r.get_array<int32_t>();
   op.fixed = r.get_array<int32_t>();
   if (r.get<uint8_t>()) op.payload = std::make_shared<const std::vector<char>>(r.get_array<char>());
@@ -104,7 +106,8 @@ void write_chunks(Writer& w, const std::vector<ScheduledChunk>& chunks) {
     w.put<uint64_t>(c.seq_id);
     w.put<int64_t>(c.pos0);
     // The head is split over the ranks: every rank computes the rows rank 0 wants.
-    w.put<uint8_t>(uint8_t((c.want_logits ? 1 : 0) | (c.all_rows ? 2 : 0)));
+    w.put<uint8_t>(uint8_t((c.want_logits ? 1 : 0) | (c.all_rows ? 2 : 0) | (c.speculative ? 4 : 0) |
+                           (c.keep_for_draft ? 8 : 0)));
     w.put_array(c.tokens, size_t(c.n_tokens));
     w.put_array(c.pages.data(), c.pages.size());
     w.put_array(c.fixed.data(), c.fixed.size());
@@ -130,6 +133,8 @@ void read_chunks(Reader& r, ReceivedStep& step) {
     const uint8_t rows = r.get<uint8_t>();
     c.want_logits = rows & 1;
     c.all_rows = rows & 2;
+    c.speculative = rows & 4;
+    c.keep_for_draft = rows & 8;
     step.tokens[i] = r.get_array<int32_t>();
     step.pages[i] = r.get_array<int32_t>();
     step.fixed[i] = r.get_array<int32_t>();
@@ -198,6 +203,26 @@ void StepBroadcaster::run(const std::vector<ScheduledChunk>& chunks, std::vector
   if (failure) std::rethrow_exception(failure);
 }
 
+std::vector<int32_t> StepBroadcaster::draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) {
+  Writer w(buf_);
+  w.put<uint64_t>(seq);
+  w.put<int64_t>(k);
+  w.put_array(tokens.data(), tokens.size());
+  send(comm_, Msg::kDraft, buf_);
+  std::exception_ptr failure;
+  std::string error;
+  std::vector<int32_t> drafts;
+  try {
+    drafts = inner_->draft(seq, tokens, k);
+  } catch (const std::exception& e) {
+    failure = std::current_exception();
+    error = e.what();
+  }
+  agree_on_step(comm_, error);
+  if (failure) std::rethrow_exception(failure);
+  return drafts;
+}
+
 void run_step_worker(ModelRunner& runner, dist::Communicator& comm, const kv::KvLayout& layout) {
   std::vector<char> buf;
   ReceivedStep step;
@@ -232,6 +257,19 @@ void run_step_worker(ModelRunner& runner, dist::Communicator& comm, const kv::Kv
         try {
           read_chunks(r, step);
           runner.run(step.chunks, no_logits);
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        agree_on_step(comm, error);
+        break;
+      }
+      case Msg::kDraft: {
+        std::string error;
+        try {
+          const uint64_t seq = r.get<uint64_t>();
+          const int64_t k = r.get<int64_t>();
+          const std::vector<int32_t> tokens = r.get_array<int32_t>();
+          runner.draft(seq, tokens, k);  // rank 0 uses the drafts; this rank only keeps in step
         } catch (const std::exception& e) {
           error = e.what();
         }

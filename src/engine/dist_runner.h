@@ -1,7 +1,7 @@
 // Multi-process steps (expert parallel over MPI): rank 0 runs the engine (server, scheduler,
 // sampler) with a StepBroadcaster around its ModelRunner; every other rank runs
-// run_step_worker with its own ModelRunner. Each Runner call rank 0 makes (bind_kv, apply,
-// run) is broadcast first, so every rank's runner sees the same calls in the same order and
+// run_step_worker with its own ModelRunner. Each Runner call rank 0 makes that touches the
+// model or its states (bind_kv, apply, run, draft) is broadcast first, so every rank's runner sees the same calls in the same order and
 // holds the same sequence states; the model's collectives inside run() are the only other
 // traffic (workers compute their share of the logits rows too, and ignore them).
 //
@@ -28,6 +28,9 @@ class StepBroadcaster final : public Runner {
   void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) override;
   void apply(const StateOp& op) override;
   bool export_snapshot(uint64_t snap, std::vector<char>* out) const override { return inner_->export_snapshot(snap, out); }
+  int64_t max_draft_tokens() const override { return inner_->max_draft_tokens(); }
+  // The drafter runs the MTP module (its experts are split too): every rank drafts alike.
+  std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) override;
 
  private:
   std::unique_ptr<ModelRunner> inner_;

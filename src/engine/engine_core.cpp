@@ -39,6 +39,10 @@ EngineCore::EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec,
       sampler_(runner_->vocab_size()) {
   runner_->bind_kv(spec, n_blocks);
   scheduler_.set_disk_cache(opt_.disk_cache.get());
+  if (opt_.num_draft_tokens < 0 || opt_.num_draft_tokens > runner_->max_draft_tokens())
+    throw std::invalid_argument("speculative decoding: " + std::to_string(opt_.num_draft_tokens) +
+                                " draft tokens per step, but this runner drafts at most " +
+                                std::to_string(runner_->max_draft_tokens()));
 }
 
 Status EngineCore::validate(const GenerateRequest& req) const {
@@ -106,6 +110,9 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
   if (!r->params.stop.empty()) r->stop = std::make_unique<StopMatcher>(r->params.stop);
   r->sink = std::move(sink);
   r->t_arrival = arrival;
+  if (opt_.num_draft_tokens > 0 && !r->params.constraint)  // a constrained request samples token by token
+    r->draft_policy = std::make_unique<DraftPolicy>(opt_.num_draft_tokens, opt_.adaptive_drafts ? 0 : opt_.num_draft_tokens,
+                                                    opt_.draft_cost, opt_.verify_cost);
   scheduler_.add(r.get());
   requests_[id] = std::move(r);
   return {};
@@ -121,7 +128,7 @@ void EngineCore::apply_state_ops() {
 }
 
 Usage EngineCore::usage_of(const Request& r) const {
-  return Usage{r.n_prompt, r.num_output(), r.num_cached};
+  return Usage{r.n_prompt, r.num_output(), r.num_cached, r.drafted, r.accepted};
 }
 
 void EngineCore::finish(Request& r, FinishReason reason, StreamEvent ev, const Status& error) {
@@ -180,8 +187,8 @@ void EngineCore::fail_scheduled(const std::vector<ScheduledRequest>& sched, cons
 }
 
 // Samples the token after r's known tokens and decides whether r is done.
-bool EngineCore::sample_next(Request& r, const float* row, StreamEvent& ev) {
-  SampleResult s = sampler_.sample(row, r.params, r.penalties, r.rng);
+bool EngineCore::sample_next(Request& r, const float* row, StreamEvent& ev, int32_t draft, bool* accepted) {
+  SampleResult s = sampler_.sample(row, r.params, r.penalties, r.rng, draft, accepted);
   const Clock::time_point now = Clock::now();
   if (r.num_output() == 0) {
     stats_.ttft_seconds.observe(seconds(now - r.t_arrival));
@@ -234,9 +241,22 @@ int64_t EngineCore::step() {
     // Prompt rows whose logprobs are still owed need every row of the chunk.
     const bool all_rows = r.params.prompt_logprobs >= 0 && r.next_prompt_logprob < r.n_prompt &&
                           r.num_computed < r.n_prompt;
-    chunks_.push_back({r.id, r.tokens.data() + r.num_computed, s.n_tokens, r.num_computed,
-                       r.num_computed + s.n_tokens == r.num_tokens(), all_rows, scheduler_.kv().pages(r.id),
-                       scheduler_.kv().fixed(r.id)});
+    ScheduledChunk c{r.id, r.tokens.data() + r.num_computed, s.n_tokens, r.num_computed,
+                     r.num_computed + s.n_tokens == r.num_tokens(), all_rows, scheduler_.kv().pages(r.id),
+                     scheduler_.kv().fixed(r.id)};
+    c.keep_for_draft = r.draft_policy != nullptr;
+    if (r.remaining() == 1 && s.n_tokens > 1) {  // the pending token and (some of) its drafts
+      r.drafts.resize(size_t(s.n_tokens - 1));
+      r.verify_tokens.assign(1, r.tokens.back());
+      r.verify_tokens.insert(r.verify_tokens.end(), r.drafts.begin(), r.drafts.end());
+      c.tokens = r.verify_tokens.data();
+      c.want_logits = true;
+      c.all_rows = true;
+      c.speculative = true;
+    } else {
+      r.drafts.clear();
+    }
+    chunks_.push_back(c);
     n_run += s.n_tokens;
   }
   try {
@@ -252,8 +272,17 @@ int64_t EngineCore::step() {
   for (size_t i = 0; i < sched.size(); ++i) {
     Request& r = *sched[i].req;
     const ScheduledChunk& c = chunks_[i];
-    r.num_computed += sched[i].n_tokens;
     StreamEvent ev;
+    if (c.speculative) {
+      const float* rows = logits_.data() + row * V;
+      row += size_t(c.n_tokens);
+      if (!accept_drafts(r, c, rows, ev)) {
+        ev.usage = usage_of(r);
+        r.sink->push(std::move(ev));
+      }
+      continue;
+    }
+    r.num_computed += sched[i].n_tokens;
     if (c.all_rows) {
       // Prompt logprobs from non-finite rows would be garbage: fail the request instead.
       int64_t bad_row = -1;
@@ -308,7 +337,62 @@ int64_t EngineCore::step() {
     }
   }
   apply_state_ops();
+  // Drafts for the next step, from states that now hold every token but the pending one.
+  for (const ScheduledRequest& s : sched)
+    if (requests_.count(s.req->id) && s.req->remaining() == 1 && speculates(*s.req)) draft_next(*s.req);
   return n_run;
+}
+
+bool EngineCore::speculates(const Request& r) const { return r.draft_policy != nullptr && r.phase == Phase::kRunning; }
+
+void EngineCore::draft_next(Request& r) {
+  r.drafts.clear();
+  // Drafts past max_tokens could never be emitted.
+  const int64_t room = r.max_new_tokens - r.num_output() - 1;
+  const int64_t k = std::min(r.draft_policy->next(), room);
+  if (k <= 0) return;
+  r.drafts = runner_->draft(r.id, r.tokens, k);
+}
+
+bool EngineCore::accept_drafts(Request& r, const ScheduledChunk& c, const float* rows, StreamEvent& ev) {
+  const int64_t V = runner_->vocab_size(), K = c.n_tokens - 1;
+  int64_t emitted = 0, accepted = 0;
+  bool done = false;
+  for (int64_t j = 0; j <= K && !done; ++j) {
+    const float* lr = rows + j * V;
+    if (on_logits) on_logits(r.id, r.num_tokens(), lr);
+    if (const int64_t bad = first_nonfinite(lr, V); bad >= 0) {
+      ++stats_.requests_failed_nonfinite;
+      r.num_computed = c.pos0 + std::max<int64_t>(emitted, 1);
+      scheduler_.undo_speculative(&r, r.num_computed - c.pos0);
+      finish(r, FinishReason::kError, StreamEvent{},
+             Status::error(ErrorCode::kInternal, "the model produced non-finite logits at position " +
+                                                     std::to_string(r.num_tokens() - 1) + " (first in the logit of token id " +
+                                                     std::to_string(bad) + "); the checkpoint's weights may be corrupt"));
+      return true;
+    }
+    bool hit = false;
+    const int32_t draft = j < K ? r.drafts[size_t(j)] : -1;
+    done = sample_next(r, lr, ev, draft, &hit);
+    ++emitted;
+    if (!hit) break;
+    ++accepted;
+  }
+  // The state holds the pending token and every accepted draft that was emitted before the
+  // last emitted token; the rest is undone.
+  const int64_t keep = emitted;
+  r.num_computed = c.pos0 + keep;
+  if (keep < c.n_tokens) scheduler_.undo_speculative(&r, keep);
+  r.drafted += K;
+  r.accepted += accepted;
+  r.draft_policy->observe(K, accepted);
+  ++stats_.spec_verify_steps;
+  stats_.spec_draft_tokens += uint64_t(K);
+  stats_.spec_accepted_tokens += uint64_t(accepted);
+  stats_.spec_accepted_per_step.observe(double(accepted));
+  r.drafts.clear();
+  if (done) finish(r, ev.finish_reason, std::move(ev));
+  return done;
 }
 
 EngineStats EngineCore::stats() const {

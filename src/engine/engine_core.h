@@ -25,6 +25,13 @@ struct EngineCoreOptions {
   SchedulerOptions scheduler;
   std::function<std::string(int32_t)> token_text;  // for stop strings; may be empty
   std::shared_ptr<kv::DiskCache> disk_cache;       // prefix-cache snapshots on disk; may be null
+  // Speculative decoding: the most drafts a request verifies per step (0: off; the runner
+  // must draft, Runner::max_draft_tokens). Adaptive: each request's DraftPolicy picks 0..this
+  // from its acceptance, with these costs per draft token in decode steps; not adaptive:
+  // always this many (tests, benchmarks).
+  int64_t num_draft_tokens = 0;
+  bool adaptive_drafts = true;
+  double draft_cost = 0.0, verify_cost = 0.0;
 };
 
 class EngineCore {
@@ -58,7 +65,12 @@ class EngineCore {
 
  private:
   void apply_state_ops();
-  bool sample_next(Request& r, const float* row, StreamEvent& ev);
+  bool sample_next(Request& r, const float* row, StreamEvent& ev, int32_t draft = -1, bool* accepted = nullptr);
+  // A verify chunk's rows: accepts drafts while they match what sampling gives, then the
+  // sampled token; undoes the rest. Returns whether r finished (it is then gone).
+  bool accept_drafts(Request& r, const ScheduledChunk& c, const float* rows, StreamEvent& ev);
+  void draft_next(Request& r);
+  bool speculates(const Request& r) const;
   void finish(Request& r, FinishReason reason, StreamEvent ev, const Status& error = {});
   Usage usage_of(const Request& r) const;
   void fail_scheduled(const std::vector<ScheduledRequest>& sched, const std::string& what);

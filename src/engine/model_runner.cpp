@@ -67,6 +67,7 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
   std::vector<v4::SequenceChunk> batch;
   batch.reserve(chunks.size());
   size_t row = 0;
+  bool want_streams = false;
   for (const ScheduledChunk& c : chunks) {
     auto it = seqs_.find(c.seq_id);
     if (it == seqs_.end())
@@ -86,16 +87,41 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
     float* out = n_rows ? logits_rows.data() + row * size_t(V) : nullptr;
     row += n_rows;
     batch.push_back(v4::SequenceChunk{c.tokens, c.n_tokens, &st, out, c.all_rows});
+    want_streams = want_streams || (c.keep_for_draft && mtp_drafting_);
   }
-  model_->forward_batch(batch, num_);
+  for (const ScheduledChunk& c : chunks)
+    if (c.speculative) seqs_.at(c.seq_id).save_undo(false, c.pos0, c.n_tokens, &drafts_[c.seq_id].undo);
+  model_->forward_batch(batch, num_, want_streams ? &streams_ : nullptr);
+  if (!want_streams) return;
+  const int64_t width = model_->config().hc_mult * model_->config().dim;
+  int64_t r = 0;
+  for (const ScheduledChunk& c : chunks) {
+    if (c.keep_for_draft) drafts_[c.seq_id].mtp.keep(streams_.data() + r * width, c.pos0, c.n_tokens, width, model_->config().window);
+    r += c.n_tokens;
+  }
 }
 
 void ModelRunner::apply(const StateOp& op) {
   switch (op.kind) {
     case StateOp::Kind::kFree:
       seqs_.erase(op.seq);
+      drafts_.erase(op.seq);
       break;
+    case StateOp::Kind::kUndo: {
+      auto it = seqs_.find(op.seq);
+      auto d = drafts_.find(op.seq);
+      if (it == seqs_.end() || d == drafts_.end() || d->second.undo.n == 0 || it->second.n_past != d->second.undo.p0 + d->second.undo.n)
+        throw std::logic_error("runner: undo of sequence " + std::to_string(op.seq) + " without its speculative chunk");
+      v4::SequenceState& st = it->second;
+      DraftState& ds = d->second;
+      st.undo(ds.undo, op.keep);
+      ds.undo.n = 0;
+      st.truncate_pages(int64_t(op.pages.size()));
+      ds.mtp.drop_from(st.n_past, model_->config().hc_mult * model_->config().dim);
+      break;
+    }
     case StateOp::Kind::kSaveSnapshot: {
+      drafts_.erase(op.seq);
       auto it = seqs_.find(op.seq);
       if (it == seqs_.end()) break;
       snaps_.insert_or_assign(op.snap, std::move(it->second));
@@ -189,6 +215,38 @@ void ModelRunner::load_snapshot(const StateOp& op) {
   snaps_.insert_or_assign(op.snap, std::move(st));
 }
 
+// ---- drafting
+
+void ModelRunner::enable_mtp_drafting() {
+  const v4::Config& c = model_->config();
+  if (c.v41())
+    throw std::invalid_argument("--speculative mtp: DeepSeek-V4.1 checkpoints draft with DSpark, not MTP");
+  if (c.n_mtp_layers < 1)
+    throw std::invalid_argument("--speculative mtp: this checkpoint has no MTP module (num_nextn_predict_layers is 0)");
+  if (c.ratio(c.n_layers) != 0)
+    throw std::invalid_argument("--speculative mtp: the MTP layer has compressed attention (compress ratio " +
+                                std::to_string(c.ratio(c.n_layers)) + "); drafting supports window attention only");
+  mtp_drafting_ = true;
+}
+
+int64_t ModelRunner::max_draft_tokens() const {
+  if (!mtp_drafting_) return 0;
+  // A verify chunk is the pending token and the drafts; it must fit every ring's undo.
+  return std::min<int64_t>(v4::kMinRingRows, model_->config().window) - 1;
+}
+
+double ModelRunner::draft_cost() const { return v4::mtp_draft_cost(model_->config(), model_->weights()); }
+double ModelRunner::verify_cost() const { return v4::verify_token_cost(model_->config(), model_->weights()); }
+
+std::vector<int32_t> ModelRunner::draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) {
+  auto it = seqs_.find(seq);
+  auto d = drafts_.find(seq);
+  if (!mtp_drafting_ || it == seqs_.end() || d == drafts_.end()) return {};
+  return model_->draft_mtp(it->second, d->second.mtp, tokens, std::min(k, max_draft_tokens()), num_);
+}
+
+static_assert(kv::kMinRingRows == v4::kMinRingRows, "the KV spec and the model's page layout must agree");
+
 kv::KvLayout kv_layout_of(const v4::Config& cfg) {
   kv::KvLayout l;
   l.window_tokens = cfg.window;
@@ -200,7 +258,7 @@ kv::KvLayout kv_layout_of(const v4::Config& cfg) {
   if (cfg.v41()) {  // shared caches: only the KV sources hold entries (state.h)
     l.shared_sources = true;
     for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.kv_sources.push_back(cfg.owns_compressor(i));
-    l.sequence_values = cfg.engram_layer_ids.empty() ? 0 : cfg.engram_max_ngram - 1;
+    l.sequence_values = cfg.engram_layer_ids.empty() ? 0 : std::max(cfg.engram_max_ngram - 1, kv::kMinRingRows);
   }
   return l;
 }

@@ -37,6 +37,18 @@ class ModelRunner final : public Runner {
   bool export_snapshot(uint64_t snap, std::vector<char>* out) const override;
   void load_snapshot(const StateOp& op);
 
+  // Drafting with the checkpoint's MTP module (MODEL.md 10), chained on its own output for
+  // more than one token. std::invalid_argument if the checkpoint has none, or one this
+  // runner cannot draft with (V4.1's DSpark stages; an MTP layer with compressed attention).
+  void enable_mtp_drafting();
+  int64_t max_draft_tokens() const override;
+  // Per draft token, in plain decode steps, from the bytes of weights read: drafting runs the
+  // MTP module and the head; verifying one more token reads about the routed experts it
+  // visits that the other tokens of the chunk do not (DraftPolicy's costs).
+  double draft_cost() const;
+  double verify_cost() const;
+  std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) override;
+
   const v4::Model& model() const { return *model_; }
   size_t live_sequences() const { return seqs_.size(); }
   size_t live_snapshots() const { return snaps_.size(); }
@@ -59,6 +71,16 @@ class ModelRunner final : public Runner {
   std::unique_ptr<PageArena> arena_;
   std::unordered_map<uint64_t, v4::SequenceState> seqs_;
   std::unordered_map<uint64_t, v4::SequenceState> snaps_;
+
+  // What a drafting sequence keeps between steps: the drafter's rows, and the undo record
+  // of its last speculative chunk.
+  struct DraftState {
+    v4::MtpDraftState mtp;
+    v4::SequenceState::Undo undo;
+  };
+  bool mtp_drafting_ = false;
+  std::unordered_map<uint64_t, DraftState> drafts_;
+  std::vector<float> streams_;  // the last step's final streams, all rows
 };
 
 // What one sequence of this checkpoint holds, for the KV accounting.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "deepinfer/request.h"
+#include "engine/draft_policy.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 
@@ -42,6 +43,13 @@ struct Request {
   std::vector<int64_t> checkpoints_due;   // this admission's prefix-cache checkpoints still to take, ascending
   int64_t n_preemptions = 0;
   int64_t next_prompt_logprob = 1;  // prompt_logprobs: the next prompt position to report (kept over preemption)
+
+  // Speculative decoding: the drafts to verify after the pending token (the last of tokens),
+  // and the verify chunk itself (the pending token, then the drafts).
+  std::unique_ptr<DraftPolicy> draft_policy;  // null: this request does not speculate
+  std::vector<int32_t> drafts;
+  std::vector<int32_t> verify_tokens;
+  int64_t drafted = 0, accepted = 0;  // drafts verified and accepted, over the request
 
   Rng rng;
   PenaltyState penalties;

@@ -28,6 +28,11 @@ struct ScheduledChunk {
   bool all_rows = false;            // a logits row after every token of the chunk (prompt logprobs)
   std::span<const int32_t> pages;   // the sequence's page table (block ids), pages_for(pos0 + n_tokens) or more
   std::span<const int32_t> fixed;   // its fixed blocks (spec.fixed_blocks ids, the same for the life of its state)
+  // Speculative decoding: the chunk is the pending token and its drafts; the runner keeps
+  // what undoing any tail of it needs (StateOp::kUndo).
+  bool speculative = false;
+  // The sequence drafts: keep what the drafter needs from this chunk (draft()).
+  bool keep_for_draft = false;
 };
 
 // Changes to per-sequence state that the scheduler decides and the runner carries out,
@@ -45,6 +50,8 @@ struct StateOp {
                        // with page table `pages` and fixed blocks `fixed`, as for kForkSnapshot
     kLoadSnapshot,     // snapshot `snap` is the state saved in `payload` (export_snapshot's
                        // bytes, from the disk cache), in pages `pages` and fixed blocks `fixed`
+    kUndo,             // seq keeps only the first `keep` tokens of its last chunk (a speculative
+                       // one: the rest were rejected drafts); its page table becomes `pages`
   };
   Kind kind = Kind::kFree;
   uint64_t seq = 0;
@@ -52,6 +59,7 @@ struct StateOp {
   std::vector<int32_t> pages;  // kForkSnapshot, kCheckpoint, kLoadSnapshot
   std::vector<int32_t> fixed;  // kForkSnapshot, kCheckpoint, kLoadSnapshot
   std::shared_ptr<const std::vector<char>> payload;  // kLoadSnapshot
+  int64_t keep = 0;                                  // kUndo
 };
 
 class Runner {
@@ -78,6 +86,17 @@ class Runner {
     (void)snap;
     (void)out;
     return false;
+  }
+  // Speculative decoding. The most tokens draft() gives per call; 0: this runner cannot draft.
+  virtual int64_t max_draft_tokens() const { return 0; }
+  // Up to k greedy draft tokens to follow `tokens` (all of sequence seq's tokens: its state
+  // holds all but the last, and its chunks since the last draft had keep_for_draft). May
+  // give fewer (none when it has nothing to draft from).
+  virtual std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) {
+    (void)seq;
+    (void)tokens;
+    (void)k;
+    return {};
   }
 };
 

@@ -146,7 +146,8 @@ double Sampler::log_normalizer() const {
   return double(m) + std::log(z);
 }
 
-SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const PenaltyState& h, Rng& rng) {
+SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const PenaltyState& h, Rng& rng,
+                             int32_t draft, bool* accepted) {
   for (int64_t i = 0; i < vocab_; ++i) {
     const float v = logits[i];
     x_[size_t(i)] = std::isnan(v) ? kNegInf : v;  // a NaN logit can never be chosen
@@ -164,8 +165,23 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const
     const float inv_t = 1.0f / p.temperature;
     for (float& v : x_) v *= inv_t;
     apply_filters(p);
-    r.token = draw(rng);
+    if (draft >= 0 && draft < vocab_) {
+      // A draft proposed with certainty is accepted with its probability here; otherwise the
+      // token comes from this distribution without it. Together: exactly this distribution.
+      const float xd = x_[size_t(draft)];
+      const double pd = xd == kNegInf ? 0.0 : std::exp(double(xd) - log_normalizer());
+      if (rng_uniform(rng) < pd) {
+        r.token = draft;
+      } else {
+        x_[size_t(draft)] = kNegInf;
+        r.token = draw(rng);
+        x_[size_t(draft)] = xd;  // logprobs are the full distribution's
+      }
+    } else {
+      r.token = draw(rng);
+    }
   }
+  if (accepted) *accepted = draft >= 0 && r.token == draft;
   if (p.logprobs >= 0) {
     const double lse = log_normalizer();
     r.logprob = float(double(x_[size_t(r.token)]) - lse);

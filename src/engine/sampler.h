@@ -44,7 +44,14 @@ class Sampler {
   int64_t vocab_size() const { return vocab_; }
 
   // Samples one token from `logits` [vocab]. Logprobs are filled when params.logprobs >= 0.
-  SampleResult sample(const float* logits, const SamplingParams& params, const PenaltyState& history, Rng& rng);
+  // Speculative decoding: `draft` (>= 0) is a token a drafter proposed with certainty (a greedy
+  // draft); *accepted says whether the token is it. Greedy: accepted iff it is the argmax.
+  // Otherwise it is accepted with its probability under the processed distribution, and on
+  // rejection the token is drawn from that distribution without it: either way the token
+  // follows the processed distribution exactly (standard rejection sampling against a
+  // one-point draft distribution).
+  SampleResult sample(const float* logits, const SamplingParams& params, const PenaltyState& history, Rng& rng,
+                      int32_t draft = -1, bool* accepted = nullptr);
 
   // The processed logprobs (log-softmax of what the last sample() drew from; masked tokens
   // -inf) over the whole vocabulary. For tests and diagnostics.

@@ -102,6 +102,15 @@ std::vector<int64_t> Scheduler::plan_running() const {
       plan[i] = 1;
       --budget;
     }
+  // Speculative decoders verify their drafts in the same chunk, from what is left while
+  // that still leaves max_running tokens for prefills.
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (plan[i] == 1 && running_[i]->remaining() == 1) {
+      const int64_t extra = std::min<int64_t>(int64_t(running_[i]->drafts.size()), budget - opt_.max_running);
+      if (extra <= 0) continue;
+      plan[i] += extra;
+      budget -= extra;
+    }
   for (size_t i = 0; i < running_.size() && budget > 0; ++i)
     if (running_[i]->remaining() > 1) {
       plan[i] = cap_at_checkpoint(running_[i], running_[i]->num_computed, std::min(running_[i]->remaining(), budget));
@@ -314,6 +323,14 @@ std::vector<ScheduledRequest> Scheduler::schedule() {
     used += n;
   }
   return out;
+}
+
+void Scheduler::undo_speculative(Request* r, int64_t keep) {
+  kv_.truncate(r->id, r->num_computed);
+  StateOp op = state_op(StateOp::Kind::kUndo, r->id, 0);
+  op.keep = keep;
+  op.pages = kv_.pages(r->id);
+  ops_.push_back(std::move(op));
 }
 
 void Scheduler::finish(Request* r, bool keep_snapshot) {

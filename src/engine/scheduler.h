@@ -1,8 +1,9 @@
 // The token-budget scheduler (vLLM v1 style: it speaks tokens, not phases). Each step
 // hands out at most max_batch_tokens tokens:
 //   1. running requests first, decode tokens before prefill chunks (a decoder costs one
-//      token, so decoders are never starved by a long prompt); the remaining budget goes to
-//      running prefills oldest first (chunked prefill);
+//      token, so decoders are never starved by a long prompt; one with speculative drafts
+//      costs one more per draft, granted while max_running tokens stay for prefills); the
+//      remaining budget goes to running prefills oldest first (chunked prefill);
 //   2. then waiting requests, strictly FCFS (the head is never overtaken, so a long prompt
 //      cannot be starved by short ones), if no preemption happened this step.
 // KV blocks are reserved before a chunk is scheduled. When the pool is short: evict
@@ -74,6 +75,10 @@ class Scheduler {
   // Removes a finished or cancelled request. With keep_snapshot, a running request's state
   // becomes a prefix-cache snapshot instead of being freed.
   void finish(Request* r, bool keep_snapshot);
+  // After r verified a speculative chunk and kept its first `keep` tokens (r->num_computed
+  // already counts only those): the pages past them return to the pool, and the runner is
+  // told to undo the rest (StateOp::kUndo).
+  void undo_speculative(Request* r, int64_t keep);
   // Evicts every prefix-cache snapshot.
   void drop_snapshots();
   // State changes for the runner, in the order they were decided.

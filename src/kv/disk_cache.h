@@ -28,7 +28,7 @@ namespace deepinfer::kv {
 
 class DiskCache {
  public:
-  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr uint32_t kFormatVersion = 2;  // 2: pending groups indexed by position
 
   // Creates `dir` if needed and indexes the files that match `fingerprint`. An unusable
   // directory is logged and leaves a cache that never hits and never writes.

@@ -41,6 +41,17 @@ bool KvManager::reserve(OwnerId owner, int64_t n_tokens) {
   return true;
 }
 
+void KvManager::truncate(OwnerId owner, int64_t n_tokens) {
+  auto it = tables_.find(owner);
+  if (it == tables_.end()) return;
+  std::vector<BlockId>& pages = it->second.pages;
+  const size_t keep = size_t(spec_.pages_for(n_tokens));
+  if (pages.size() <= keep) return;
+  std::vector<BlockId> tail(pages.begin() + ptrdiff_t(keep), pages.end());
+  pages.resize(keep);
+  pool_.release(tail);
+}
+
 void KvManager::free(OwnerId owner) {
   auto it = tables_.find(owner);
   if (it == tables_.end()) return;

@@ -44,6 +44,9 @@ class KvManager {
   // Grows the owner's table to blocks_for(n_tokens) with fresh blocks; false (no change) if
   // the pool is short. Never shrinks (a sequence's context only grows).
   bool reserve(OwnerId owner, int64_t n_tokens);
+  // Releases the owner's pages past pages_for(n_tokens): a sequence that undid speculative
+  // tokens (their pages were reserved for it alone, so they are never shared).
+  void truncate(OwnerId owner, int64_t n_tokens);
   // Releases every block of the owner; no-op for an unknown owner.
   void free(OwnerId owner);
   // Moves the whole table of `from` to `to` (which must hold nothing): a finished sequence

@@ -12,10 +12,16 @@ constexpr int64_t kPageAlign = 64;  // core/page_arena.h: PageSource::kAlign
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// kv + score buffers of one compressor (state.h: [coff*ratio, coff*width] each).
+// Rows of a pending-group ring: coff*ratio rounded up to a multiple that holds kMinRingRows.
+int64_t pending_rows(int64_t ratio, int64_t coff) {
+  const int64_t group = coff * ratio;
+  return group * ceil_div(kMinRingRows, group);
+}
+
+// kv + score buffers of one compressor (state.h: [pending_rows, coff*width] each).
 int64_t compressor_values(int64_t ratio, int64_t width) {
   const int64_t coff = ratio == 4 ? 2 : 1;
-  return 2 * (coff * ratio) * (coff * width);
+  return 2 * pending_rows(ratio, coff) * (coff * width);
 }
 
 struct Rows {
@@ -28,11 +34,11 @@ std::vector<Rows> fixed_rows(const KvLayout& l, size_t i) {
   const int64_t v = l.bytes_per_value, coff = ratio == 4 ? 2 : 1;
   std::vector<Rows> out = {{l.window_tokens, l.head_dim * v}};
   if (l.shared_sources) {  // V4.1: a pooling source's pending group
-    if (l.kv_sources[i] && ratio > 1) out.insert(out.end(), 2, Rows{ratio, l.head_dim * v});
+    if (l.kv_sources[i] && ratio > 1) out.insert(out.end(), 2, Rows{pending_rows(ratio, 1), l.head_dim * v});
     return out;
   }
-  if (ratio != 0) out.insert(out.end(), 2, Rows{coff * ratio, coff * l.head_dim * v});    // kv, score
-  if (ratio == 4) out.insert(out.end(), 2, Rows{2 * 4, 2 * l.index_head_dim * v});      // indexer kv, score
+  if (ratio != 0) out.insert(out.end(), 2, Rows{pending_rows(ratio, coff), coff * l.head_dim * v});  // kv, score
+  if (ratio == 4) out.insert(out.end(), 2, Rows{pending_rows(4, 2), 2 * l.index_head_dim * v});  // indexer kv, score
   return out;
 }
 
@@ -58,7 +64,7 @@ void make_shared(const KvLayout& layout, int64_t block_tokens, KvSpec& s, int64_
     if (!layout.kv_sources[i]) continue;
     if (r < 1) throw std::invalid_argument("KV layout: a KV source needs a compress ratio >= 1");
     ++s.n_sources;
-    if (r > 1) s.compressor_state_bytes += 2 * r * layout.head_dim * bpv;
+    if (r > 1) s.compressor_state_bytes += 2 * pending_rows(r, 1) * layout.head_dim * bpv;
     rows += ceil_div(block_tokens, r) * (layout.head_dim + layout.index_head_dim) * bpv;
   }
   s.compressor_state_bytes += layout.sequence_values * bpv;

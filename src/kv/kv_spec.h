@@ -18,8 +18,8 @@
 //                  still has one row). Full pages are never written again: forks share them.
 //   fixed part     `fixed_blocks` pages per sequence holding, layer after layer (MTP layers
 //                  last): the window ring (window rows of head_dim), then, on compressed
-//                  layers, the main compressor's kv and score (coff*ratio rows of
-//                  coff*head_dim each), then, on ratio-4 layers, the indexer compressor's kv and
+//                  layers, the main compressor's kv and score (coff*ratio rows rounded up
+//                  to hold kMinRingRows, of coff*head_dim each), then, on ratio-4 layers, the indexer compressor's kv and
 //                  score (8 rows of 2*index_head_dim each). Rows are packed in that order and
 //                  never straddle two pages: a row that does not fit in what is left of a page
 //                  starts the next one. Rewritten as the sequence advances, so never shared.
@@ -35,10 +35,16 @@
 
 namespace deepinfer::kv {
 
+// Every position-indexed fixed buffer (pending groups, the Engram history) has at least this
+// many rows, so that a speculative chunk of up to this many tokens can be undone
+// (v4::kMinRingRows, state.h, is the same number on the model's side).
+inline constexpr int64_t kMinRingRows = 8;
+
 // DeepSeek-V4.1 (MODEL.md 11.8) shares compressed caches: only its KV sources hold state
 // beyond the window ring. A source of ratio r holds, per r tokens, one [head_dim] entry and one
 // [index_head_dim] index key (growing, in the block of the group's last token), and for r > 1
-// the pending group: kv + score, r rows of head_dim each (fixed, after its ring). Every other
+// the pending group: kv + score, r rows (rounded up to hold kMinRingRows) of head_dim each
+// (fixed, after its ring). Every other
 // layer holds its ring only. After all layers, one fixed row of sequence_values values (the
 // Engram compressed-id history).
 struct KvLayout {

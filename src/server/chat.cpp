@@ -141,7 +141,7 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
                          {"logprobs", logprobs ? chat_logprobs(b, c.tokens) : json(nullptr)},
                          {"finish_reason", finish_name(c.last, !out.tool_calls.empty())}});
       if (j == 0) total = c.last.usage;
-      else total.completion_tokens += c.last.usage.completion_tokens;  // the prompt counts once
+      else add_output_usage(total, c.last.usage);  // the prompt counts once
     }
     json r = envelope("chat.completion");
     r["choices"] = std::move(choices);
@@ -188,7 +188,7 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   job->on_end = [=](httplib::DataSink& sink) {
     if (usage) {
       Usage total = (*states)[0].usage;
-      for (size_t j = 1; j < states->size(); ++j) total.completion_tokens += (*states)[j].usage.completion_tokens;
+      for (size_t j = 1; j < states->size(); ++j) add_output_usage(total, (*states)[j].usage);
       json u = envelope("chat.completion.chunk");
       u["choices"] = json::array();
       u["usage"] = usage_json(total);

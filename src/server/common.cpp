@@ -44,11 +44,22 @@ void check_model(const json& body, const Backend& b) {
     throw ApiError(ErrorCode::kNotFound, "The model `" + it->get<std::string>() + "` does not exist.", "model");
 }
 
+// Speculative decoding reports where OpenAI's predicted outputs do: draft tokens that became
+// part of the completion, and those that did not.
 json usage_json(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"completion_tokens_details",
+               {{"accepted_prediction_tokens", u.accepted_draft_tokens},
+                {"rejected_prediction_tokens", u.draft_tokens - u.accepted_draft_tokens}}}};
+}
+
+void add_output_usage(Usage& total, const Usage& u) {
+  total.completion_tokens += u.completion_tokens;
+  total.draft_tokens += u.draft_tokens;
+  total.accepted_draft_tokens += u.accepted_draft_tokens;
 }
 
 double json_logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }

@@ -29,6 +29,8 @@ void send_error(httplib::Response& res, const Status& s);
 void check_model(const json& body, const Backend& b);
 
 json usage_json(const Usage& u);
+// Adds u's output side (completion and draft tokens) to total: one more choice of a prompt.
+void add_output_usage(Usage& total, const Usage& u);
 // -inf (a masked token) is not JSON; OpenAI servers report -9999.0 there.
 double json_logprob(float lp);
 // Text of one token as a JSON-safe string (lossy for bytes that are not UTF-8).

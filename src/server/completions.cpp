@@ -190,7 +190,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
       total.cached_tokens += all[order[0]].last.usage.cached_tokens;
       for (int64_t j = 0; j < n; ++j) {
         const Collected& c = all[order[size_t(j)]];
-        total.completion_tokens += c.last.usage.completion_tokens;
+        add_output_usage(total, c.last.usage);
         TextDecoder dec(b, stops, ro.skip_special_tokens);
         std::string text = ro.echo ? echo_text(b, prompts[pi]) : std::string();
         text += dec.push(c.tokens);
@@ -273,7 +273,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
           total.prompt_tokens += u.prompt_tokens;
           total.cached_tokens += u.cached_tokens;
         }
-        total.completion_tokens += u.completion_tokens;
+        add_output_usage(total, u);
       }
       json u = envelope(json::array());
       u["usage"] = usage_json(total);

@@ -151,6 +151,16 @@ std::string metrics_text(const EngineStats& s, const std::string& model_id) {
   counter(o, "deepinfer_preemptions_total", "Requests preempted (state dropped, recomputed later).",
           s.preemptions_total, l);
   counter(o, "deepinfer_engine_steps_total", "Engine steps run.", s.steps_total, l);
+  counter(o, "deepinfer_spec_decode_verify_steps_total", "Speculative verify chunks (one per request per step).",
+          s.spec_verify_steps, l);
+  counter(o, "deepinfer_spec_decode_num_draft_tokens_total", "Draft tokens verified.", s.spec_draft_tokens, l);
+  counter(o, "deepinfer_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", s.spec_accepted_tokens, l);
+  gauge(o, "deepinfer_spec_decode_acceptance_rate", "Accepted over verified draft tokens since start.",
+        s.spec_draft_tokens ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0, l);
+  gauge(o, "deepinfer_spec_decode_mean_accepted_length",
+        "Tokens emitted per verify step since start (accepted drafts + the model's own).",
+        s.spec_verify_steps ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verify_steps) : 0.0, l);
+  histogram(o, "deepinfer_spec_decode_accepted_per_step", "Drafts accepted per verify step.", s.spec_accepted_per_step, l);
   histogram(o, "deepinfer_time_to_first_token_seconds", "Time from arrival to the first token.", s.ttft_seconds, l);
   histogram(o, "deepinfer_inter_token_latency_seconds", "Time between consecutive tokens of a request.", s.itl_seconds,
             l);

@@ -177,8 +177,10 @@ def test_serve(tmp):
         f = os.path.join(tmp, "serve.tokens")
         with open(f, "w") as fh:
             fh.write(" ".join(map(str, toks)))
+        # Plain greedy decoding as the reference (the server drafts with MTP by default: its
+        # output must not change).
         p, _ = run([ARGS.cli, "generate", "--model", model, "--tokens-file", f, "-n", "6", "--kernels", "ref",
-                    "--threads", "1"])
+                    "--threads", "1", "--speculative", "off"])
         if p.returncode != 0:
             fail(f"generate: {p.stderr[-2000:]}")
         want.append([int(x) for x in p.stdout.split()])

@@ -2,6 +2,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,6 +78,15 @@ struct Harness {
     }
   }
 };
+
+// Largest difference between two runs' logits rows (expects as many rows).
+inline float max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0.0f;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) m = std::max(m, std::fabs(a[i][j] - b[i][j]));
+  return m;
+}
 
 inline SamplingParams greedy(int64_t max_tokens) {
   SamplingParams p;

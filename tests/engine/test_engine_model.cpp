@@ -73,13 +73,6 @@ struct ModelCore {
   }
 };
 
-float max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0.0f;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    for (size_t j = 0; j < a[i].size(); ++j) m = std::max(m, std::fabs(a[i][j] - b[i][j]));
-  return m;
-}
 
 }  // namespace
 

@@ -262,10 +262,12 @@ TEST(KvSpec, V41SharedSourcesEqualTheModelLayout) {
         // Two sources of head_dim 128 + index keys 128: ratio 2 (T/2 groups) and ratio 1 (T).
         EXPECT_EQ(s.entry_bytes(T), (T / 2 + T) * 256 * 4);
       }
-  // 10 rings of 16 x 128, one pending ratio-2 group (kv + score: 2 x 2 x 128), history of 2.
+  // 10 rings of 16 x 128, one pending ratio-2 ring (kv + score) and the Engram history of 2,
+  // both rounded up to kMinRingRows positions (so a speculative chunk of 8 can be undone).
   const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(c), 64);
   EXPECT_EQ(s.window_ring_bytes, 10 * 16 * 128 * 4);
-  EXPECT_EQ(s.compressor_state_bytes, (2 * 2 * 128 + 2) * 4);
+  EXPECT_EQ(kMinRingRows, 8);
+  EXPECT_EQ(s.compressor_state_bytes, (2 * 8 * 128 + 8) * 4);
 }
 
 // DeepSeek-V4-Flash (MODEL.md: 43 layers + 1 MTP, window 128, head_dim 512, index_head_dim

@@ -453,3 +453,21 @@ TEST_F(ServerTest, AnthropicAdaptiveThinking) {
   EXPECT_EQ(adaptive, enabled);
   EXPECT_EQ(first_block("disabled")["type"], "text");
 }
+
+// tiny-v4-c has an MTP module, so the server speculates by default: usage reports the drafts
+// where OpenAI's predicted outputs do, and /metrics counts them.
+TEST_F(ServerTest, SpeculativeDecodingIsReported) {
+  int st = 0;
+  json a = post(srv(), "/v1/completions",
+                json{{"prompt", ids(30, 4)}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  const json& d = a["usage"]["completion_tokens_details"];
+  const int64_t accepted = d["accepted_prediction_tokens"], rejected = d["rejected_prediction_tokens"];
+  EXPECT_GE(accepted, 0);
+  EXPECT_GT(accepted + rejected, 0);  // a fresh request drafts from its first decode step
+  EXPECT_EQ(a["usage"]["completion_tokens"], 12);
+  const std::string m = srv().client().Get("/metrics")->body;
+  for (const char* name : {"deepinfer_spec_decode_num_draft_tokens_total", "deepinfer_spec_decode_num_accepted_tokens_total",
+                           "deepinfer_spec_decode_acceptance_rate", "deepinfer_spec_decode_accepted_per_step_bucket"})
+    EXPECT_NE(m.find(name), std::string::npos) << name;
+}

@@ -20,6 +20,7 @@
 #include "core/profile.h"
 #include "core/log.h"
 #include "model_cli.h"
+#include "spec_decode.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -118,7 +119,8 @@ struct Run {
 };
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels"},
+  Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
+                   "--num-draft-tokens"},
             {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel"});
   if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
@@ -201,6 +203,70 @@ int run(const std::vector<std::string>& argv) {
     log_info("depth %lld: prefill %.2f tok/s, decode %.2f tok/s", (long long)depth, r.prefill_tok_s, r.decode_tok_s);
   }
 
+  // Speculative decoding, on one fresh prompt: plain greedy decode (which is also the oracle
+  // continuation), the MTP drafter with its adaptive draft length, every draft accepted (the
+  // oracle as drafts) for K = 1..5, and every draft rejected (MTP drafts run, then replaced).
+  // (Only when asked for: --speculative auto|mtp.)
+  const int64_t max_drafts = args.get("--speculative") ? speculative_args(args, *model) : 0;
+  nlohmann::json spec;
+  if (max_drafts > 0) {
+    const std::vector<int32_t> prompt = random_tokens(std::min<int64_t>(n_prefill, 128));
+    auto tok_s = [&](const SpecDecodeResult& r) {
+      return r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
+    };
+    // Each variant is timed right after a plain run of its own and reported against it, so a
+    // machine whose speed drifts (other tenants, memory state) skews the ratios less.
+    SpecDecodeOptions plain_opt;
+    plain_opt.max_drafts = 0;
+    const SpecDecodeResult plain = spec_decode(*model, compute.num, prompt, n_decode, plain_opt);
+    double plain_sum = tok_s(plain);
+    int plain_runs = 1;
+    auto against_plain = [&](const SpecDecodeOptions& o, SpecDecodeResult* out) {
+      const double base = tok_s(spec_decode(*model, compute.num, prompt, n_decode, plain_opt));
+      plain_sum += base;
+      ++plain_runs;
+      *out = spec_decode(*model, compute.num, prompt, n_decode, o);
+      if (out->tokens != plain.tokens) throw std::runtime_error("bench: speculative decoding changed the greedy output");
+      return tok_s(*out) / base;
+    };
+    SpecDecodeOptions o;
+    o.oracle = &plain.tokens;
+    o.max_drafts = max_drafts;
+    SpecDecodeResult mtp, wrong;
+    const double mtp_speedup = against_plain(o, &mtp);
+    o.drafts = SpecDecodeOptions::Drafts::kWrong;
+    const double wrong_speedup = against_plain(o, &wrong);
+    nlohmann::json full = nlohmann::json::object();
+    o.drafts = SpecDecodeOptions::Drafts::kOracle;
+    o.adaptive = false;
+    for (int64_t k = 1; k <= std::min<int64_t>(5, std::min<int64_t>(v4::kMinRingRows, c.window) - 1); ++k) {
+      o.max_drafts = k;
+      SpecDecodeResult r;
+      full[std::to_string(k)] = against_plain(o, &r);
+      log_info("speculative: every draft accepted, K=%lld: %.2f tok/s (%.2fx plain)", (long long)k, tok_s(r),
+               double(full[std::to_string(k)]));
+    }
+    const double base = plain_sum / plain_runs;
+    const double acc = mtp.drafted ? double(mtp.accepted) / double(mtp.drafted) : 0.0;
+    spec = {{"mode", "mtp"},
+            {"num_draft_tokens", max_drafts},
+            {"acceptance_rate", acc},
+            {"mean_accepted_per_verify", mtp.verify_steps ? double(mtp.accepted) / double(mtp.verify_steps) : 0.0},
+            {"drafted_tokens", mtp.drafted},
+            {"accepted_tokens", mtp.accepted},
+            {"decode_tok_s", tok_s(mtp)},
+            {"plain_decode_tok_s", base},
+            {"speedup", mtp_speedup},
+            {"greedy_output_equal", mtp.tokens == plain.tokens},
+            {"full_acceptance_speedup", full},
+            {"zero_acceptance_speedup", wrong_speedup},
+            {"zero_acceptance_verify_steps", wrong.verify_steps},
+            {"n_decode", n_decode}};
+    log_info("speculative: plain %.2f tok/s (mean of %d runs); MTP drafts %.2f tok/s (%.2fx, acceptance %.2f); all "
+             "rejected %.2fx",
+             base, plain_runs, tok_s(mtp), mtp_speedup, acc, wrong_speedup);
+  }
+
   const int64_t rss = peak_rss_bytes();
   // Every rank's peak (each holds its share of the experts), for rank 0 to print.
   std::vector<int64_t> rss_ranks(size_t(comm.size()));
@@ -234,6 +300,7 @@ int run(const std::vector<std::string>& argv) {
     j["n_prefill"] = n_prefill;
     j["n_decode"] = n_decode;
     j["runs"] = nlohmann::json::array();
+    if (!spec.is_null()) j["speculative"] = spec;
     for (const Run& r : runs)
       j["runs"].push_back({{"depth", r.depth}, {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
                            {"decode_roofline_fraction", r.decode_tok_s / roofline(r)}});
@@ -261,6 +328,14 @@ int run(const std::vector<std::string>& argv) {
                   (long long)r.depth, r.prefill_comm_s * 1e3, r.prefill_comm_bytes / 1e3, r.decode_comm_s * 1e3,
                   r.decode_comm_bytes / 1e3);
   }
+  if (!spec.is_null() && !csv) {
+    std::printf("\nspeculative (MTP, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
+                "every draft rejected %.2fx; every draft accepted:",
+                (long long)max_drafts, double(spec["plain_decode_tok_s"]), double(spec["decode_tok_s"]),
+                double(spec["speedup"]), double(spec["acceptance_rate"]), double(spec["zero_acceptance_speedup"]));
+    for (auto& [k, v] : spec["full_acceptance_speedup"].items()) std::printf(" K=%s %.2fx", k.c_str(), double(v));
+    std::printf("\n");
+  }
   return 0;
 }
 
@@ -273,7 +348,8 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
                         "  --profile                    time of each forward section while decoding, on stderr\n"
-                        "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE DI_USAGE_VERIFY);
+                        "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
+                        DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -10,6 +10,7 @@
 #include "args.h"
 #include "command.h"
 #include "model_cli.h"
+#include "spec_decode.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,7 +21,8 @@ using tokenizer::IncrementalDetokenizer;
 using tokenizer::Tokenizer;
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels"},
+  Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels", "--speculative",
+                   "--num-draft-tokens"},
             {"--verify-weights", "--expert-parallel"});
   const long n = args.get_int("-n", 16);
   if (n < 0) throw ArgError("-n must be >= 0");
@@ -42,13 +44,32 @@ int run(const std::vector<std::string>& argv) {
     tokens = read_token_file(*args.get("--tokens-file"));
   }
   const int64_t V = cfg.vocab_size;
+  const int64_t drafts = speculative_args(args, *model);
+  std::optional<IncrementalDetokenizer> detok;
+  if (tok) detok.emplace(*tok, true);
+  if (drafts > 0) {  // the same greedy tokens, several per forward where the drafts hold
+    std::string line;
+    SpecDecodeOptions so;
+    so.max_drafts = drafts;
+    spec_decode(*model, num, tokens, n, so, [&](int32_t t) {
+      if (detok) {
+        if (t == cfg.eos_token_id) return false;
+        std::fputs(detok->push(t).c_str(), stdout);
+        std::fflush(stdout);
+      } else {
+        line += (line.empty() ? "" : " ") + std::to_string(t);
+      }
+      return true;
+    });
+    if (detok) std::printf("%s\n", detok->flush().c_str());
+    else std::printf("%s\n", line.c_str());
+    return 0;
+  }
   auto st = model->new_sequence();
   std::vector<float> row(V);
   model->forward_batch({v4::SequenceChunk{tokens.data(), int64_t(tokens.size()), &st, row.data(), false}}, num);
   int32_t next = greedy_next(row.data(), V, int64_t(tokens.size()) - 1);
   std::string line;
-  std::optional<IncrementalDetokenizer> detok;
-  if (tok) detok.emplace(*tok, true);
   for (long i = 0; i < n; ++i) {
     if (detok) {
       if (next == cfg.eos_token_id) break;
@@ -72,7 +93,8 @@ CommandRegistration reg("generate", "greedy continuation of token ids or a text 
                         "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
                         "  --tokens-file F              whitespace-separated prompt ids; prints ids\n"
                         "  --prompt TEXT                text prompt (BOS + tokenizer); streams text, stops at EOS\n"
-                        "  -n N                         tokens to generate (default 16)\n" DI_USAGE_COMPUTE DI_USAGE_VERIFY);
+                        "  -n N                         tokens to generate (default 16)\n" DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
+                        DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

@@ -81,6 +81,8 @@ EngineOptions engine_options(const Args& args) {
     o.kv_cache_disk_bytes = parse_bytes("--kv-cache-disk-size", *v);
   }
   if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
+  o.speculative = args.get_or("--speculative", "auto");
+  o.num_draft_tokens = args.get_int("--num-draft-tokens", 3);
   return o;
 }
 
@@ -89,7 +91,7 @@ int run(const std::vector<std::string>& argv) {
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
-                   "--header-timeout"},
+                   "--header-timeout", "--speculative", "--num-draft-tokens"},
             {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel"});
   const EngineOptions eo = engine_options(args);
   if (world().rank() > 0) {
@@ -208,6 +210,7 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --kv-cache-dir DIR           also keep prefix-cache snapshots in DIR; a restarted server\n"
                         "                               with the same checkpoint and numerics hits them\n"
                         "  --kv-cache-disk-size SIZE    disk cache limit, least recently used files go first (20G)\n"
+                        DI_USAGE_SPECULATIVE
                         "  --max-body-bytes N           request body limit (default 16777216)\n"
                         "  --http-threads N             requests handled at once (default 256)\n"
                         "  --max-connections N          open connections in all; beyond, 503 (default 4096)\n"

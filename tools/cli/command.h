@@ -37,6 +37,13 @@ struct CommandRegistration {
   "  --expert-parallel            under mpirun -np N: each rank holds and runs 1/N of the\n"      \
   "                               routed experts (required when N > 1)\n"
 
+// Speculative decoding, for the commands that decode.
+#define DI_USAGE_SPECULATIVE                                                                  \
+  "  --speculative auto|mtp|dspark|off  draft with the checkpoint's MTP module and verify the\n" \
+  "                               drafts in one forward (auto: mtp when the checkpoint has one)\n" \
+  "  --num-draft-tokens K         the most drafts per step, 1..7 (default 3); fewer, down to\n" \
+  "                               none, while drafts are rarely accepted\n"
+
 // The load-time weight scan of the commands that load a model.
 #define DI_USAGE_VERIFY \
   "  --verify-weights             scan every weight for NaN / Inf codes at load (reads all of them)\n"

@@ -37,6 +37,9 @@ std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols);
 // argmax_lowest of a row that must be finite: a NaN / Inf row (corrupt weights) throws,
 // naming the position, instead of becoming a token.
 int32_t greedy_next(const float* row, int64_t n, int64_t pos);
+// --speculative auto|mtp|dspark|off and --num-draft-tokens K for a model-level decoder:
+// the draft count per step (0: off). A mode the checkpoint cannot do is an ArgError.
+int64_t speculative_args(const Args& args, const v4::Model& m);
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
 
 }  // namespace deepinfer::cli

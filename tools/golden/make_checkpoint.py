@@ -223,6 +223,22 @@ PRESETS = {
         },
         "init": {"fast_experts": True},
     },
+    # large-bench with one MTP module (a ninth, window-only layer with its own head norm), for
+    # speculative decoding's benchmark.
+    "large-bench-mtp": {
+        "description": "benchmark model with an MTP module: large-bench + 1 MTP layer (~4.3 B params)",
+        "seed": 0,
+        "config": {
+            "vocab_size": 129280, "hidden_size": 2048, "num_hidden_layers": 8,
+            "compress_ratios": [0, 0, 4, 128, 4, 128, 4, 0, 0], "num_attention_heads": 16,
+            "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 512, "o_groups": 4,
+            "o_lora_rank": 512, "sliding_window": 128, "index_n_heads": 16,
+            "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 64,
+            "num_experts_per_tok": 6, "moe_intermediate_size": 1024, "num_hash_layers": 3,
+            "num_nextn_predict_layers": 1,
+        },
+        "init": {"fast_experts": True},
+    },
     # DeepSeek-V4.1 at the shapes of the shared set tiny-v41-a (spec 15.2 structure): vocab 1024,
     # layers [0,0,2,2,2,1,1,1], KV sources 2 and 5, index sources 2, 5, 7, candidates from 5,
     # Engram at 1 and 5, two DSpark stages.

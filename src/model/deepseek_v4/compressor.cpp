@@ -42,39 +42,24 @@ static void pool(std::span<const float* const> kv_rows, std::span<const float* c
 }
 
 bool compressor_push(CompressorState& st, const float* kvp, const float* sc, int64_t p, float* z) {
-  const int64_t r = st.ratio, W = st.width, row_len = st.coff * W;
-  const int64_t slot = (st.coff == 2 ? r : 0) + p % r;
-  std::copy(kvp, kvp + row_len, st.kv_row(slot));
-  std::copy(sc, sc + row_len, st.score_row(slot));
+  const int64_t r = st.ratio, W = st.width, row_len = st.coff * W, R = st.n_pending_rows();
+  std::copy(kvp, kvp + row_len, st.kv_row(p % R));
+  std::copy(sc, sc + row_len, st.score_row(p % R));
   if ((p + 1) % r != 0) return false;
 
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
-  const int64_t n_slots = st.coff * r;
+  // The pooled positions in order: coff 2, the previous group's (A halves) then this one's
+  // (B halves); coff 1, this group's. A position before the sequence start maps to a row
+  // that still holds its fresh kv = 0, score = -inf (R >= 2r), which weighs nothing.
+  const int64_t n_slots = st.coff * r, first = p + 1 - n_slots;
   std::span<const float*> kv_rows = scratch.take<const float*>(n_slots), sc_rows = scratch.take<const float*>(n_slots);
-  if (st.coff == 2) {
-    // Slot order: A halves of the previous group's tokens, then B halves of this group's.
-    for (int64_t i = 0; i < r; ++i) {
-      kv_rows[i] = st.kv_row(i);
-      sc_rows[i] = st.score_row(i);
-    }
-    for (int64_t i = r; i < 2 * r; ++i) {
-      kv_rows[i] = st.kv_row(i) + W;
-      sc_rows[i] = st.score_row(i) + W;
-    }
-  } else {
-    for (int64_t i = 0; i < r; ++i) {
-      kv_rows[i] = st.kv_row(i);
-      sc_rows[i] = st.score_row(i);
-    }
+  for (int64_t i = 0; i < n_slots; ++i) {
+    const int64_t row = ((first + i) % R + R) % R, half = st.coff == 2 && i >= r ? W : 0;
+    kv_rows[i] = st.kv_row(row) + half;
+    sc_rows[i] = st.score_row(row) + half;
   }
   pool(kv_rows, sc_rows, W, z);
-  if (st.coff == 2) {  // the current group becomes the previous one (rows r..2r-1 -> 0..r-1)
-    for (int64_t i = 0; i < r; ++i) {
-      std::copy_n(st.kv_row(r + i), row_len, st.kv_row(i));
-      std::copy_n(st.score_row(r + i), row_len, st.score_row(i));
-    }
-  }
   return true;
 }
 

@@ -281,10 +281,9 @@ void engram_hash_ids(const Config& cfg, const EngramTables& tables, const int32_
       }
     }
   }
-  // The newest n_hist compressed ids, newest first, for the next chunk.
-  int64_t next[64];
-  for (int64_t k = 0; k < n_hist; ++k) next[k] = compressed_at(S - 1, k);
-  for (int64_t k = 0; k < n_hist; ++k) st.set_engram_history(k, next[k]);
+  // The chunk's compressed ids, for the next chunk (the history keeps the newest ones).
+  for (int64_t t = std::max<int64_t>(0, S - kMinRingRows - n_hist); t < S; ++t)
+    st.set_engram_id(st.n_past + t, tables.token_map[size_t(tokens[t])]);
 }
 
 void engram_forward(const Config& cfg, const Numerics& num, const EngramWeights& w, const int64_t* ids,

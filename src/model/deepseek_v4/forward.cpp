@@ -443,6 +443,16 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
 
 void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
                         SequenceState& st, const Numerics& num, float* logits) const {
+  mtp_rows(k, streams, next_tokens, S, pos0, st, num, logits, false, nullptr);
+}
+
+void Model::forward_mtp_draft(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
+                              SequenceState& st, const Numerics& num, float* last_logits, float* last_streams) const {
+  mtp_rows(k, streams, next_tokens, S, pos0, st, num, last_logits, true, last_streams);
+}
+
+void Model::mtp_rows(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
+                     SequenceState& st, const Numerics& num, float* logits, bool last_only, float* last_streams) const {
   const Config& c = cfg_;
   if (c.v41()) throw std::runtime_error("DeepSeek-V4.1's DSpark stages are loaded but not run (no MTP forward)");
   const MtpWeights& m = w_.mtp.at(size_t(k));
@@ -463,7 +473,13 @@ void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tok
       for (int64_t j = 0; j < d; ++j) Z[(t * hc + i) * d + j] = num.bf16(ep[t * d + j] + hp[(t * hc + i) * d + j]);
   const Segment seg[] = {{0, S, pos0, &st.mtp_layers[k]}};
   block_forward(m.block, ropes_[c.n_layers + k], Z.data(), next_tokens, S, seg, num, Zn.data());
-  if (logits) head_forward(Zn.data(), S, m.hc_head, m.norm, num, logits);
+  const float* last = Zn.data() + (S - 1) * hc * d;
+  if (last_streams && S > 0) std::copy_n(last, hc * d, last_streams);
+  if (!logits) return;
+  if (last_only)
+    head_forward(last, S > 0 ? 1 : 0, m.hc_head, m.norm, num, logits);
+  else
+    head_forward(Zn.data(), S, m.hc_head, m.norm, num, logits);
 }
 
 }  // namespace deepinfer::v4

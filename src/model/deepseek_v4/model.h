@@ -30,6 +30,20 @@ struct SequenceChunk {
 
 struct Segment;  // layer_ops.h
 
+// What MTP drafting (Model::draft_mtp) keeps of one sequence between steps: the backbone's
+// final streams [hc * dim] of the positions the MTP module has not seen yet, at most a
+// window of them (older ones are out of its attention's reach).
+struct MtpDraftState {
+  int64_t mtp_next = 0;     // the module's ring holds positions < mtp_next
+  int64_t rows_pos0 = 0;    // position of rows' first row
+  std::vector<float> rows;  // [n, width]
+
+  // Appends the streams of positions pos0 .. pos0+n-1 (a gap before them starts over).
+  void keep(const float* streams, int64_t pos0, int64_t n, int64_t width, int64_t window);
+  // Forgets the rows of positions >= pos (undone speculative tokens).
+  void drop_from(int64_t pos, int64_t width);
+};
+
 struct LoadOptions {
   // Scan every tensor's codes for NaN / Inf before returning (reads all weights once); a
   // corrupt checkpoint is then a LoadError naming the tensor instead of NaN logits later.
@@ -69,11 +83,23 @@ class Model {
   void forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
                      std::vector<float>* final_streams = nullptr) const;
 
+  // Up to k greedy drafts after tokens (all of st's tokens: st holds all but the last) with
+  // MTP module 0: first over the positions it has not seen (the rows ds keeps), then chained
+  // on its own output; the chained positions are undone in st's MTP ring before return.
+  // Fewer (none) when ds does not reach st.n_past - 1. k <= kMinRingRows - 1.
+  std::vector<int32_t> draft_mtp(SequenceState& st, MtpDraftState& ds, std::span<const int32_t> tokens, int64_t k,
+                                 const Numerics& num) const;
+
   // MTP module k (MODEL.md 10): streams [S, hc, dim] of the backbone at positions p,
   // next_tokens[S] the tokens at p+1; logits [S, vocab] predict the token at p+2.
   // Uses and advances st.mtp_layers[k] (its own window ring) at positions mtp_pos0 ...
   void forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t mtp_pos0,
                    SequenceState& st, const Numerics& num, float* logits) const;
+  // The same for drafting: logits of the last row only (null: none), and that row's output
+  // streams [hc, dim] (null: not wanted), which stand in for the backbone's streams when the
+  // module is chained on its own output to draft further tokens.
+  void forward_mtp_draft(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t mtp_pos0,
+                         SequenceState& st, const Numerics& num, float* last_logits, float* last_streams) const;
 
  private:
   Model() = default;
@@ -83,6 +109,8 @@ class Model {
   void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
                      int64_t rows, std::span<const Segment> segments, const Numerics& num, float* X,
                      float* carry_pre = nullptr) const;
+  void mtp_rows(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
+                SequenceState& st, const Numerics& num, float* logits, bool last_only, float* last_streams) const;
   void forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
                       std::vector<float>* final_streams) const;
   // pre: V4.1's collapse weights [S, hc] (the last FFN site's pre) instead of hc_head.

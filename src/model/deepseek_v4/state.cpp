@@ -51,21 +51,27 @@ class RowPacker {
 
 namespace {
 // Pending rows (kv and score alike) of a layer's main compressor: count and width in floats.
-// V4 ratio 4 pools overlapping pairs of groups (2*ratio rows of both halves), other ratios one
+// V4 ratio 4 pools overlapping pairs of groups (rows of both halves), other ratios one
 // group; V4.1 pools one group for ratio > 1 and nothing for ratio 1.
 std::pair<int64_t, int64_t> compressor_pending(const Config& cfg, int64_t layer) {
   const int64_t r = cfg.ratio(layer);
   if (!cfg.owns_compressor(layer)) return {0, 0};
-  if (cfg.v41()) return r > 1 ? std::pair<int64_t, int64_t>{r, cfg.head_dim} : std::pair<int64_t, int64_t>{0, 0};
+  if (cfg.v41())
+    return r > 1 ? std::pair<int64_t, int64_t>{pending_rows(r, 1), cfg.head_dim} : std::pair<int64_t, int64_t>{0, 0};
   const int64_t coff = r == 4 ? 2 : 1;
-  return {coff * r, coff * cfg.head_dim};
+  return {pending_rows(r, coff), coff * cfg.head_dim};
 }
 // V4's lightning indexer compressor (ratio 4) keeps 8 pending rows of both halves.
 bool has_index_compressor(const Config& cfg, int64_t layer) { return !cfg.v41() && cfg.ratio(layer) == 4; }
 int64_t engram_history_floats(const Config& cfg) {
-  return cfg.v41() && !cfg.engram_layer_ids.empty() ? cfg.engram_max_ngram - 1 : 0;
+  return cfg.v41() && !cfg.engram_layer_ids.empty() ? std::max(cfg.engram_max_ngram - 1, kMinRingRows) : 0;
 }
 }  // namespace
+
+int64_t pending_rows(int64_t ratio, int64_t coff) {
+  const int64_t group = coff * ratio;
+  return group * ceil_div(kMinRingRows, group);
+}
 
 PageLayout PageLayout::make(const Config& cfg, int64_t block_tokens) {
   if (block_tokens < 1) throw std::invalid_argument("page block size must be at least one token");
@@ -103,8 +109,8 @@ PageLayout PageLayout::make(const Config& cfg, int64_t block_tokens) {
       rows.main_score = pack.place(n_pending, width);
     }
     if (has_index_compressor(cfg, l)) {
-      rows.index_kv = pack.place(2 * 4, 2 * cfg.index_head_dim);
-      rows.index_score = pack.place(2 * 4, 2 * cfg.index_head_dim);
+      rows.index_kv = pack.place(pending_rows(4, 2), 2 * cfg.index_head_dim);
+      rows.index_score = pack.place(pending_rows(4, 2), 2 * cfg.index_head_dim);
     }
     p.fixed.push_back(rows);
   }
@@ -145,6 +151,12 @@ void PageTable::push(int32_t id) {
     throw std::logic_error("KV page " + std::to_string(id) + " is one of the sequence's fixed pages");
   ids_.push_back(id);
   data_.push_back(data);
+}
+
+void PageTable::truncate(int64_t n) {
+  if (owned_ || n >= size()) return;
+  ids_.resize(size_t(std::max<int64_t>(n, 0)));
+  data_.resize(ids_.size());
 }
 
 void PageTable::adopt(std::span<const int32_t> ids) {
@@ -245,6 +257,7 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
   st.pages_ = std::move(table);
   st.fixed_page_bytes_ = layout.page_bytes;
   st.engram_history_ = layout.engram_history;
+  st.engram_n_hist_ = layout.engram_history.rows ? cfg.engram_max_ngram - 1 : 0;
   st.bind_pages();
   st.reset();
   return st;
@@ -343,6 +356,7 @@ SequenceState SequenceState::fork_into(const SequenceState& src, std::span<const
   out.mtp_layers = src.mtp_layers;
   out.fixed_page_bytes_ = src.fixed_page_bytes_;
   out.engram_history_ = src.engram_history_;
+  out.engram_n_hist_ = src.engram_n_hist_;
   out.pages_ = std::move(table);
   const size_t page_bytes = size_t(from.source().page_bytes());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -396,23 +410,89 @@ int64_t SequenceState::bytes() const {
 }
 
 int64_t SequenceState::engram_history(int64_t k) const {
-  return int64_t(engram_history_.row(pages_->fixed_pages(), 0)[k]);
+  const int64_t pos = n_past - 1 - k;
+  if (pos < 0) return -1;
+  return int64_t(engram_history_.row(pages_->fixed_pages(), 0)[pos % engram_history_.row_floats]);
 }
 
-void SequenceState::set_engram_history(int64_t k, int64_t id) {
+void SequenceState::set_engram_id(int64_t pos, int64_t id) {
   // Compressed ids are below 2^24, so a float holds them exactly.
-  engram_history_.row(pages_->fixed_pages(), 0)[k] = float(id);
+  engram_history_.row(pages_->fixed_pages(), 0)[pos % engram_history_.row_floats] = float(id);
 }
 
 void SequenceState::reset() {
   n_past = 0;
-  for (int64_t k = 0; k < engram_history_size(); ++k) set_engram_history(k, -1);
+  if (engram_history_.rows) std::fill_n(engram_history_.row(pages_->fixed_pages(), 0), engram_history_.row_floats, -1.0f);
   for (auto* group : {&layers, &mtp_layers})
     for (auto& l : *group) {
       for (int64_t s = 0; s < l.window(); ++s) std::fill_n(l.ring_row(s), l.ring_.row_floats, 0.0f);
       if (l.compressor.ratio) l.compressor.reset();
       if (l.index_compressor.ratio) l.index_compressor.reset();
     }
+}
+
+// ---- undo of a speculative chunk
+
+void SequenceState::save_undo(bool mtp, int64_t p0, int64_t n, Undo* u) const {
+  u->mtp = mtp;
+  u->p0 = p0;
+  u->n = n;
+  u->counters = counters();
+  u->rows.clear();
+  auto save = [&](const FixedRows& f) {
+    if (f.rows == 0) return;
+    if (n > f.rows)
+      throw std::logic_error("undo: a chunk of " + std::to_string(n) + " tokens overruns a ring of " +
+                             std::to_string(f.rows) + " rows");
+    for (int64_t i = 0; i < n; ++i) {
+      const float* r = f.row(pages_->fixed_pages(), (p0 + i) % f.rows);
+      u->rows.insert(u->rows.end(), r, r + f.row_floats);
+    }
+  };
+  for (const LayerState& l : mtp ? mtp_layers : layers) {
+    save(l.ring_);
+    save(l.compressor.kv_);
+    save(l.compressor.score_);
+    save(l.index_compressor.kv_);
+    save(l.index_compressor.score_);
+  }
+  if (!mtp && engram_history_.rows) {
+    if (n > engram_history_.row_floats) throw std::logic_error("undo: a chunk overruns the Engram history");
+    const float* h = engram_history_.row(pages_->fixed_pages(), 0);
+    for (int64_t i = 0; i < n; ++i) u->rows.push_back(h[(p0 + i) % engram_history_.row_floats]);
+  }
+}
+
+void SequenceState::undo(const Undo& u, int64_t keep) {
+  if (keep < 0 || keep > u.n) throw std::logic_error("undo: keeps " + std::to_string(keep) + " of " + std::to_string(u.n));
+  size_t at = 0;
+  auto restore = [&](const FixedRows& f) {
+    if (f.rows == 0) return;
+    for (int64_t i = 0; i < u.n; ++i, at += size_t(f.row_floats))
+      if (i >= keep) std::copy_n(&u.rows[at], f.row_floats, f.row(pages_->fixed_pages(), (u.p0 + i) % f.rows));
+  };
+  std::vector<LayerState>& part = u.mtp ? mtp_layers : layers;
+  for (LayerState& l : part) {
+    restore(l.ring_);
+    restore(l.compressor.kv_);
+    restore(l.compressor.score_);
+    restore(l.index_compressor.kv_);
+    restore(l.index_compressor.score_);
+  }
+  if (!u.mtp && engram_history_.rows) {
+    float* h = engram_history_.row(pages_->fixed_pages(), 0);
+    for (int64_t i = 0; i < u.n; ++i, ++at)
+      if (i >= keep) h[(u.p0 + i) % engram_history_.row_floats] = u.rows[at];
+  }
+  // Entry counts: what the kept positions emitted (entry w is emitted by position r*(w+1)-1).
+  const int64_t end = u.p0 + keep;
+  size_t c = 1 + (u.mtp ? 2 * layers.size() : 0);
+  for (LayerState& l : part)
+    for (CompressorState* cs : {&l.compressor, &l.index_compressor}) {
+      const int64_t before = u.counters[c++];
+      if (cs->ratio > 0) cs->n_entries_ = before + end / cs->ratio - u.p0 / cs->ratio;
+    }
+  if (!u.mtp) n_past = end;
 }
 
 }  // namespace deepinfer::v4

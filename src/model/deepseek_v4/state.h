@@ -23,6 +23,13 @@
 
 namespace deepinfer::v4 {
 
+// The fewest rows of every position-indexed fixed buffer: the longest chunk that can be
+// undone (kv::kMinRingRows on the KV side of the dependency line is the same number).
+inline constexpr int64_t kMinRingRows = 8;
+// Pending rows of a compressor: coff*ratio, rounded up to a multiple of coff*ratio that is
+// at least kMinRingRows (a group's rows are those of its positions modulo this).
+int64_t pending_rows(int64_t ratio, int64_t coff);
+
 // Where the rows of one fixed buffer sit in a sequence's fixed pages: `rows` rows of
 // `row_floats` floats; row 0 at float `offset` of fixed page `page`, the `first` rows there
 // one after another, the rest filling the following pages from their start, `per_page` each.
@@ -54,13 +61,17 @@ struct FixedRows {
 // Fixed part: fixed_pages pages holding, in this order, for every layer (backbone layers,
 // then MTP layers):
 //   ring          window rows of head_dim floats (position p in row p % window)
-//   main kv       coff*ratio rows of coff*head_dim floats     V4: ratio != 0 (coff: 2 for
-//   main score    the same                                     ratio 4, else 1); V4.1: KV
+//   main kv       pending_rows(ratio, coff) rows of            V4: ratio != 0 (coff: 2 for
+//   main score    coff*head_dim floats (the same)              ratio 4, else 1); V4.1: KV
 //                                                              sources with ratio > 1 (coff 1)
 //   index kv      8 rows of 2*index_head_dim floats            V4 ratio 4 (V4.1 index keys
 //   index score   the same                                     have no pending rows)
 // then, once per sequence, the Engram history (V4.1 with Engram layers): one row of
-// engram_max_ngram - 1 floats, the compressed ids of the last tokens (newest first).
+// max(engram_max_ngram - 1, kMinRingRows) floats, the compressed id of token p in float
+// p % that.
+// Every one of these buffers is a ring indexed by position, with at least kMinRingRows rows:
+// a chunk of n <= kMinRingRows tokens overwrites only the rows of its own positions, and what
+// was there is all an undo needs (StateUndo, for speculative verification).
 // Packed row after row from float 0 of fixed page 0; a row that does not fit in what is left
 // of a page starts the next one (the tail stays unused), so no row straddles two pages.
 //
@@ -110,6 +121,9 @@ class PageTable {
   // changes under a sequence), the rest are appended. std::logic_error otherwise.
   void adopt(std::span<const int32_t> ids);
   void push(int32_t id);
+  // Drops the pages past the first n (the engine released them); a standalone table keeps
+  // its own.
+  void truncate(int64_t n);
 
   // Fixed part: pages `ids` of `source`, set once. With `owned`, source is that private
   // source, which the table keeps. std::logic_error for a repeated id.
@@ -135,10 +149,11 @@ class PageTable {
 struct CompressorState {
   int64_t ratio = 0, coff = 1, width = 0;
 
-  // Rows of projections waiting to be pooled, coff*ratio rows of coff*width floats each, in
-  // the fixed pages. ratio 4 (coff 2): rows 0..3 hold the previous complete group, rows 4..7
-  // the current one. other ratios (coff 1): rows 0..ratio-1 hold the current group. None
-  // for a V4.1 ratio-1 compressor and for V4.1 index keys (an entry per group, no pooling).
+  // Rows of projections waiting to be pooled, pending_rows(ratio, coff) rows of coff*width
+  // floats each, in the fixed pages: position p's in row p % pending_rows. ratio 4 (coff 2)
+  // pools the previous group with the current one, other ratios the current group. None for
+  // a V4.1 ratio-1 compressor and for V4.1 index keys (an entry per group, no pooling).
+  int64_t n_pending_rows() const { return kv_.rows; }
   float* kv_row(int64_t i) { return kv_.row(pages_->fixed_pages(), i); }
   float* score_row(int64_t i) { return score_.row(pages_->fixed_pages(), i); }
   const float* kv_row(int64_t i) const { return kv_.row(pages_->fixed_pages(), i); }
@@ -194,11 +209,12 @@ struct SequenceState {
   std::vector<LayerState> layers;
   std::vector<LayerState> mtp_layers;
 
-  // V4.1 Engram: the compressed ids of the tokens before position n_past, newest first
-  // (engram_max_ngram - 1 of them; a position before the sequence start holds -1).
-  int64_t engram_history_size() const { return engram_history_.rows ? engram_history_.row_floats : 0; }
+  // V4.1 Engram: the compressed ids of the engram_history_size() tokens before position
+  // n_past; engram_history(k) is token n_past-1-k's (-1 before the sequence start).
+  int64_t engram_history_size() const { return engram_n_hist_; }
   int64_t engram_history(int64_t k) const;
-  void set_engram_history(int64_t k, int64_t id);
+  // Records token `pos`'s compressed id (pos >= n_past - 1 - engram_history_size()).
+  void set_engram_id(int64_t pos, int64_t id);
 
   // A standalone sequence (CLI, tests): fixed pages and pages of block_tokens tokens from a
   // private source that grows with the context.
@@ -215,6 +231,9 @@ struct SequenceState {
   // Extends the page table to ids (see PageTable::adopt). Block i must be adopted before a
   // token of [i*T, (i+1)*T) is processed, else the forward throws std::logic_error.
   void adopt_pages(std::span<const int32_t> ids) { pages_->adopt(ids); }
+  // The page table keeps its first n pages (after an undo, the engine takes back the pages
+  // of the undone tokens).
+  void truncate_pages(int64_t n) { pages_->truncate(n); }
   // std::logic_error unless the fixed pages are exactly ids (they never change).
   void expect_fixed_pages(std::span<const int32_t> ids) const;
   // A new sequence continuing from this one, with page table ids: where ids[i] equals this
@@ -241,6 +260,19 @@ struct SequenceState {
   // Back to position 0; the pages are kept (and reused).
   void reset();
 
+  // Speculative verification: before a chunk of n tokens at n_past (backbone) or at MTP
+  // positions p0.. (mtp), what it will overwrite; undo(u, keep) then leaves the state as if
+  // only the first `keep` tokens of the chunk had been processed. n <= kMinRingRows and no
+  // more than the window (std::logic_error otherwise).
+  struct Undo {
+    bool mtp = false;
+    int64_t p0 = 0, n = 0;
+    std::vector<int64_t> counters;  // counters() before the chunk
+    std::vector<float> rows;        // the rows of positions p0 .. p0+n-1 in every ring of the part
+  };
+  void save_undo(bool mtp, int64_t p0, int64_t n, Undo* u) const;
+  void undo(const Undo& u, int64_t keep);
+
   SequenceState() = default;
   SequenceState(SequenceState&&) = default;
   SequenceState& operator=(SequenceState&&) = default;
@@ -253,6 +285,7 @@ struct SequenceState {
   std::unique_ptr<PageTable> pages_;
   int64_t fixed_page_bytes_ = 0;  // layout.page_bytes: every fixed row lies in a page's first bytes
   FixedRows engram_history_;
+  int64_t engram_n_hist_ = 0;
 };
 
 }  // namespace deepinfer::v4

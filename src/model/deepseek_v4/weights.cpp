@@ -1,5 +1,6 @@
 #include "model/deepseek_v4/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace deepinfer::v4 {
@@ -322,35 +323,40 @@ int64_t matrix_bytes(const WeightMatrix& w) { return weight_data_bytes(w) + weig
 
 namespace {
 
-// Sums f(matrix, share) over the matrices a token touches; share < 1 for routed experts.
+// Sums f(matrix, share, routed) over the matrices a token touches in one layer; share < 1
+// for routed experts.
+template <typename F>
+void for_active_in_layer(const Config& c, const LayerWeights& L, F f) {
+  for (const WeightMatrix* m : {&L.hc_attn.fn, &L.hc_ffn.fn, &L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a,
+                                &L.attn.wo_b, &L.ffn.gate})
+    f(*m, 1.0);
+  if (L.attn.has_compressor) {
+    f(L.attn.compressor.wkv, 1.0);
+    if (L.attn.compressor.wgate.valid()) f(L.attn.compressor.wgate, 1.0);
+  }
+  if (L.attn.has_indexer) {
+    f(L.attn.indexer_wq_b, 1.0);
+    f(L.attn.indexer_weights_proj, 1.0);
+    if (L.attn.indexer_compressor.wkv.valid()) {
+      f(L.attn.indexer_compressor.wkv, 1.0);
+      f(L.attn.indexer_compressor.wgate, 1.0);
+    }
+  }
+  if (L.attn.has_index_keys) f(L.attn.indexer_wk, 1.0 / double(L.ratio));  // one key per entry
+  if (L.has_engram) f(L.engram.wkv, 1.0);
+  const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
+  for (const ExpertWeights& e : L.ffn.experts)
+    for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) f(*m, share, true);
+  if (L.ffn.has_shared)
+    for (const WeightMatrix* m : {&L.ffn.shared.w1, &L.ffn.shared.w2, &L.ffn.shared.w3}) f(*m, 1.0);
+}
+
+// The same over the backbone: the head, and every layer.
 template <typename F>
 void for_active_matrices(const Config& c, const Weights& w, F f) {
   f(w.head, 1.0);
   if (w.hc_head.fn.valid()) f(w.hc_head.fn, 1.0);
-  for (const LayerWeights& L : w.layers) {
-    for (const WeightMatrix* m : {&L.hc_attn.fn, &L.hc_ffn.fn, &L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a,
-                                  &L.attn.wo_b, &L.ffn.gate})
-      f(*m, 1.0);
-    if (L.attn.has_compressor) {
-      f(L.attn.compressor.wkv, 1.0);
-      if (L.attn.compressor.wgate.valid()) f(L.attn.compressor.wgate, 1.0);
-    }
-    if (L.attn.has_indexer) {
-      f(L.attn.indexer_wq_b, 1.0);
-      f(L.attn.indexer_weights_proj, 1.0);
-      if (L.attn.indexer_compressor.wkv.valid()) {
-        f(L.attn.indexer_compressor.wkv, 1.0);
-        f(L.attn.indexer_compressor.wgate, 1.0);
-      }
-    }
-    if (L.attn.has_index_keys) f(L.attn.indexer_wk, 1.0 / double(L.ratio));  // one key per entry
-    if (L.has_engram) f(L.engram.wkv, 1.0);
-    const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
-    for (const ExpertWeights& e : L.ffn.experts)
-      for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) f(*m, share);
-    if (L.ffn.has_shared)
-      for (const WeightMatrix* m : {&L.ffn.shared.w1, &L.ffn.shared.w2, &L.ffn.shared.w3}) f(*m, 1.0);
-  }
+  for (const LayerWeights& L : w.layers) for_active_in_layer(c, L, f);
 }
 
 }  // namespace
@@ -361,13 +367,40 @@ int64_t active_weight_bytes_per_token(const Config& c, const Weights& w) {
   for (const LayerWeights& L : w.layers)
     if (L.has_engram)
       bytes += double((c.engram_max_ngram - 1) * c.engram_n_heads * (L.engram.head_dim + L.engram.head_dim / 32));
-  for_active_matrices(c, w, [&](const WeightMatrix& m, double share) { bytes += share * double(matrix_bytes(m)); });
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool = false) { bytes += share * double(matrix_bytes(m)); });
   return int64_t(bytes);
+}
+
+int64_t routed_expert_bytes_per_token(const Config& c, const Weights& w) {
+  double bytes = 0;
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool routed = false) {
+    if (routed) bytes += share * double(matrix_bytes(m));
+  });
+  return int64_t(bytes);
+}
+
+int64_t mtp_draft_bytes_per_token(const Config& c, const Weights& w) {
+  if (w.mtp.empty()) return 0;
+  const MtpWeights& m = w.mtp[0];
+  double bytes = double(matrix_bytes(w.head)) + double(matrix_bytes(m.e_proj)) + double(matrix_bytes(m.h_proj)) +
+                 double(matrix_bytes(w.embed)) / double(c.vocab_size);
+  if (m.hc_head.fn.valid()) bytes += double(matrix_bytes(m.hc_head.fn));
+  for_active_in_layer(c, m.block, [&](const WeightMatrix& x, double share, bool = false) { bytes += share * double(matrix_bytes(x)); });
+  return int64_t(bytes);
+}
+
+double mtp_draft_cost(const Config& c, const Weights& w) {
+  return double(mtp_draft_bytes_per_token(c, w)) / double(std::max<int64_t>(1, active_weight_bytes_per_token(c, w)));
+}
+
+double verify_token_cost(const Config& c, const Weights& w) {
+  const double fresh = c.n_routed_experts > 0 ? 1.0 - double(c.n_activated_experts) / double(c.n_routed_experts) : 0.0;
+  return fresh * double(routed_expert_bytes_per_token(c, w)) / double(std::max<int64_t>(1, active_weight_bytes_per_token(c, w)));
 }
 
 int64_t active_weight_macs_per_token(const Config& c, const Weights& w) {
   double macs = 0;
-  for_active_matrices(c, w, [&](const WeightMatrix& m, double share) { macs += share * double(m.rows * m.cols); });
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool = false) { macs += share * double(m.rows * m.cols); });
   return int64_t(macs);
 }
 

@@ -112,6 +112,15 @@ int64_t matrix_bytes(const WeightMatrix& w);
 // routed experts a token actually visits (num_experts_per_tok per layer), one embedding row
 // and the head. MTP excluded. The decode roofline is memory bandwidth / this.
 int64_t active_weight_bytes_per_token(const Config& cfg, const Weights& w);
+// Of those, the routed experts' share.
+int64_t routed_expert_bytes_per_token(const Config& cfg, const Weights& w);
+// Bytes one MTP draft token reads: the first MTP module's weights a token visits and the head.
+int64_t mtp_draft_bytes_per_token(const Config& cfg, const Weights& w);
+// Speculative decoding's costs per draft token, in plain decode steps (by bytes read):
+// drafting one token with the MTP module (its layer and the head), and verifying one token
+// more in a chunk (about the routed experts it visits that the others do not).
+double mtp_draft_cost(const Config& cfg, const Weights& w);
+double verify_token_cost(const Config& cfg, const Weights& w);
 // Multiply-adds per token of the weight products (prefill FLOP/s = 2 * this * tok/s).
 int64_t active_weight_macs_per_token(const Config& cfg, const Weights& w);
 

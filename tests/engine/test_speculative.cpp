@@ -1,0 +1,356 @@
+// Speculative decoding through the engine (EngineCore + ModelRunner on tiny-v4-c, which has an
+// MTP module): greedy output and logits are those of plain decoding, alone and in a busy
+// batch, with the MTP drafter, with drafts that are all accepted (the true continuation),
+// with drafts rejected at chosen places, and through preemption and prefix-cache reuse; the
+// KV tables stay consistent every step. Also the adaptive draft length (DraftPolicy) and the
+// sampler's rejection rule (the accepted tokens follow the target distribution exactly).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "deepinfer/engine.h"
+#include "engine/draft_policy.h"
+#include "engine/engine_core.h"
+#include "engine/model_runner.h"
+#include "model/deepseek_v4/config.h"
+#include "harness.h"
+
+using namespace deepinfer;
+using namespace deepinfer::engine;
+using namespace deepinfer::engine::testing;
+
+namespace {
+
+std::string model_dir(const char* set = "tiny-v4-c") { return std::string(DI_SHARED_DIR) + "/golden/" + set + "/model"; }
+
+std::vector<int32_t> prompt(int64_t n, int32_t salt) {
+  std::vector<int32_t> v{0};
+  for (int64_t i = 1; i < n; ++i) v.push_back(int32_t((i * 37 + salt * 101) % 1000 + 3));
+  return v;
+}
+
+// The model runner, with the drafts replaced where a test says so: the continuation it is
+// given (so every draft is right), with every `wrong_every`-th draft position made wrong.
+class ScriptedDrafts final : public Runner {
+ public:
+  explicit ScriptedDrafts(std::unique_ptr<ModelRunner> inner) : inner_(std::move(inner)) {}
+  std::map<int64_t, std::vector<int32_t>> oracle;  // prompt length -> full token sequence
+  int64_t wrong_every = 0;                          // 0: never
+  bool use_model = false;                           // draft with the MTP module instead
+
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  void bind_kv(const kv::KvSpec& spec, int64_t n) override { inner_->bind_kv(spec, n); }
+  void run(const std::vector<ScheduledChunk>& c, std::vector<float>& rows) override { inner_->run(c, rows); }
+  void apply(const StateOp& op) override { inner_->apply(op); }
+  int64_t max_draft_tokens() const override { return inner_->max_draft_tokens(); }
+  std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) override {
+    std::vector<int32_t> model = inner_->draft(seq, tokens, k);  // keeps the drafter's state moving
+    if (use_model) return model;
+    std::vector<int32_t> out;
+    for (const auto& [len, full] : oracle) {
+      if (int64_t(full.size()) <= int64_t(tokens.size()) || !std::equal(tokens.begin(), tokens.end(), full.begin()))
+        continue;
+      for (int64_t i = 0; i < k && tokens.size() + size_t(i) < full.size(); ++i) {
+        const size_t pos = tokens.size() + size_t(i);
+        int32_t t = full[pos];
+        if (wrong_every > 0 && int64_t(pos) % wrong_every == 0) t = (t + 1) % int32_t(vocab_size());
+        out.push_back(t);
+      }
+      break;
+    }
+    return out;
+  }
+  // Each prompt's true continuation.
+  void set_oracle(const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& outputs) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> full = prompts[i];
+      full.insert(full.end(), outputs[i].begin(), outputs[i].end());
+      oracle[int64_t(prompts[i].size())] = full;
+    }
+  }
+
+ private:
+  std::unique_ptr<ModelRunner> inner_;
+};
+
+struct SpecCore {
+  std::unique_ptr<EngineCore> core;
+  ScriptedDrafts* runner = nullptr;
+  std::map<uint64_t, std::shared_ptr<Collector>> sinks;
+  std::map<uint64_t, std::vector<std::vector<float>>> rows;
+  uint64_t next_id = 1;
+
+  SpecCore(int64_t drafts, int64_t budget = 512, int64_t n_blocks = 4000, int64_t cache = 0, const char* numerics = "reference",
+           const char* kernels = "cpu") {
+    auto mr = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
+    if (drafts > 0) mr->enable_mtp_drafting();
+    const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(mr->model().config()), 64);
+    auto owned = std::make_unique<ScriptedDrafts>(std::move(mr));
+    runner = owned.get();
+    EngineCoreOptions o;
+    o.max_model_len = 1024;
+    o.eos_token_id = 1;
+    o.scheduler.max_batch_tokens = budget;
+    o.scheduler.max_running = 8;
+    o.scheduler.prefix_cache_entries = cache;
+    o.num_draft_tokens = drafts;
+    o.adaptive_drafts = false;
+    core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(owned));
+    core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
+  }
+  uint64_t submit(std::vector<int32_t> p, SamplingParams sp) {
+    const uint64_t id = next_id++;
+    sinks[id] = std::make_shared<Collector>();
+    core->add(id, GenerateRequest{std::move(p), sp, {}}, sinks[id], Clock::now());
+    return id;
+  }
+  void run() {
+    int64_t steps = 0;
+    while (core->has_work()) {
+      ASSERT_LT(steps++, 100000);
+      core->step();
+      std::string why;
+      ASSERT_TRUE(core->scheduler().check_integrity(&why)) << why;
+    }
+  }
+};
+
+SamplingParams greedy_n(int64_t n) {
+  SamplingParams p = greedy(n);
+  p.ignore_eos = true;
+  return p;
+}
+
+// Plain decoding of these prompts, one request each: tokens and logits rows.
+struct Plain {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<std::vector<float>>> rows;
+};
+Plain plain_run(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const char* numerics = "reference",
+                const char* kernels = "cpu") {
+  SpecCore c(0, 512, 4000, 0, numerics, kernels);
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
+  c.run();
+  Plain out;
+  for (uint64_t id : ids) {
+    out.tokens.push_back(c.sinks[id]->tokens());
+    out.rows.push_back(c.rows[id]);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Drafts from the MTP module (random weights: mostly rejected), fixed at 3 per step, and from
+// the true continuation with every 4th / 2nd / no position wrong: the same greedy tokens and
+// logits as plain decoding, for prompts alone and together in one batch.
+TEST(Speculative, GreedyOutputIsPlainDecodingWhateverTheDrafts) {
+  const std::vector<std::vector<int32_t>> prompts = {prompt(40, 1), prompt(9, 2), prompt(71, 3)};
+  const int64_t n = 30;
+  struct Case {
+    const char* kernels;
+    int64_t wrong, k;
+  };
+  const Case cases[] = {{"cpu", -1, 3}, {"cpu", 0, 3}, {"cpu", 2, 3}, {"cpu", 4, 1}, {"cpu", 4, 7}, {"ref", 4, 3}};
+  for (const char* kn : {"cpu", "ref"}) {
+    const Plain plain = plain_run(prompts, n, "reference", kn);
+    for (const Case& cs : cases) {
+      if (std::string(cs.kernels) != kn) continue;
+      const int64_t wrong = cs.wrong, k = cs.k;
+      {
+        SCOPED_TRACE(std::string(kn) + " wrong_every " + std::to_string(wrong) + " k " + std::to_string(k));
+        SpecCore c(k, 512, 4000, 0, "reference", kn);
+        c.runner->use_model = wrong < 0;
+        c.runner->wrong_every = std::max<int64_t>(wrong, 0);
+        c.runner->set_oracle(prompts, plain.tokens);
+        std::vector<uint64_t> ids;
+        for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
+        c.run();
+        const EngineStats s = c.core->stats();
+        EXPECT_GT(s.spec_verify_steps, 0u);
+        if (wrong == 0) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+        if (wrong > 0) {
+          EXPECT_GT(s.spec_accepted_tokens, 0u);
+          EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+          EXPECT_EQ(c.sinks[ids[i]]->tokens(), plain.tokens[i]);
+          if (std::string(kn) == "ref")
+            EXPECT_EQ(max_abs_diff(c.rows[ids[i]], plain.rows[i]), 0.0f);
+          else
+            EXPECT_LE(max_abs_diff(c.rows[ids[i]], plain.rows[i]), 1e-5f);
+          const Usage u = c.sinks[ids[i]]->events.back().usage;
+          EXPECT_EQ(u.completion_tokens, n);
+          EXPECT_LE(u.accepted_draft_tokens, u.draft_tokens);
+        }
+        if (wrong == 0) {  // every step verifies k drafts and keeps them all: fewer forwards
+          EXPECT_LT(s.steps_total, uint64_t(n));
+        }
+      }
+    }
+  }
+}
+
+// Speculation with a KV pool so small that requests are preempted and recompute, and with the
+// prefix cache on (finished sequences, whose last chunk was a verify, become snapshots that
+// later requests fork): still plain decoding's tokens.
+TEST(Speculative, PreemptionAndPrefixReuseKeepPlainTokens) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(prompt(50 + 4 * i, i + 10));
+  const int64_t n = 40;
+  const Plain plain = plain_run(prompts, n);
+  const v4::Config cfg = v4::load_config(model_dir() + "/config.json");
+  const int64_t fixed = kv::KvSpec::make(kv_layout_of(cfg), 64).fixed_blocks;
+  SpecCore c(3, 128, 2 * fixed + 2, 2);  // two admitted, not both grown past 64 tokens
+  c.runner->wrong_every = 3;
+  c.runner->set_oracle(prompts, plain.tokens);
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
+  c.run();
+  EXPECT_GT(c.core->stats().preemptions_total, 0u);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(c.sinks[ids[i]]->tokens(), plain.tokens[i]);
+
+  // A follow-up that extends a finished sequence (its last chunk a verify with rejections)
+  // hits its snapshot and matches a cold run.
+  SpecCore roomy(3, 512, 4000, 16);
+  roomy.runner->wrong_every = 3;
+  std::vector<int32_t> full = prompts[0];
+  full.insert(full.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+  roomy.runner->oracle[int64_t(prompts[0].size())] = full;
+  roomy.submit(prompts[0], greedy_n(n));
+  roomy.run();
+  std::vector<int32_t> follow = full;
+  follow.push_back(7);
+  const Plain cold = plain_run({follow}, 12);
+  const uint64_t f = roomy.submit(follow, greedy_n(12));
+  roomy.run();
+  EXPECT_EQ(roomy.sinks[f]->tokens(), cold.tokens[0]);
+  EXPECT_GT(roomy.core->stats().prefix_cache_hits, 0u);
+}
+
+// Sampled requests speculate too: a seeded request gives the same tokens twice, stops at
+// max_tokens exactly, and stop tokens inside accepted drafts end it there.
+TEST(Speculative, SampledAndStoppedRequests) {
+  const auto p = prompt(30, 9);
+  const Plain plain = plain_run({p}, 20);
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_k = 20;
+  sp.seed = 11;
+  sp.max_tokens = 17;
+  sp.ignore_eos = true;
+  std::vector<int32_t> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    SpecCore c(3);
+    c.runner->use_model = true;
+    const uint64_t id = c.submit(p, sp);
+    c.run();
+    EXPECT_EQ(c.sinks[id]->tokens().size(), 17u);
+    if (rep == 0) first = c.sinks[id]->tokens();
+    else EXPECT_EQ(c.sinks[id]->tokens(), first);
+  }
+  // Greedy with the 6th generated token as a stop token: every draft right, yet the output
+  // ends at that token.
+  SpecCore c(5);
+  std::vector<int32_t> full = p;
+  full.insert(full.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+  c.runner->oracle[int64_t(p.size())] = full;
+  SamplingParams g = greedy_n(20);
+  g.stop_token_ids = {plain.tokens[0][5]};
+  const uint64_t id = c.submit(p, g);
+  c.run();
+  const auto got = c.sinks[id]->tokens();
+  const auto stop_at = std::find(plain.tokens[0].begin(), plain.tokens[0].end(), plain.tokens[0][5]) - plain.tokens[0].begin();
+  EXPECT_EQ(got, std::vector<int32_t>(plain.tokens[0].begin(), plain.tokens[0].begin() + stop_at + 1));
+}
+
+// The engine refuses more drafts than the runner can take back.
+TEST(Speculative, TooManyDraftsIsAnErrorAtStart) {
+  EXPECT_THROW(SpecCore(v4::kMinRingRows), std::invalid_argument);
+}
+
+// Adaptive length: with drafts never accepted the policy drafts on a vanishing share of the
+// steps; always accepted, it drafts the most it may; in between, something in between.
+TEST(DraftPolicy, FollowsAcceptance) {
+  auto simulate = [](double accept_prob, double draft_cost, int64_t steps, int64_t* drafted_steps, int64_t* drafted) {
+    DraftPolicy p(5, 0, draft_cost, 0.1);
+    uint64_t x = 12345;
+    *drafted_steps = *drafted = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t k = p.next();
+      if (k == 0) continue;
+      ++*drafted_steps;
+      *drafted += k;
+      int64_t a = 0;
+      while (a < k) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        if (double(x >> 11) * 0x1.0p-53 >= accept_prob) break;
+        ++a;
+      }
+      p.observe(k, a);
+    }
+  };
+  int64_t ds = 0, d = 0;
+  simulate(0.0, 0.7, 2000, &ds, &d);
+  // Cost of useless drafting: each draft step costs about (0.7 + 0.1) steps per draft.
+  EXPECT_LE(double(d) * 0.8, 0.02 * 2000) << ds << " draft steps, " << d << " drafts";
+  simulate(1.0, 0.05, 200, &ds, &d);
+  EXPECT_GE(d, 5 * 190);
+  simulate(0.7, 0.05, 2000, &ds, &d);
+  EXPECT_GT(ds, 1900);
+  EXPECT_LT(d, 5 * 2000);
+}
+
+// Rejection against a one-point draft: over many seeded draws the tokens follow the processed
+// distribution (temperature, top-k, top-p, min-p) whatever the draft, and `accepted` says
+// exactly whether the token is the draft.
+TEST(SpeculativeSampler, AcceptedTokensFollowTheTargetDistribution) {
+  const int64_t V = 8;
+  const std::vector<float> logits = {2.0f, 1.5f, 1.4f, 0.3f, -0.2f, -1.0f, 0.9f, -3.0f};
+  struct Case {
+    float temperature, top_p, min_p;
+    int32_t top_k;
+  };
+  for (const Case cs : {Case{1.0f, 1.0f, 0.0f, 0}, Case{0.7f, 0.9f, 0.0f, 5}, Case{1.3f, 1.0f, 0.1f, 0}}) {
+    SamplingParams sp;
+    sp.temperature = cs.temperature;
+    sp.top_p = cs.top_p;
+    sp.min_p = cs.min_p;
+    sp.top_k = cs.top_k;
+    Sampler s(V);
+    PenaltyState h;
+    Rng rng0(1);
+    s.sample(logits.data(), sp, h, rng0);
+    const std::vector<float> lp = s.last_logprobs();
+    for (int32_t draft : {0, 2, 3, 7}) {
+      SCOPED_TRACE("T " + std::to_string(cs.temperature) + " draft " + std::to_string(draft));
+      Rng rng(99 + uint64_t(draft));
+      const int64_t N = 100000;
+      std::vector<int64_t> count(V, 0);
+      for (int64_t i = 0; i < N; ++i) {
+        bool acc = false;
+        const SampleResult r = s.sample(logits.data(), sp, h, rng, draft, &acc);
+        ASSERT_EQ(acc, r.token == draft);
+        ++count[size_t(r.token)];
+      }
+      // Chi-square over the tokens the distribution allows; none elsewhere.
+      double chi2 = 0.0;
+      int64_t dof = -1;
+      for (int64_t t = 0; t < V; ++t) {
+        const double p = std::isinf(lp[size_t(t)]) ? 0.0 : std::exp(double(lp[size_t(t)]));
+        if (p == 0.0) {
+          EXPECT_EQ(count[size_t(t)], 0) << "token " << t;
+          continue;
+        }
+        const double e = p * double(N);
+        chi2 += (double(count[size_t(t)]) - e) * (double(count[size_t(t)]) - e) / e;
+        ++dof;
+      }
+      // 99.9th percentile of chi-square with <= 7 degrees of freedom is 24.3.
+      EXPECT_LT(chi2, 24.3) << "dof " << dof;
+    }
+  }
+}
