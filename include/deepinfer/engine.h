@@ -18,6 +18,10 @@
 
 namespace deepinfer {
 
+namespace dist {
+class Communicator;  // src/dist/communicator.h: the collectives of a multi-process job
+}
+
 struct EngineOptions {
   std::string model_dir;              // checkpoint directory (config.json + safetensors)
   int threads = 0;                    // compute threads; 0 = all hardware threads
@@ -47,6 +51,10 @@ struct EngineOptions {
   // Bytes one token id contributes to the text that stop strings are matched against
   // (special tokens should give ""). Unset: requests with stop strings are rejected.
   std::function<std::string(int32_t)> token_text;
+  // A multi-process job (mpirun): rank 0 calls Engine::create, every other rank
+  // run_engine_worker, with the same options. Null or one rank: a single process.
+  dist::Communicator* comm = nullptr;
+  bool expert_parallel = false;       // each rank holds and runs 1/N of the routed experts (required when N > 1)
 
   static constexpr int64_t kDefaultKvMemoryBytes = int64_t(4) << 30;
 };
@@ -139,5 +147,10 @@ class Engine {
   virtual std::shared_ptr<RequestStream> submit(GenerateRequest request, std::shared_ptr<StreamWaiter> waiter) = 0;
   virtual EngineStats stats() const = 0;
 };
+
+// A worker rank (rank > 0 of options.comm): loads its share of the model, then runs every
+// step rank 0's engine sends until that engine is destroyed. Throws dist::RankError on every
+// rank if any rank (rank 0's Engine::create included) fails to start.
+void run_engine_worker(const EngineOptions& options);
 
 }  // namespace deepinfer

@@ -11,8 +11,12 @@ static double seconds_since_start() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+static char g_prefix[64] = "";
+
+void set_log_prefix(const char* prefix) { std::snprintf(g_prefix, sizeof g_prefix, "%s", prefix); }
+
 static void vlog(const char* level, const char* fmt, va_list ap) {
-  std::fprintf(stderr, "[%8.3f] %s ", seconds_since_start(), level);
+  std::fprintf(stderr, "[%8.3f] %s %s", seconds_since_start(), level, g_prefix);
   std::vfprintf(stderr, fmt, ap);
   std::fputc('\n', stderr);
 }

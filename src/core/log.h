@@ -6,5 +6,7 @@ namespace deepinfer {
 
 void log_info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Text put before every line from now on (a multi-process run's "rank 1: "); copied.
+void set_log_prefix(const char* prefix);
 
 }  // namespace deepinfer

@@ -17,6 +17,7 @@
 #include "deepinfer/engine.h"
 #include "engine/engine_core.h"
 #include "engine/engine_impl.h"
+#include "engine/dist_runner.h"
 #include "engine/model_runner.h"
 
 namespace deepinfer::engine {
@@ -225,18 +226,13 @@ uint64_t checkpoint_fingerprint(const std::string& dir, const std::string& setti
 
 }  // namespace
 
-std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
-  using namespace engine;
-  if (o.model_dir.empty()) throw std::runtime_error("no model directory given");
-  if (o.kv_memory_bytes > 0 && o.num_kv_blocks > 0)
-    throw std::runtime_error("give the KV budget either in bytes or in blocks, not both");
-  if (o.prefix_cache_granularity < 0 || (o.kv_block_tokens > 0 && o.prefix_cache_granularity % o.kv_block_tokens != 0))
-    throw std::runtime_error("the prefix-cache granularity (" + std::to_string(o.prefix_cache_granularity) +
-                             ") must be 0 or a multiple of the KV block (" + std::to_string(o.kv_block_tokens) + " tokens)");
-  auto model = v4::Model::load(o.model_dir, v4::LoadOptions{o.verify_weights});
-  const v4::Config cfg = model->config();
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
-  auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+namespace {
+
+bool multi_process(const EngineOptions& o) { return o.comm && o.comm->size() > 1; }
+
+// "mtp" or "off" for --speculative on this checkpoint (the workers of a multi-process engine
+// ask too: a drafting runner keeps more state).
+std::string speculative_mode(const EngineOptions& o, const v4::Config& cfg) {
   std::string spec_mode = o.speculative;
   if (spec_mode == "auto") {
     spec_mode = !cfg.v41() && cfg.n_mtp_layers > 0 ? "mtp" : "off";
@@ -248,6 +244,88 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
                              "(use --speculative off)");
   if (spec_mode != "mtp" && spec_mode != "off")
     throw std::runtime_error("--speculative must be auto, mtp, dspark or off, not '" + o.speculative + "'");
+  return spec_mode;
+}
+
+std::unique_ptr<v4::Model> load_engine_model(const EngineOptions& o) {
+  v4::LoadOptions lo{o.verify_weights};
+  lo.comm = o.comm;
+  lo.expert_parallel = o.expert_parallel;
+  if (multi_process(o) && !o.expert_parallel)
+    throw std::runtime_error("started as " + std::to_string(o.comm->size()) +
+                             " ranks: pass --expert-parallel (each rank then holds 1/N of the routed experts)");
+  return v4::Model::load(o.model_dir, lo);
+}
+
+// Everything Engine::create builds before the engine starts.
+struct EngineSetup {
+  std::unique_ptr<engine::ModelRunner> runner;
+  kv::KvSpec spec;
+  int64_t n_blocks = 0;
+  EngineInfo info;
+  engine::EngineCoreOptions copt;
+};
+
+EngineSetup prepare_engine(const EngineOptions& o);
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
+  using namespace engine;
+  if (!multi_process(o)) {
+    EngineSetup s = prepare_engine(o);
+    return make_engine(s.info, s.copt, s.spec, s.n_blocks, std::move(s.runner));
+  }
+  // Rank 0's start-up is checked with the workers' before the first step message: any
+  // rank's failure fails all of them.
+  EngineSetup s;
+  std::string error;
+  try {
+    s = prepare_engine(o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  dist::agree(*o.comm, error);
+  // The workers see every runner call before rank 0 makes it.
+  auto runner = std::make_unique<StepBroadcaster>(std::move(s.runner), *o.comm);
+  return make_engine(s.info, s.copt, s.spec, s.n_blocks, std::move(runner));
+}
+
+void run_engine_worker(const EngineOptions& o) {
+  using namespace engine;
+  if (!multi_process(o) || o.comm->rank() == 0) throw std::logic_error("run_engine_worker: not a worker rank");
+  std::unique_ptr<ModelRunner> runner;
+  kv::KvLayout layout;
+  std::string error;
+  try {
+    auto model = load_engine_model(o);
+    layout = kv_layout_of(model->config());
+    const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
+    const std::string spec_mode = speculative_mode(o, model->config());
+    runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+    if (spec_mode == "mtp") runner->enable_mtp_drafting();  // rank 0 checks the options
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  dist::agree(*o.comm, error);
+  run_step_worker(*runner, *o.comm, layout);
+}
+
+namespace {
+
+EngineSetup prepare_engine(const EngineOptions& o) {
+  using namespace engine;
+  if (o.model_dir.empty()) throw std::runtime_error("no model directory given");
+  if (o.kv_memory_bytes > 0 && o.num_kv_blocks > 0)
+    throw std::runtime_error("give the KV budget either in bytes or in blocks, not both");
+  if (o.prefix_cache_granularity < 0 || (o.kv_block_tokens > 0 && o.prefix_cache_granularity % o.kv_block_tokens != 0))
+    throw std::runtime_error("the prefix-cache granularity (" + std::to_string(o.prefix_cache_granularity) +
+                             ") must be 0 or a multiple of the KV block (" + std::to_string(o.kv_block_tokens) + " tokens)");
+  auto model = load_engine_model(o);
+  const v4::Config cfg = model->config();
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
+  auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+  const std::string spec_mode = speculative_mode(o, cfg);
   if (spec_mode == "mtp") {
     try {
       runner->enable_mtp_drafting();
@@ -329,7 +407,9 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
   }
   info.speculative = spec_mode;
   info.num_draft_tokens = copt.num_draft_tokens;
-  return make_engine(info, copt, spec, n_blocks, std::move(runner));
+  return EngineSetup{std::move(runner), spec, n_blocks, info, copt};
 }
+
+}  // namespace
 
 }  // namespace deepinfer

@@ -187,16 +187,48 @@ const TensorView* TensorStore::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-void TensorStore::populate(const std::function<void(size_t, size_t)>& progress) const {
-  size_t all = 0, done = 0;
-  for (const auto& f : files_) all += f->mapped().size();
+void TensorStore::populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip) const {
   constexpr size_t kStep = size_t(256) << 20;
-  for (const auto& f : files_)
-    for (size_t off = 0; off < f->mapped().size(); off += kStep) {
-      f->mapped().populate(off, kStep);
-      done += std::min(kStep, f->mapped().size() - off);
-      if (progress) progress(done, all);
+  size_t all = 0, done = 0;
+  // Byte ranges [begin, end) of each file to read: the whole file, or its kept tensors.
+  std::vector<std::vector<std::pair<size_t, size_t>>> ranges(files_.size());
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const SafetensorsFile& f = *files_[i];
+    if (!skip) {
+      ranges[i].push_back({0, f.mapped().size()});
+    } else {
+      for (const auto& [name, t] : f.tensors())
+        if (!skip(name) && t.nbytes) {
+          const size_t b = size_t(t.data - f.mapped().data());
+          ranges[i].push_back({b, b + t.nbytes});
+        }
+      std::sort(ranges[i].begin(), ranges[i].end());
+      std::vector<std::pair<size_t, size_t>> merged;
+      for (const auto& r : ranges[i])
+        if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
+        else merged.push_back(r);
+      ranges[i] = std::move(merged);
     }
+    for (const auto& r : ranges[i]) all += r.second - r.first;
+  }
+  for (size_t i = 0; i < files_.size(); ++i)
+    for (const auto& [b, e] : ranges[i])
+      for (size_t off = b; off < e; off += kStep) {
+        const size_t n = std::min(kStep, e - off);
+        files_[i]->mapped().populate(off, n);
+        done += n;
+        if (progress) progress(done, all);
+      }
+}
+
+void TensorStore::populate_bytes(const uint8_t* data, size_t n) const {
+  for (const auto& f : files_) {
+    const uint8_t* base = f->mapped().data();
+    if (data >= base && data + n <= base + f->mapped().size()) {
+      f->mapped().populate(size_t(data - base), n);
+      return;
+    }
+  }
 }
 
 namespace {
@@ -264,13 +296,15 @@ void verify_finite(const TensorView& t) {
   throw LoadError(os.str());
 }
 
-void TensorStore::verify_finite() const {
-  for (const auto& [_, t] : tensors_) deepinfer::verify_finite(t);
+void TensorStore::verify_finite(const Skip& skip) const {
+  for (const auto& [name, t] : tensors_)
+    if (!skip || !skip(name)) deepinfer::verify_finite(t);
 }
 
-size_t TensorStore::total_bytes() const {
+size_t TensorStore::total_bytes(const Skip& skip) const {
   size_t n = 0;
-  for (const auto& [_, t] : tensors_) n += t.nbytes;
+  for (const auto& [name, t] : tensors_)
+    if (!skip || !skip(name)) n += t.nbytes;
   return n;
 }
 

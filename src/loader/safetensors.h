@@ -67,12 +67,18 @@ class TensorStore {
   explicit TensorStore(const std::string& dir);  // throws LoadError
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, TensorView>& all() const { return tensors_; }
-  size_t total_bytes() const;
+  // Tensors for which skip(name) is true (another rank's experts) are never read: left out of
+  // the sums, the scan and the populate below. An empty skip keeps every tensor.
+  using Skip = std::function<bool(const std::string& name)>;
+  size_t total_bytes(const Skip& skip = {}) const;
   // verify_finite over every tensor (reads all of the data once).
-  void verify_finite() const;
+  void verify_finite(const Skip& skip = {}) const;
   // Brings every shard into memory and into the page table (MappedFile::populate), in
-  // steps; progress(bytes done, bytes in all) after each.
-  void populate(const std::function<void(size_t, size_t)>& progress) const;
+  // steps; progress(bytes done, bytes in all) after each. With skip: only the kept tensors'
+  // byte ranges (merged where adjacent), so the skipped ones' pages are never touched.
+  void populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip = {}) const;
+  // The same for bytes [data, data + n) of one of the shards (a part of a tensor).
+  void populate_bytes(const uint8_t* data, size_t n) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -114,12 +114,14 @@ std::vector<int64_t> parse_depths(const std::string& s) {
 struct Run {
   int64_t depth;
   double prefill_tok_s, decode_tok_s, kv_bytes;
+  // Expert parallel: this rank's time in collectives and bytes received, per token.
+  double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
 };
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens"},
-            {"--json", "--csv", "--profile", "--verify-weights"});
+            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel"});
   if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
@@ -133,7 +135,11 @@ int run(const std::vector<std::string>& argv) {
 
   // Bandwidth is measured before and after the runs (the machine's may drift, e.g. with other
   // tenants) and the roofline uses their mean.
-  const double bw_before = triad_bandwidth_gb_s(compute.pool.get());
+  // Several ranks: rank 0 measures the bandwidth while the others wait (their own triads
+  // would share the memory bus with it).
+  dist::Communicator& comm = world();
+  const double bw_before = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
+  comm.barrier();
   if (!reset_peak_rss()) log_warn("bench: cannot reset the peak RSS; it includes the triad's arrays");
   const int64_t wbytes = v4::active_weight_bytes_per_token(c, model->weights());
   const int64_t macs = v4::active_weight_macs_per_token(c, model->weights());
@@ -159,6 +165,7 @@ int run(const std::vector<std::string>& argv) {
   std::vector<Run> runs;
   for (int64_t depth : depths) {
     Run r{depth, 0, 0, 0};
+    comm.reset_stats();
     auto st = model->new_sequence();
     if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
     auto prompt = random_tokens(n_prefill);
@@ -167,12 +174,15 @@ int run(const std::vector<std::string>& argv) {
     auto t0 = Clock::now();
     model->forward_batch(chunk, compute.num);
     r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
+    r.prefill_comm_s = comm.stats().seconds / double(n_prefill);
+    r.prefill_comm_bytes = double(comm.stats().bytes_received) / double(n_prefill);
 
     st = model->new_sequence();
     if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
     int32_t next = draw();
     std::vector<float> row(c.vocab_size);
     profile::reset();
+    comm.reset_stats();
     const int64_t profile_t0 = profile::now_ns();
     t0 = Clock::now();
     for (int64_t i = 0; i < n_decode; ++i) {
@@ -181,6 +191,8 @@ int run(const std::vector<std::string>& argv) {
       next = argmax_lowest(row.data(), c.vocab_size);
     }
     r.decode_tok_s = double(n_decode) / seconds_since(t0);
+    r.decode_comm_s = comm.stats().seconds / double(n_decode);
+    r.decode_comm_bytes = double(comm.stats().bytes_received) / double(n_decode);
     if (profile::enabled()) {
       std::fprintf(stderr, "decode profile at depth %lld (%lld tokens; %% of the decode time):\n", (long long)depth,
                    (long long)n_decode);
@@ -256,7 +268,12 @@ int run(const std::vector<std::string>& argv) {
   }
 
   const int64_t rss = peak_rss_bytes();
-  const double bw_after = triad_bandwidth_gb_s(compute.pool.get()), bw = 0.5 * (bw_before + bw_after);
+  // Every rank's peak (each holds its share of the experts), for rank 0 to print.
+  std::vector<int64_t> rss_ranks(size_t(comm.size()));
+  comm.allgather_bytes(&rss, sizeof rss, rss_ranks.data());
+  const double bw_after = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
+  comm.barrier();
+  const double bw = 0.5 * (bw_before + bw_after);
   auto roofline = [&](const Run& r) { return bw * 1e9 / (double(wbytes) + r.kv_bytes); };
   if (args.has("--json")) {
     nlohmann::json j;
@@ -268,6 +285,12 @@ int run(const std::vector<std::string>& argv) {
     j["mem_bandwidth_gb_s"] = bw;
     j["mem_bandwidth_samples_gb_s"] = {bw_before, bw_after};
     j["peak_rss_bytes"] = rss;
+    j["ranks"] = comm.size();
+    j["peak_rss_bytes_per_rank"] = rss_ranks;
+    j["prefill_comm_seconds_per_token"] = f.prefill_comm_s;
+    j["prefill_comm_bytes_per_token"] = f.prefill_comm_bytes;
+    j["decode_comm_seconds_per_token"] = f.decode_comm_s;
+    j["decode_comm_bytes_per_token"] = f.decode_comm_bytes;
     j["weight_bytes_per_token"] = wbytes;
     j["kv_bytes_per_token"] = f.kv_bytes;
     j["prefill_gflop_s"] = prefill_gflop_s(f);
@@ -295,6 +318,16 @@ int run(const std::vector<std::string>& argv) {
                 wbytes / 1e6, r.kv_bytes / 1e6, roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / roofline(r));
   std::printf(csv ? "" : "\nmemory bandwidth (triad, %d threads): %.1f GB/s (%.1f before the runs, %.1f after); peak RSS %.1f MB\n",
               compute.pool->size(), bw, bw_before, bw_after, rss / 1e6);
+  if (comm.size() > 1 && !csv) {
+    std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", comm.size(), compute.pool->size());
+    for (size_t i = 0; i < rss_ranks.size(); ++i) std::printf("%s %.1f MB", i ? "," : "", rss_ranks[i] / 1e6);
+    std::printf("\n");
+    for (const Run& r : runs)
+      std::printf("depth %lld: rank 0 in collectives: prefill %.3f ms/token (%.1f KB/token received), decode %.3f "
+                  "ms/token (%.1f KB/token received)\n",
+                  (long long)r.depth, r.prefill_comm_s * 1e3, r.prefill_comm_bytes / 1e3, r.decode_comm_s * 1e3,
+                  r.decode_comm_bytes / 1e3);
+  }
   if (!spec.is_null() && !csv) {
     std::printf("\nspeculative (MTP, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
                 "every draft rejected %.2fx; every draft accepted:",

@@ -23,7 +23,7 @@ using tokenizer::Tokenizer;
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens"},
-            {"--verify-weights"});
+            {"--verify-weights", "--expert-parallel"});
   const long n = args.get_int("-n", 16);
   if (n < 0) throw ArgError("-n must be >= 0");
   const bool text_mode = args.get("--prompt").has_value();

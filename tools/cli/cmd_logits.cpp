@@ -71,7 +71,7 @@ void compare_with(const std::string& path, const std::vector<float>& got, int64_
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare"},
-            {"--verify-weights"});
+            {"--verify-weights", "--expert-parallel"});
   const std::string out = args.require("--out");
   const int64_t chunk = parse_mode(args.get_or("--mode", "prefill"));
   const Compute compute = compute_args(args);
@@ -82,6 +82,7 @@ int run(const std::vector<std::string>& argv) {
   auto st = model->new_sequence();
   std::vector<float> logits;
   run_chunked(*model, tokens, chunk, st, num, &logits);
+  if (world().rank() != 0) return 0;  // every rank holds the same logits; rank 0 writes them
   write_npy_f32(out, logits.data(), int64_t(tokens.size()), model->config().vocab_size);
   log_info("wrote %s [%zu, %lld] (%s numerics)", out.c_str(), tokens.size(),
            (long long)model->config().vocab_size, v4::numerics_name(num.mode));

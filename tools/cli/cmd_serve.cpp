@@ -22,6 +22,7 @@
 #include "command.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "model_cli.h"
 #include "server/server.h"
 
 namespace deepinfer::cli {
@@ -53,7 +54,9 @@ EngineOptions engine_options(const Args& args) {
     o.model_dir = default_model_dir();
     log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", o.model_dir.c_str());
   }
-  o.threads = int(positive(args, "--threads", ThreadPool::default_threads()));
+  o.threads = int(positive(args, "--threads", default_threads_per_rank()));
+  o.comm = &world();
+  o.expert_parallel = args.has("--expert-parallel");
   o.numerics = args.get_or("--numerics", "reference");
   if (o.numerics != "reference" && o.numerics != "float") throw ArgError("--numerics must be reference or float");
   o.kernels = args.get_or("--kernels", "cpu");
@@ -89,8 +92,21 @@ int run(const std::vector<std::string>& argv) {
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--header-timeout", "--speculative", "--num-draft-tokens"},
-            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui"});
+            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel"});
   const EngineOptions eo = engine_options(args);
+  if (world().rank() > 0) {
+    // A worker rank: no HTTP; it runs rank 0's steps until rank 0's engine shuts down, so
+    // the stop signals (mpirun forwards SIGUSR1 to every rank) are left to rank 0.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    run_engine_worker(eo);
+    log_info("worker stopped");
+    return 0;
+  }
   server::ServerOptions so;
   so.host = args.get_or("--host", "127.0.0.1");
   const long port = args.get_int("--port", 8000);
@@ -131,6 +147,9 @@ int run(const std::vector<std::string>& argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  // Under mpirun a SIGTERM to mpirun ends the job at once (it kills every rank a second
+  // later); SIGUSR1, which mpirun forwards to every rank, drains and stops it cleanly.
+  if (world().size() > 1) sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   server::Server srv(so);
@@ -200,6 +219,8 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
                         "  --allowed-origins LIST       CORS: comma-separated origins allowed from browsers, * = any\n"
                         "  --no-webui                   do not serve the chat page at / (404 there)\n"
+                        "  --expert-parallel            under mpirun -np N: rank 0 serves, each rank holds and runs\n"
+                        "                               1/N of the routed experts (required when N > 1)\n"
                         "  --allow-special-tokens-in-content  match special-token strings in client text as\n"
                         "                               control tokens (trusted clients only; default: plain text)\n"
                         DI_USAGE_VERIFY DI_USAGE_COMPUTE);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
+
 namespace deepinfer::cli {
 
 using CommandFn = int (*)(const std::vector<std::string>& args);
@@ -29,8 +31,11 @@ struct CommandRegistration {
 #define DI_USAGE_COMPUTE                                                                     \
   "  --numerics reference|float   quantisation points of the official code, or plain fp32\n" \
   "                               (default reference)\n"                                     \
-  "  --threads N                  compute threads (default: all cores)\n"                   \
-  "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu)\n"
+  "  --threads N                  compute threads (default: all cores, split among the ranks\n"  \
+  "                               of one machine under mpirun)\n"                            \
+  "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu)\n"          \
+  "  --expert-parallel            under mpirun -np N: each rank holds and runs 1/N of the\n"      \
+  "                               routed experts (required when N > 1)\n"
 
 // Speculative decoding, for the commands that decode.
 #define DI_USAGE_SPECULATIVE                                                                  \
@@ -42,6 +47,9 @@ struct CommandRegistration {
 // The load-time weight scan of the commands that load a model.
 #define DI_USAGE_VERIFY \
   "  --verify-weights             scan every weight for NaN / Inf codes at load (reads all of them)\n"
+
+// The job's communicator (one process unless started by mpirun; see main.cpp).
+dist::Communicator& world();
 
 // Checkpoint used when --model is omitted (made by the setup command; random weights).
 std::string default_model_dir();

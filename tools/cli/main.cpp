@@ -1,12 +1,18 @@
 // deepinfer: one executable, one subcommand per job (logits, generate, tokenize, ...).
+#include <pthread.h>
+
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "command.h"
+#include "core/log.h"
+#include "dist/communicator.h"
 
 namespace deepinfer::cli {
 
@@ -16,6 +22,11 @@ std::vector<CommandInfo>& command_table() {
 }
 
 std::string default_model_dir() { return DEEPINFER_DEFAULT_MODEL_DIR; }
+
+// The job's communicator, made first thing in main (MPI must be initialised once per process,
+// before any thread starts) and finalised last.
+static std::unique_ptr<dist::Communicator> g_world;
+dist::Communicator& world() { return *g_world; }
 
 }  // namespace deepinfer::cli
 
@@ -62,17 +73,49 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : deepinfer::cli::command_table()) {
     if (c.name != name) continue;
+    using deepinfer::cli::g_world;
+    // The threads MPI starts must never take the stop signals (the default action would end
+    // the process there): they inherit this mask; the main thread unblocks right after.
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stop_signals, sig);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     try {
-      return c.fn(rest);
-    } catch (const deepinfer::cli::HelpRequested& h) {
-      return print_command_help(c, h);
-    } catch (const deepinfer::cli::ArgError& e) {
-      std::fprintf(stderr, "deepinfer %s: %s\n", name.c_str(), e.what());
-      return 2;
+      g_world = deepinfer::dist::make_world();
+      pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "deepinfer %s: error: %s\n", name.c_str(), e.what());
       return 1;
     }
+    const int rank = g_world->rank(), n_ranks = g_world->size();
+    if (n_ranks > 1) {
+      // Every rank runs the command in lockstep; rank 0 speaks for the job on stdout.
+      const std::string prefix = "rank " + std::to_string(rank) + ": ";
+      deepinfer::set_log_prefix(prefix.c_str());
+      if (rank > 0 && !std::freopen("/dev/null", "w", stdout)) g_world->abort("cannot silence stdout");
+    }
+    int rc = 0;
+    try {
+      rc = c.fn(rest);
+    } catch (const deepinfer::cli::HelpRequested& h) {
+      rc = rank == 0 ? print_command_help(c, h) : 0;
+    } catch (const deepinfer::dist::RankError& e) {
+      // Every rank raised it together (dist::agree): one line for the job.
+      if (rank == 0) std::fprintf(stderr, "deepinfer %s: error: %s\n", name.c_str(), e.what());
+      rc = 1;
+    } catch (const deepinfer::cli::ArgError& e) {
+      if (n_ranks > 1) g_world->abort(name + ": " + e.what());
+      std::fprintf(stderr, "deepinfer %s: %s\n", name.c_str(), e.what());
+      rc = 2;
+    } catch (const std::exception& e) {
+      // A failure on one rank alone would leave the others waiting in a collective: end the job.
+      if (n_ranks > 1) g_world->abort(name + ": " + e.what());
+      std::fprintf(stderr, "deepinfer %s: error: %s\n", name.c_str(), e.what());
+      rc = 1;
+    }
+    std::fflush(stdout);
+    g_world.reset();
+    return rc;
   }
   std::fprintf(stderr, "deepinfer: unknown command '%s'\n", name.c_str());
   print_usage(stderr);

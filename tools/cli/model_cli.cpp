@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -20,12 +21,37 @@ std::string model_dir_arg(const Args& args) {
 std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   if (!args.get("--model"))
     log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", default_model_dir().c_str());
-  return v4::Model::load(model_dir_arg(args), v4::LoadOptions{args.has("--verify-weights")});
+  dist::Communicator& comm = world();
+  v4::LoadOptions options{args.has("--verify-weights")};
+  options.comm = &comm;
+  options.expert_parallel = args.has("--expert-parallel");
+  if (comm.size() == 1) return v4::Model::load(model_dir_arg(args), options);
+  // Every rank loads; then they agree, so that one rank's failure ends all of them with its
+  // reason instead of leaving the others waiting in the first collective.
+  std::unique_ptr<v4::Model> model;
+  std::string error;
+  try {
+    if (!options.expert_parallel)
+      throw ArgError("started as " + std::to_string(comm.size()) +
+                     " ranks: pass --expert-parallel (each rank then holds 1/N of the routed experts)");
+    model = v4::Model::load(model_dir_arg(args), options);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  dist::agree(comm, error);
+  return model;
+}
+
+int default_threads_per_rank() {
+  // Ranks sharing a machine share its cores (OpenMPI tells each rank how many there are).
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int n_local = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, ThreadPool::default_threads() / n_local);
 }
 
 Compute compute_args(const Args& args) {
   Compute c;
-  const long threads = args.get_int("--threads", ThreadPool::default_threads());
+  const long threads = args.get_int("--threads", default_threads_per_rank());
   if (threads < 1 || threads > 1024) throw ArgError("--threads must be between 1 and 1024");
   try {
     c.num.mode = v4::parse_numerics(args.get_or("--numerics", "reference"));

@@ -21,6 +21,8 @@ struct Compute {
   v4::Numerics num;
 };
 Compute compute_args(const Args& args);
+// --threads' default: the machine's cores over the ranks of this job on it.
+int default_threads_per_rank();
 std::vector<int32_t> read_token_file(const std::string& path);
 // Runs tokens through the model in chunks of `chunk` tokens (0 = all at once).
 // Writes all rows' logits [S, vocab] into logits if not null.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -27,27 +28,45 @@ namespace deepinfer::v4 {
 // tokens take a page fault per 64 KiB of weights they touch (a MoE model keeps finding new
 // experts for many tokens), which cost ~10% of a short decode. A checkpoint larger than
 // 70% of RAM stays lazily mapped; DEEPINFER_NO_POPULATE=1 skips this.
-static void populate_weights(const TensorStore& store) {
+// With expert parallel, skip names the other ranks' experts: their pages are never touched.
+// True if the weights were read in.
+static bool populate_weights(const TensorStore& store, const TensorStore::Skip& skip) {
   const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-  const double bytes = double(store.total_bytes());
+  const double bytes = double(store.total_bytes(skip));
   const char* off = std::getenv("DEEPINFER_NO_POPULATE");
   if (off && *off && std::strcmp(off, "0") != 0) {
     log_info("weights stay lazily mapped (DEEPINFER_NO_POPULATE)");
-    return;
+    return false;
   }
   if (bytes > 0.7 * ram) {
     log_info("weights stay lazily mapped: %.1f GB is more than 70%% of the %.1f GB of RAM", bytes / 1e9, ram / 1e9);
-    return;
+    return false;
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
-  store.populate([&](size_t done, size_t all) {
+  store.populate(
+      [&](size_t done, size_t all) {
     const auto now = std::chrono::steady_clock::now();
     if (done < all && now - last < std::chrono::seconds(2)) return;
     last = now;
     log_info("reading weights into memory: %.0f%% (%.1f of %.1f GB), %.1f s", 100.0 * double(done) / double(all),
              double(done) / 1e9, double(all) / 1e9, std::chrono::duration<double>(now - t0).count());
-  });
+      },
+      skip);
+  return true;
+}
+
+// "layers.3.ffn.experts.12.w1.weight" -> 12 (also mtp.K. and the .scale tensors); -1 for any
+// tensor that is not a routed expert's.
+static int64_t routed_expert_of(const std::string& name) {
+  static const std::string kMark = ".ffn.experts.";
+  const size_t p = name.find(kMark);
+  if (p == std::string::npos) return -1;
+  int64_t e = 0;
+  size_t i = p + kMark.size();
+  if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i) e = e * 10 + (name[i] - '0');
+  return e;
 }
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
@@ -62,6 +81,24 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   m->engram_ = load_engram_tables(m->cfg_, dir);
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
+  // Every rank binds (and so validates) every tensor; it reads only the experts it runs.
+  TensorStore::Skip skip;
+  if (options.expert_parallel && options.comm && options.comm->size() > 1) {
+    m->experts_ = split_experts(options.comm, m->cfg_.n_routed_experts, m->cfg_.vocab_size);
+    const ExpertSplit& s = m->experts_;
+    // The head is read in below, this rank's rows only.
+    skip = [&s](const std::string& name) {
+      const int64_t e = routed_expert_of(name);
+      return (e >= 0 && !s.owns(e)) || name == "head.weight";
+    };
+    const int r = options.comm->rank();
+    const double own_bytes = double(m->store_->total_bytes(skip)) + double(weight_data_bytes(m->own_head_rows()));
+    log_info("expert parallel: rank %d of %d runs routed experts %lld .. %lld of %lld and vocabulary rows %lld .. %lld of "
+             "the head (%.1f of %.1f MB of weights)",
+             r, options.comm->size(), (long long)s.first[size_t(r)], (long long)s.first[size_t(r) + 1] - 1,
+             (long long)m->cfg_.n_routed_experts, (long long)s.head_first[size_t(r)],
+             (long long)s.head_first[size_t(r) + 1] - 1, own_bytes / 1e6, m->store_->total_bytes() / 1e6);
+  }
   if (m->cfg_.v41()) {
     size_t dspark = 0, vision = 0;
     for (const auto& [name, t] : m->store_->all()) {
@@ -72,11 +109,14 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   }
   if (options.verify_weights) {
     const auto tv = std::chrono::steady_clock::now();
-    m->store_->verify_finite();
+    m->store_->verify_finite(skip);
     log_info("verified %zu tensors: no NaN / Inf codes (%.2f s)", m->store_->all().size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
   }
-  populate_weights(*m->store_);
+  if (populate_weights(*m->store_, skip) && m->experts_.active()) {
+    const WeightMatrix mine = m->own_head_rows();
+    m->store_->populate_bytes(mine.data, size_t(weight_data_bytes(mine)));
+  }
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -191,7 +231,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   }
   {
     DI_PROFILE("moe");
-    moe_forward(c, num, L, x.data(), tokens, S, y.data());
+    moe_forward(c, num, L, experts_, x.data(), tokens, S, y.data());
   }
   DI_PROFILE("hc.post");
   hc_expand_rows(y.data(), R.data(), mix.data(), S, hc, d, num, X);
@@ -207,8 +247,10 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
   // The start of each thread's share of the head (a region split in two: rows from 0 and
   // from the middle), pulled in during the final mixer.
   constexpr int64_t kHeadRows = 256;
-  const WeightMatrix head_a = weight_row_slice(w_.head, 0, std::min(kHeadRows, w_.head.rows));
-  const WeightMatrix head_b = weight_row_slice(w_.head, w_.head.rows / 2, std::min(kHeadRows, w_.head.rows - w_.head.rows / 2));
+  // Several ranks: each computes its own rows of the head (it maps no others).
+  const WeightMatrix head = experts_.active() ? own_head_rows() : w_.head;
+  const WeightMatrix head_a = weight_row_slice(head, 0, std::min(kHeadRows, head.rows));
+  const WeightMatrix head_b = weight_row_slice(head, head.rows / 2, std::min(kHeadRows, head.rows - head.rows / 2));
   prefetch_next(num, {&head_a, &head_b});
   {
     DI_PROFILE("head.hc");
@@ -222,7 +264,37 @@ void Model::head_forward(const float* X, int64_t S, const HcWeights& hc_head, co
     }
   }
   DI_PROFILE("head.linear");
-  num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
+  if (!experts_.active()) {
+    num.backend->linear_f32(h.data(), S, w_.head, logits);  // fp32 head, fp32 logits
+    return;
+  }
+  // Rank q's block [S, its rows] lies at S * head_first[q] of `parts`; one allgatherv fills
+  // the others' blocks, then each row is put together (every logit is its own dot product,
+  // so the split changes no value).
+  dist::Communicator& comm = *experts_.comm;
+  const int64_t V = w_.head.rows, n_ranks = comm.size();
+  const std::vector<int64_t>& vf = experts_.head_first;
+  std::span<float> parts = scratch.take<float>(S * V);
+  std::span<int64_t> counts = scratch.take<int64_t>(n_ranks), displs = scratch.take<int64_t>(n_ranks);
+  for (int64_t q = 0; q < n_ranks; ++q) {
+    displs[q] = S * vf[size_t(q)];
+    counts[q] = S * (vf[size_t(q) + 1] - vf[size_t(q)]);
+  }
+  num.backend->linear_f32(h.data(), S, head, &parts[displs[comm.rank()]]);
+  {
+    DI_PROFILE("head.comm");
+    comm.allgatherv(parts.data(), counts, displs);
+  }
+  for (int64_t q = 0; q < n_ranks; ++q) {
+    const int64_t v0 = vf[size_t(q)], n = vf[size_t(q) + 1] - v0;
+    for (int64_t t = 0; t < S; ++t) std::copy_n(&parts[displs[q] + t * n], n, &logits[t * V + v0]);
+  }
+}
+
+WeightMatrix Model::own_head_rows() const {
+  const int64_t r = experts_.comm->rank();
+  const int64_t v0 = experts_.head_first[size_t(r)], v1 = experts_.head_first[size_t(r) + 1];
+  return weight_row_slice(w_.head, v0, v1 - v0);
 }
 
 static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t S, int64_t hc, int64_t d,

@@ -7,6 +7,7 @@
 
 #include "core/scratch_arena.h"
 
+#include "model/deepseek_v4/expert_split.h"
 #include "model/deepseek_v4/numerics.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
@@ -92,7 +93,9 @@ void shared_attention_segment(const Config& cfg, const Numerics& num, const Laye
                               std::span<float> iw);
 
 // MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
-void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,
-                 const int32_t* tokens, int64_t S, float* out);
+// Every rank routes every token (x is replicated) and gets the same out: the combine sums a
+// token's expert outputs in increasing expert id, then the shared expert, whatever the split.
+void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const ExpertSplit& split,
+                 const float* x, const int32_t* tokens, int64_t S, float* out);
 
 }  // namespace deepinfer::v4

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "loader/safetensors.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/engram.h"
+#include "model/deepseek_v4/expert_split.h"
 #include "model/deepseek_v4/numerics.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
@@ -46,6 +48,11 @@ struct LoadOptions {
   // Scan every tensor's codes for NaN / Inf before returning (reads all weights once); a
   // corrupt checkpoint is then a LoadError naming the tensor instead of NaN logits later.
   bool verify_weights = false;
+  // Expert parallel over comm (null: one process): this rank maps, reads and runs only its
+  // slice of the routed experts; every forward then calls comm's collectives, so every rank
+  // must run the same forwards in the same order.
+  dist::Communicator* comm = nullptr;
+  bool expert_parallel = false;
 };
 
 class Model {
@@ -55,6 +62,7 @@ class Model {
 
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
+  const ExpertSplit& expert_split() const { return experts_; }
   SequenceState new_sequence() const { return SequenceState::create(cfg_); }
 
   // Throws if the reference numerics cannot run this checkpoint (the reference's quantisation
@@ -70,6 +78,8 @@ class Model {
   // Several sequences in one step (continuous batching): their rows share every weight
   // product, each keeps its own attention state. Each sequence's logits equal what forward()
   // gives it alone. Distinct chunks must have distinct states.
+  // Expert parallel: every rank makes the same calls with logits wanted for the same rows
+  // (the head is split by vocabulary rows; every rank receives all the logits).
   void forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
                      std::vector<float>* final_streams = nullptr) const;
 
@@ -106,12 +116,15 @@ class Model {
   // pre: V4.1's collapse weights [S, hc] (the last FFN site's pre) instead of hc_head.
   void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
                     const Numerics& num, float* logits, const float* pre = nullptr) const;
+  // Expert parallel: this rank's vocabulary rows of the head (experts_.head_first).
+  WeightMatrix own_head_rows() const;
 
   Config cfg_;
   std::unique_ptr<TensorStore> store_;
   Weights w_;
   std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
   EngramTables engram_;           // V4.1 with Engram layers
+  ExpertSplit experts_;           // the routed experts this rank runs (all of them in one process)
 };
 
 }  // namespace deepinfer::v4

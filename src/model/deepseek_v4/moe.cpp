@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 #include <span>
+#include <stdexcept>
+#include <string>
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
@@ -54,7 +56,8 @@ void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const
 }
 
 // One expert's share of a MoE step: rows x [M, dim] (gathered tokens), routing weights
-// (null for the shared expert), and its intermediate and output buffers (set by experts_forward).
+// (null for the shared expert), and its intermediate and output buffers (set by
+// experts_forward; y only where the caller left it null).
 struct ExpertWork {
   const ExpertWeights* w = nullptr;
   const float* x = nullptr;
@@ -102,7 +105,7 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
   section.start(DI_PROFILE_SECTION("moe.w2"));
   n = 0;
   for (ExpertWork& e : work) {
-    e.y = scratch.take<float>(e.M * e.w->w2.rows).data();
+    if (!e.y) e.y = scratch.take<float>(e.M * e.w->w2.rows).data();
     products[n++] = {e.g, e.M, &e.w->w2, e.y};
   }
   run_products(cfg, num, products.data(), n);
@@ -110,8 +113,22 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
 
 }  // namespace
 
-void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const float* x,
-                 const int32_t* tokens, int64_t S, float* out) {
+ExpertSplit split_experts(dist::Communicator* comm, int64_t n_experts, int64_t vocab) {
+  ExpertSplit s;
+  s.comm = comm;
+  const int64_t n = comm ? comm->size() : 1;
+  if (n > n_experts)
+    throw std::invalid_argument("expert parallel over " + std::to_string(n) + " ranks needs at least as many routed experts; the checkpoint has " +
+                                std::to_string(n_experts));
+  for (int64_t r = 0; r <= n; ++r) {
+    s.first.push_back(r * (n_experts / n) + std::min(r, n_experts % n));
+    s.head_first.push_back(r * (vocab / n) + std::min(r, vocab % n));
+  }
+  return s;
+}
+
+void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const ExpertSplit& split,
+                 const float* x, const int32_t* tokens, int64_t S, float* out) {
   const MoeWeights& m = L.ffn;
   const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts, d = cfg.dim;
   ScratchArena& scratch = step_scratch();
@@ -142,45 +159,65 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
     slot_weight[slot] = chosen_weight[i];
   }
 
-  // Gathered rows per slot; one work item per expert with rows (id order), then the shared expert.
-  // One token (decode): every expert reads x itself, so the backend prepares (act-quantises)
-  // it once for all of them instead of once per gathered copy.
+  // This rank's experts [e_lo, e_hi) (all of them in one process) own the slots
+  // [first_slot[e_lo], first_slot[e_hi]): one block of the slot array.
+  const bool distributed = split.active();
+  const int64_t e_lo = distributed ? split.first[size_t(split.comm->rank())] : 0;
+  const int64_t e_hi = distributed ? split.first[size_t(split.comm->rank()) + 1] : E;
+  // Gathered rows per slot of this rank; one work item per expert with rows (id order), then
+  // the shared expert. One token (decode): every expert reads x itself, so the backend
+  // prepares (act-quantises) it once for all of them instead of once per gathered copy.
   std::span<float> gathered = scratch.take<float>(S == 1 ? 0 : S * K * d);
   if (S > 1)
-    for (int64_t i = 0; i < S * K; ++i) std::copy_n(x + slot_token[i] * d, d, &gathered[i * d]);
+    for (int64_t i = first_slot[e_lo]; i < first_slot[e_hi]; ++i) std::copy_n(x + slot_token[i] * d, d, &gathered[i * d]);
+  // Every expert writes its rows straight into slot_y [S * K, dim] (slot order), the
+  // allgatherv's buffer when distributed.
+  std::span<float> slot_y = scratch.take<float>(S * K * d);
   int64_t n_active = 0;
-  for (int64_t e = 0; e < E; ++e) n_active += first_slot[e + 1] > first_slot[e];
+  for (int64_t e = e_lo; e < e_hi; ++e) n_active += first_slot[e + 1] > first_slot[e];
   std::span<ExpertWork> work = scratch.take<ExpertWork>(n_active + (m.has_shared ? 1 : 0));
   size_t k = 0;
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = e_lo; e < e_hi; ++e) {
     if (first_slot[e + 1] == first_slot[e]) continue;
     ExpertWork& w = work[k++];
     w.w = &m.experts[size_t(e)];
     w.x = S == 1 ? x : &gathered[first_slot[e] * d];
     w.M = first_slot[e + 1] - first_slot[e];
     w.row_weight = &slot_weight[first_slot[e]];
+    w.y = &slot_y[first_slot[e] * d];
   }
+  ExpertWork* shared = nullptr;
   if (m.has_shared) {
-    ExpertWork& w = work[k];
-    w.w = &m.shared;
-    w.x = x;
-    w.M = S;
+    shared = &work[k];
+    shared->w = &m.shared;
+    shared->x = x;
+    shared->M = S;
   }
   section.start(DI_PROFILE_SECTION("moe.experts"));
-  experts_forward(cfg, num, work);
-  section.start(DI_PROFILE_SECTION("moe.combine"));
-  // Each token's fp32 accumulator takes its contributions in increasing expert id, then
-  // the shared expert (the reference's order).
-  std::span<float> acc = scratch.take_zeroed<float>(S * d);
-  k = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    if (first_slot[e + 1] == first_slot[e]) continue;
-    const float* ys = work[k++].y;
-    for (int64_t i = first_slot[e]; i < first_slot[e + 1]; ++i)
-      for (int64_t c = 0; c < d; ++c) acc[slot_token[i] * d + c] += ys[(i - first_slot[e]) * d + c];
+  if (!distributed) {
+    experts_forward(cfg, num, work);
+  } else {
+    // Routed experts first; their outputs travel while the (replicated) shared expert runs.
+    experts_forward(cfg, num, work.first(k));
+    const int64_t n_ranks = split.comm->size();
+    std::span<int64_t> counts = scratch.take<int64_t>(n_ranks), displs = scratch.take<int64_t>(n_ranks);
+    for (int64_t r = 0; r < n_ranks; ++r) {
+      displs[r] = first_slot[split.first[size_t(r)]] * d;
+      counts[r] = first_slot[split.first[size_t(r) + 1]] * d - displs[r];
+    }
+    split.comm->allgatherv_begin(slot_y.data(), counts, displs);
+    if (shared) experts_forward(cfg, num, std::span<ExpertWork>(shared, 1));
+    section.start(DI_PROFILE_SECTION("moe.comm"));
+    split.comm->allgatherv_end();
   }
-  if (m.has_shared)
-    for (int64_t i = 0; i < S * d; ++i) acc[i] += work[k].y[i];
+  section.start(DI_PROFILE_SECTION("moe.combine"));
+  // Each token's fp32 accumulator takes its contributions in increasing expert id (slot
+  // order), then the shared expert (the reference's order), on every rank alike.
+  std::span<float> acc = scratch.take_zeroed<float>(S * d);
+  for (int64_t i = 0; i < S * K; ++i)
+    for (int64_t c = 0; c < d; ++c) acc[slot_token[i] * d + c] += slot_y[i * d + c];
+  if (shared)
+    for (int64_t i = 0; i < S * d; ++i) acc[i] += shared->y[i];
   for (int64_t i = 0; i < S * d; ++i) out[i] = num.bf16(acc[i]);
 }
 
