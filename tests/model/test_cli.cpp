@@ -86,8 +86,8 @@ TEST(Cli, LogitsWritesNpyAndGenerateMatchesGolden) {
     return out.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
   };
   EXPECT_EQ(ids_line(spec.output), ids_line(plain.output));
-  const std::string ids = ids_line(plain.output);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), ' '), 8) << plain.output;
+  const std::string printed = ids_line(plain.output);
+  EXPECT_EQ(std::count(printed.begin(), printed.end(), ' '), 8) << plain.output;
   EXPECT_EQ(run(gen + " --speculative dspark").code, 2);
 }
 
