@@ -5,7 +5,8 @@
 #   2. a Python venv in .venv with the tooling packages (checkpoint generator, tokenizer data)
 #   3. a Release build in build/
 #   4. models/golden: the checkpoints of the committed golden sets (tests/data/golden), regenerated
-#   5. models/default: a small DeepSeek-V4 checkpoint in the official layout, RANDOM weights
+#   5. models/default: the embedded default, a small trained DeepSeek-V4 in the official layout
+#      (copied from models-src/default; tools/train/ made it)
 #   6. the Python package `deepinfer` (pip install . into .venv; python/)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,11 +42,17 @@ cmake --build build -j"$(nproc)"
 echo "setup: regenerating the committed golden checkpoints into models/golden (sha256-checked)"
 .venv/bin/python tools/golden/goldens.py regen --out models/golden
 
-if [ ! -f models/default/model.safetensors ]; then
-  echo "setup: writing the embedded default checkpoint (random weights) to models/default"
-  .venv/bin/python tools/golden/make_checkpoint.py --preset default --out models/default
+# The trained model ships in models-src/default (tools/train/); a models/default that differs
+# from it (e.g. the random checkpoint earlier versions wrote here) is replaced.
+if ! diff -rq models-src/default models/default >/dev/null 2>&1; then
+  echo "setup: copying the embedded default checkpoint (trained, models-src/default) to models/default"
+  mkdir -p models
+  rm -rf models/default.partial
+  cp -r models-src/default models/default.partial
+  rm -rf models/default
+  mv models/default.partial models/default
 fi
 echo "setup: installing the Python package (pip install .) into .venv"
 python/install.sh
 
-echo "setup: done. Try: build/deepinfer generate --tokens-file examples/capital.tokens -n 16"
+echo "setup: done. Try: build/deepinfer generate --prompt \"The capital of France is\" -n 16"

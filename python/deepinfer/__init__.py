@@ -1,7 +1,7 @@
 """DeepInfer from Python: the C++ DeepSeek-V4 engine behind a vLLM-shaped API.
 
     import deepinfer
-    llm = deepinfer.LLM()                      # the embedded default checkpoint (random weights)
+    llm = deepinfer.LLM()                      # the embedded default (a small model trained on the KJV Bible)
     out = llm.generate(["Hello"], deepinfer.SamplingParams(temperature=0, max_tokens=8))
     print(out[0].outputs[0].text)
 

@@ -57,7 +57,7 @@ class LLM:
     """A DeepSeek-V4 checkpoint loaded into the engine.
 
     model_dir: a checkpoint directory (config.json + safetensors, tokenizer.json for text);
-    None is the embedded default (random weights). numerics: 'reference' (the official
+    None is the embedded default (a small model trained on the KJV Bible). numerics: 'reference' (the official
     code's quantisation points) or 'float'. threads: compute threads (0 = all cores).
     kv_memory: the KV cache budget, bytes or '4G' / '512M' (None = 4G). The other options are
     the server's (deepinfer serve --help)."""

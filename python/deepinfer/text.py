@@ -15,7 +15,8 @@ _EOS = "<｜end▁of▁sentence｜>"
 
 def default_model_dir() -> str:
     """The embedded default checkpoint: models/default of the source tree the package was
-    built from (written by ./setup.sh; random weights, the real V4 tokenizer)."""
+    built from (copied by ./setup.sh from models-src/default: a small trained model with its own
+    4,096-id byte-level BPE tokenizer)."""
     return _core.default_model_dir()
 
 
