@@ -42,7 +42,9 @@ MODEL_CFG = {
     "qk_rope_head_dim": 64, "q_lora_rank": 128, "o_groups": 2, "o_lora_rank": 128,
     "sliding_window": 64, "index_n_heads": 4, "index_head_dim": 128, "index_topk": 32,
     "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
-    "num_hash_layers": 1, "num_nextn_predict_layers": 1, "max_position_embeddings": 512,
+    # Trained on CONTEXT-token windows; the context allowed is longer so chat prompts with tool
+    # definitions fit (quality falls past CONTEXT).
+    "num_hash_layers": 1, "num_nextn_predict_layers": 1, "max_position_embeddings": 4096,
 }
 CONTEXT = 512
 BOS = 0
