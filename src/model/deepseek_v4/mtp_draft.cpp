@@ -52,7 +52,11 @@ std::vector<int32_t> Model::draft_mtp(SequenceState& st, MtpDraftState& ds, std:
   // The module at position p reads the backbone's streams at p and the token at p + 1; it
   // has seen positions < mtp_next, and the rows cover rows_pos0 .. n-1.
   if (int64_t(tokens.size()) != n + 1 || held == 0 || ds.rows_pos0 + held != n) return out;
-  const int64_t start = std::max(ds.mtp_next, ds.rows_pos0);
+  // After a pause in drafting (the adaptive length's cool-down) the module sees only the last
+  // kMaxCatchUp positions: a probe then costs a few rows, not a window's worth; the older rows
+  // of its ring stay stale until drafting goes on (drafts only, never the output, depend on it).
+  constexpr int64_t kMaxCatchUp = 32;
+  const int64_t start = std::max({ds.mtp_next, ds.rows_pos0, n - kMaxCatchUp});
   if (start >= n) return out;
   std::vector<float> logits(static_cast<size_t>(c.vocab_size)), hidden(static_cast<size_t>(width));
   forward_mtp_draft(0, ds.rows.data() + (start - ds.rows_pos0) * width, tokens.data() + start + 1, n - start, start, st,
