@@ -75,7 +75,7 @@ class ModelRunner final : public Runner {
   // What a drafting sequence keeps between steps: the drafter's rows, and the undo record
   // of its last speculative chunk.
   struct DraftState {
-    v4::MtpDraftState mtp;
+    v4::DrafterState mtp;
     v4::SequenceState::Undo undo;
   };
   bool mtp_drafting_ = false;

@@ -107,7 +107,7 @@ TEST(MtpDraft, FirstDraftIsTheModuleArgmaxAndChainingLeavesItsRing) {
     SequenceState st = m->new_sequence();
     std::vector<float> streams;
     m->forward(toks.data(), n, st, num, nullptr, &streams);
-    MtpDraftState ds;
+    DrafterState ds;
     ds.keep(streams.data(), 0, n, width, c.window);
     const auto drafts = m->draft_mtp(st, ds, toks, k, num);
     ASSERT_EQ(int64_t(drafts.size()), k);

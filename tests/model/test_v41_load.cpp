@@ -160,6 +160,15 @@ TEST(V41Config, MalformedRolesGiveOneClearError) {
   j["text_config"]["compress_ratios"][8] = 2;  // a DSpark stage
   e = config_error(j);
   EXPECT_NE(e.find("DSpark stage 0"), std::string::npos) << e;
+  // The DSpark drafter's own settings.
+  e = with("dspark_noise_token_id", 1024);
+  EXPECT_NE(e.find("dspark_noise_token_id"), std::string::npos) << e;
+  e = with("dspark_target_layer_ids", {5, 6, 8});
+  EXPECT_NE(e.find("names layer 8, outside the backbone's 8 layers"), std::string::npos) << e;
+  e = with("dspark_num_experts_per_tok", 5);
+  EXPECT_NE(e.find("dspark_num_experts_per_tok"), std::string::npos) << e;
+  e = with("dspark_markov_rank", 0);
+  EXPECT_NE(e.find("dspark_markov_rank"), std::string::npos) << e;
 }
 
 // MODEL.md 4.2 layout: tensors that are missing or have the wrong block-scale shape, and the
@@ -192,6 +201,18 @@ TEST(V41Checkpoint, MalformedTensorsAreNamed) {
     c.edit_header([](json& h) { h.erase("layers.2.attn.indexer.wk.weight"); });
     const std::string e = load_error(c.dir);
     EXPECT_NE(e.find("missing tensor 'layers.2.attn.indexer.wk.weight'"), std::string::npos) << e;
+  }
+  {
+    CheckpointCopy c("dspark");  // the DSpark stages are bound like the backbone's layers
+    c.edit_header([](json& h) { h.erase("mtp.1.markov_head.head.weight"); });
+    std::string e = load_error(c.dir);
+    EXPECT_NE(e.find("missing tensor 'mtp.1.markov_head.head.weight'"), std::string::npos) << e;
+  }
+  {
+    CheckpointCopy c("dsparkexperts");
+    c.edit_header([](json& h) { h["mtp.0.main_proj.weight"]["shape"] = {768, 256}; });
+    std::string e = load_error(c.dir);
+    EXPECT_NE(e.find("'mtp.0.main_proj.weight'"), std::string::npos) << e;
   }
   {
     CheckpointCopy c("nomap");

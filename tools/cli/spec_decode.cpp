@@ -19,7 +19,7 @@ SpecDecodeResult spec_decode(const v4::Model& m, const v4::Numerics& num, const 
   SpecDecodeResult res;
   if (n <= 0) return res;
   v4::SequenceState st = m.new_sequence();
-  v4::MtpDraftState ds;
+  v4::DrafterState ds;
   std::vector<float> logits(static_cast<size_t>(V)), streams;
   m.forward_batch({v4::SequenceChunk{prompt.data(), P, &st, logits.data(), false}}, num, &streams);
   ds.keep(streams.data(), 0, P, width, c.window);

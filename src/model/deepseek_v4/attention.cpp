@@ -254,6 +254,10 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     for (int64_t t = 0; t < sg.n; ++t) {
       const int64_t p = sg.p0 + t;
       key_begin[sg.row0 + t] = key_room;
+      if (sg.dspark_block) {
+        key_room += std::min(sg.p0, Wn) + sg.n;
+        continue;
+      }
       // V4.1: every compressed layer reads a top-k (its own or its index source's).
       const bool topk = L.ratio == 4 || (cfg.v41() && L.ratio != 0);
       key_room += (sg.p0 == 0 ? std::min(sg.n, Wn) : Wn) + (topk ? cfg.index_topk : L.ratio != 0 ? (p + 1) / L.ratio : 0);
@@ -307,6 +311,15 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       return p >= sg.p0 ? chunk_kv + (p - sg.p0) * Dh : ring_rows[size_t(p % Wn)];
     };
     const int64_t n_window_cols = sg.p0 == 0 ? std::min(sg.n, Wn) : Wn;
+    if (sg.dspark_block) {  // the ring's valid slots in slot order, then the whole block
+      for (int64_t t = 0; t < sg.n; ++t) {
+        const float** keys = &key_rows[key_begin[sg.row0 + t]];
+        int64_t& n = n_keys[sg.row0 + t];
+        for (int64_t s = 0; s < std::min(sg.p0, Wn); ++s) keys[n++] = ring_rows[size_t(s)];
+        for (int64_t j = 0; j < sg.n; ++j) keys[n++] = chunk_kv + j * Dh;
+      }
+      continue;
+    }
     for (int64_t t = 0; t < sg.n; ++t) {
       const int64_t p = sg.p0 + t;
       const float** keys = &key_rows[key_begin[sg.row0 + t]];
@@ -350,7 +363,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
 
   // The ring keeps the last W window keys of each sequence for later chunks.
   for (const Segment& sg : segments)
-    for (int64_t t = std::max<int64_t>(0, sg.n - Wn); t < sg.n; ++t)
+    for (int64_t t = sg.dspark_block ? sg.n : std::max<int64_t>(0, sg.n - Wn); t < sg.n; ++t)
       std::copy_n(&kv[(sg.row0 + t) * Dh], Dh, sg.state->ring_row((sg.p0 + t) % Wn));
 
   section.start(DI_PROFILE_SECTION("attn.output"));
@@ -383,6 +396,24 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     for (int64_t t = 0; t < S; ++t)
       for (int64_t r = 0; r < R; ++r) u[t * G * R + g * R + r] = num.bf16(ug[g * S * R + t * R + r]);
   linear_quantized(cfg, num, u.data(), S, w.wo_b, out);
+}
+
+void write_window_keys(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
+                       const float* x, int64_t n, int64_t pos0, LayerState& state) {
+  const int64_t Dh = cfg.head_dim, Wn = cfg.window;
+  const int64_t skip = std::max<int64_t>(0, n - Wn);  // rows a later one of the same call overwrites
+  if (skip >= n) return;
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<float> kv = scratch.take<float>((n - skip) * Dh);
+  linear_quantized(cfg, num, x + skip * cfg.dim, n - skip, L.attn.wkv, kv.data());
+  for (int64_t t = skip; t < n; ++t) {
+    float* k = &kv[(t - skip) * Dh];
+    rms_norm(k, L.attn.kv_norm.data(), Dh, float(cfg.norm_eps), num, k);
+    rope.apply(k, Dh, pos0 + t, false, num);
+    kv_qdq(cfg, num, k);
+    std::copy_n(k, Dh, state.ring_row((pos0 + t) % Wn));
+  }
 }
 
 }  // namespace deepinfer::v4

@@ -338,6 +338,22 @@ void parse_v41_dspark(const Reader& r, Config& c) {
   c.dspark_n_routed_experts = r.integer_or({"dspark_n_routed_experts"}, 0, 0);
   c.dspark_n_activated_experts = r.integer_or({"dspark_num_experts_per_tok", "dspark_n_activated_experts"}, 0, 0);
   c.dspark_target_layers = r.integers({"dspark_target_layer_ids"}, 0, false);
+  if (c.n_mtp_layers == 0 || c.dspark_block_size == 0) return;  // no drafter (or not DSpark)
+  // The drafter runs only if all of it is described; a half-described one is refused here,
+  // not met as an out-of-range read during a draft.
+  if (c.dspark_block_size < 1 || c.dspark_block_size > 64)
+    r.fail("dspark_block_size", "must be in [1, 64], got " + std::to_string(c.dspark_block_size));
+  if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size)
+    r.fail("dspark_noise_token_id", "must be a token id below vocab_size, got " + std::to_string(c.dspark_noise_token_id));
+  if (c.dspark_markov_rank < 1) r.fail("dspark_markov_rank", "must be at least 1");
+  if (c.dspark_n_routed_experts < 1) r.fail("dspark_n_routed_experts", "must be at least 1");
+  if (c.dspark_n_activated_experts < 1 || c.dspark_n_activated_experts > c.dspark_n_routed_experts)
+    r.fail("dspark_num_experts_per_tok", "must be in [1, dspark_n_routed_experts]");
+  if (c.dspark_target_layers.empty()) r.fail("dspark_target_layer_ids", "must name at least one backbone layer");
+  for (int64_t l : c.dspark_target_layers)
+    if (l < 0 || l >= c.n_layers)
+      r.fail("dspark_target_layer_ids", "names layer " + std::to_string(l) + ", outside the backbone's " +
+                                            std::to_string(c.n_layers) + " layers");
 }
 
 // V4.1: the release config.json nests the text model in text_config and keeps

@@ -65,7 +65,8 @@ struct Config {
   std::vector<int64_t> engram_layer_ids, engram_num_embeddings;
   int64_t engram_max_ngram = 0, engram_vocab_size = 0, engram_n_heads = 0, engram_head_dim = 0;
   int64_t engram_pad_id = 2, engram_compressed_vocab_size = 0;
-  // DSpark stages (mtp.*): parsed so the checkpoint is recognised; drafting is not run here.
+  // V4.1's DSpark drafter (MODEL.md 11.7): n_mtp_layers stages (mtp.*), drafting a block of
+  // dspark_block_size tokens at once from the backbone's inputs to the target layers.
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
   std::vector<int64_t> dspark_target_layers;
@@ -74,6 +75,7 @@ struct Config {
   int64_t image_token_id = -1;
 
   bool v41() const { return family == Family::V41; }
+  bool has_dspark() const { return v41() && n_mtp_layers > 0 && dspark_block_size > 0; }
   int64_t nope_dim() const { return head_dim - rope_dim; }
   int64_t ratio(int64_t layer) const { return compress_ratios[size_t(layer)]; }
   // Activation act-quant block of every FP8/FP4 GEMM input (V4: 128, V4.1: 32).

@@ -81,6 +81,9 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   m->engram_ = load_engram_tables(m->cfg_, dir);
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
+  m->dspark_moe_cfg_ = m->cfg_;
+  m->dspark_moe_cfg_.n_routed_experts = m->cfg_.dspark_n_routed_experts;
+  m->dspark_moe_cfg_.n_activated_experts = m->cfg_.dspark_n_activated_experts;
   // Every rank binds (and so validates) every tensor; it reads only the experts it runs.
   TensorStore::Skip skip;
   if (options.expert_parallel && options.comm && options.comm->size() > 1) {
@@ -100,12 +103,14 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
              (long long)s.head_first[size_t(r) + 1] - 1, own_bytes / 1e6, m->store_->total_bytes() / 1e6);
   }
   if (m->cfg_.v41()) {
-    size_t dspark = 0, vision = 0;
-    for (const auto& [name, t] : m->store_->all()) {
-      if (name.rfind("mtp.", 0) == 0) ++dspark;
+    size_t vision = 0;
+    for (const auto& [name, t] : m->store_->all())
       if (name.rfind("vision.", 0) == 0 || name.rfind("aligner.", 0) == 0 || name.rfind("image_", 0) == 0) ++vision;
-    }
-    log_info("DeepSeek-V4.1: %zu DSpark (mtp.*) and %zu vision tensors recognised, not used", dspark, vision);
+    const Config& c = m->cfg_;
+    if (c.has_dspark())
+      log_info("DeepSeek-V4.1: DSpark drafter with %lld stages, blocks of %lld tokens", (long long)c.n_mtp_layers,
+               (long long)c.dspark_block_size);
+    if (vision > 0) log_info("DeepSeek-V4.1: %zu vision tensors recognised, not used (text only)", vision);
   }
   if (options.verify_weights) {
     const auto tv = std::chrono::steady_clock::now();
@@ -175,7 +180,7 @@ static void hc_expand_rows(const float* y, const float* R, const HcMix* mix, int
 
 void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
                           int64_t S, std::span<const Segment> segments, const Numerics& num, float* X,
-                          float* carry_pre) const {
+                          float* carry_pre, bool dspark_stage) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim, width = hc * d;
   const float eps = float(c.norm_eps);
@@ -231,7 +236,10 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   }
   {
     DI_PROFILE("moe");
-    moe_forward(c, num, L, experts_, x.data(), tokens, S, y.data());
+    // DSpark stages run all their experts on every rank (they are small and not split).
+    static const ExpertSplit kWhole;
+    moe_forward(dspark_stage ? dspark_moe_cfg_ : c, num, L, dspark_stage ? kWhole : experts_, x.data(), tokens, S,
+                y.data());
   }
   DI_PROFILE("hc.post");
   hc_expand_rows(y.data(), R.data(), mix.data(), S, hc, d, num, X);
@@ -315,14 +323,14 @@ static void embed_rows(const WeightMatrix& embed, const int32_t* tokens, int64_t
 }
 
 void Model::forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
-                    std::vector<float>* final_streams) const {
+                    std::vector<float>* draft_inputs) const {
   const SequenceChunk chunk{tokens, S, &st, logits, true};
-  forward_chunks({&chunk, 1}, num, final_streams);
+  forward_chunks({&chunk, 1}, num, draft_inputs);
 }
 
 void Model::forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
-                          std::vector<float>* final_streams) const {
-  forward_chunks(chunks, num, final_streams);
+                          std::vector<float>* draft_inputs) const {
+  forward_chunks(chunks, num, draft_inputs);
 }
 
 namespace {
@@ -364,7 +372,7 @@ V41Step begin_v41_step(const Config& c, const EngramTables& engram, std::span<co
 }  // namespace
 
 void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
-                           std::vector<float>* final_streams) const {
+                           std::vector<float>* draft_inputs) const {
   const Config& c = cfg_;
   const int64_t hc = c.hc_mult, d = c.dim, V = c.vocab_size;
   ScratchArena& scratch = step_scratch();
@@ -392,6 +400,9 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   }
   const V41Step v41 = c.v41() ? begin_v41_step(c, engram_, chunks, segments, S, scratch) : V41Step{};
   float* carry_pre = v41.carry_pre;
+  // DSpark's taps (MODEL.md 11.7): the mean of the streams entering each target layer.
+  const int64_t n_taps = draft_inputs && c.has_dspark() ? int64_t(c.dspark_target_layers.size()) : 0;
+  float* taps = n_taps > 0 ? scratch.take<float>(S * n_taps * d).data() : nullptr;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     k = 0;
     for (const SequenceChunk& ch : chunks)
@@ -407,11 +418,24 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
       const int64_t e = c.engram_index(l);
       engram_forward(c, num, L.engram, &v41.engram_ids[e * engram_.n_cols], v41.engram_stride, S, X);
     }
+    for (int64_t j = 0; j < n_taps; ++j)
+      if (c.dspark_target_layers[size_t(j)] == l)
+        for (int64_t t = 0; t < S; ++t)
+          for (int64_t i = 0; i < d; ++i) {
+            float sum = 0.0f;
+            for (int64_t h = 0; h < hc; ++h) sum += X[(t * hc + h) * d + i];
+            taps[(t * n_taps + j) * d + i] = num.bf16(sum / float(hc));
+          }
     block_forward(L, ropes_[l], X, tokens.data(), S, segments, num, Xn, carry_pre);
     std::swap(X, Xn);
   }
   for (const SequenceChunk& ch : chunks) ch.state->n_past += ch.n_tokens;
-  if (final_streams) final_streams->assign(X, X + S * hc * d);
+  if (draft_inputs) {
+    if (taps)
+      draft_inputs->assign(taps, taps + S * n_taps * d);
+    else
+      draft_inputs->assign(X, X + S * hc * d);
+  }
 
   // The head runs only on the rows whose logits are wanted (the last one while serving).
   int64_t n_rows = 0;

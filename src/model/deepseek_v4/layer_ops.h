@@ -25,6 +25,14 @@ ScratchArena& step_scratch();
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y);
 
+// The greedy choice of a drafter: the largest logit, ties to the lower id.
+inline int32_t greedy_token(const float* logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return int32_t(best);
+}
+
 // One weight product y[M, W.rows] = x[M, W.cols] . W^T of a sublayer, with the arithmetic
 // the reference gives it:
 //   kQuantized  linear_quantized (act-quant block GEMM in reference numerics), bf16 output
@@ -73,7 +81,15 @@ struct Segment {
   LayerState* state = nullptr;
   LayerState* kv_source = nullptr;
   SharedSelection* shared = nullptr;
+  // A DSpark draft block (MODEL.md 11.7): every row sees the ring's valid slots and every row
+  // of the block (not causal), and the block's keys are not written to the ring.
+  bool dspark_block = false;
 };
+
+// The window keys of n rows x (kv_norm(wkv . x), RoPE at pos0 + t, FP8 QDQ) written into
+// state's ring: a DSpark stage's keys of the verified positions, made from main_x.
+void write_window_keys(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
+                       const float* x, int64_t n, int64_t pos0, LayerState& state);
 
 // Attention sublayer (MODEL.md 7): a [rows, dim] (normed collapsed stream) -> out [rows, dim].
 // Row-wise work (projections, norms, RoPE) runs over the whole batch; compressors, indexer

@@ -30,18 +30,26 @@ struct SequenceChunk {
 
 struct Segment;  // layer_ops.h
 
-// What MTP drafting (Model::draft_mtp) keeps of one sequence between steps: the backbone's
-// final streams [hc * dim] of the positions the MTP module has not seen yet, at most a
-// window of them (older ones are out of its attention's reach).
-struct MtpDraftState {
-  int64_t mtp_next = 0;     // the module's ring holds positions < mtp_next
-  int64_t rows_pos0 = 0;    // position of rows' first row
-  std::vector<float> rows;  // [n, width]
+// What drafting keeps of one sequence between steps: the drafter's inputs of the positions
+// it has not seen yet, at most a window of them (older ones are out of its attention's reach).
+// MTP reads the backbone's final streams [hc * dim], DSpark its taps [n_targets * dim]
+// (Model::draft_input_width).
+struct DrafterState {
+  int64_t drafter_next = 0;  // the drafter's rings hold positions < drafter_next
+  int64_t rows_pos0 = 0;     // position of rows' first row
+  std::vector<float> rows;   // [n, width]
 
-  // Appends the streams of positions pos0 .. pos0+n-1 (a gap before them starts over).
-  void keep(const float* streams, int64_t pos0, int64_t n, int64_t width, int64_t window);
+  // Appends the inputs of positions pos0 .. pos0+n-1 (a gap before them starts over).
+  void keep(const float* inputs, int64_t pos0, int64_t n, int64_t width, int64_t window);
   // Forgets the rows of positions >= pos (undone speculative tokens).
   void drop_from(int64_t pos, int64_t width);
+};
+
+// What one DSpark draft block computed besides its drafts (tests compare it with the
+// reference's forward_spec): per row, the logits with the Markov bias, and the confidence.
+struct DsparkTrace {
+  std::vector<float> logits;      // [block, vocab]
+  std::vector<float> confidence;  // [block]
 };
 
 struct LoadOptions {
@@ -71,9 +79,10 @@ class Model {
 
   // Processes tokens[0..S) at positions st.n_past .. st.n_past+S-1 and advances the state.
   // logits, if not null, receives [S, vocab] fp32: row i predicts the token after tokens[i].
-  // final_streams, if not null, receives the last layer's hc streams [S, hc, dim].
+  // draft_inputs, if not null, receives what the checkpoint's drafter reads of each row
+  // [S, draft_input_width()]: MTP the last layer's hc streams, DSpark the taps.
   void forward(const int32_t* tokens, int64_t S, SequenceState& st, const Numerics& num, float* logits,
-               std::vector<float>* final_streams = nullptr) const;
+               std::vector<float>* draft_inputs = nullptr) const;
 
   // Several sequences in one step (continuous batching): their rows share every weight
   // product, each keeps its own attention state. Each sequence's logits equal what forward()
@@ -81,14 +90,32 @@ class Model {
   // Expert parallel: every rank makes the same calls with logits wanted for the same rows
   // (the head is split by vocabulary rows; every rank receives all the logits).
   void forward_batch(const std::vector<SequenceChunk>& chunks, const Numerics& num,
-                     std::vector<float>* final_streams = nullptr) const;
+                     std::vector<float>* draft_inputs = nullptr) const;
+
+  // Which drafter the checkpoint ships: DSpark (V4.1 with dspark_* keys), MTP (V4 with an MTP
+  // module), or none.
+  enum class Drafter { kNone, kMtp, kDspark };
+  Drafter drafter() const;
+  int64_t draft_input_width() const;
+  // Up to k greedy drafts with the checkpoint's drafter (draft_mtp or draft_dspark).
+  std::vector<int32_t> draft(SequenceState& st, DrafterState& ds, std::span<const int32_t> tokens, int64_t k,
+                             const Numerics& num) const;
 
   // Up to k greedy drafts after tokens (all of st's tokens: st holds all but the last) with
   // MTP module 0: first over the positions it has not seen (the rows ds keeps), then chained
   // on its own output; the chained positions are undone in st's MTP ring before return.
   // Fewer (none) when ds does not reach st.n_past - 1. k <= kMinRingRows - 1.
-  std::vector<int32_t> draft_mtp(SequenceState& st, MtpDraftState& ds, std::span<const int32_t> tokens, int64_t k,
+  std::vector<int32_t> draft_mtp(SequenceState& st, DrafterState& ds, std::span<const int32_t> tokens, int64_t k,
                                  const Numerics& num) const;
+
+  // DSpark (MODEL.md 11.7), same contract: the stages' window rings take the positions they
+  // have not seen (keys from the taps ds keeps, through main_proj), then one block forward
+  // over [pending token, noise ...] at positions st.n_past ... gives up to
+  // min(k, dspark_block_size) drafts through the Markov head, greedily. The block's own keys
+  // never enter the rings, so nothing is undone. trace, if not null, gets the block's logits
+  // and confidences.
+  std::vector<int32_t> draft_dspark(SequenceState& st, DrafterState& ds, std::span<const int32_t> tokens, int64_t k,
+                                    const Numerics& num, DsparkTrace* trace = nullptr) const;
 
   // MTP module k (MODEL.md 10): streams [S, hc, dim] of the backbone at positions p,
   // next_tokens[S] the tokens at p+1; logits [S, vocab] predict the token at p+2.
@@ -108,11 +135,13 @@ class Model {
   // pre on return.
   void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,
                      int64_t rows, std::span<const Segment> segments, const Numerics& num, float* X,
-                     float* carry_pre = nullptr) const;
+                     float* carry_pre = nullptr, bool dspark_stage = false) const;
   void mtp_rows(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
                 SequenceState& st, const Numerics& num, float* logits, bool last_only, float* last_streams) const;
   void forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
-                      std::vector<float>* final_streams) const;
+                      std::vector<float>* draft_inputs) const;
+  // DSpark: main_x of n positions from their taps, written as keys into every stage's ring.
+  void dspark_fill_rings(const float* taps, int64_t n, int64_t pos0, SequenceState& st, const Numerics& num) const;
   // pre: V4.1's collapse weights [S, hc] (the last FFN site's pre) instead of hc_head.
   void head_forward(const float* X, int64_t S, const HcWeights& hc_head, const std::vector<float>& norm,
                     const Numerics& num, float* logits, const float* pre = nullptr) const;
@@ -125,6 +154,7 @@ class Model {
   std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
   EngramTables engram_;           // V4.1 with Engram layers
   ExpertSplit experts_;           // the routed experts this rank runs (all of them in one process)
+  Config dspark_moe_cfg_;         // cfg_ with the DSpark stages' expert counts
 };
 
 }  // namespace deepinfer::v4

@@ -283,6 +283,25 @@ class Binder {
   std::vector<std::unique_ptr<uint8_t[]>>* row_checks_;
 };
 
+void bind_dspark(const Config& c, const TensorStore& store, Weights& w) {
+  // The stages' MoE has its own expert count: bound through a config that says so.
+  Config sc = c;
+  sc.n_routed_experts = c.dspark_n_routed_experts;
+  sc.n_activated_experts = c.dspark_n_activated_experts;
+  Binder b(sc, store, &w.row_checks);
+  DsparkWeights& d = w.dspark;
+  for (int64_t s = 0; s < c.n_mtp_layers; ++s)
+    d.stages.push_back(b.layer("mtp." + std::to_string(s) + ".", c.n_layers + s, 0, false));
+  const int64_t n_targets = int64_t(c.dspark_target_layers.size()), R = c.dspark_markov_rank;
+  d.main_proj = b.matrix("mtp.0.main_proj.weight", c.dim, n_targets * c.dim);
+  d.main_norm = b.vec("mtp.0.main_norm.weight", c.dim);
+  const std::string last = "mtp." + std::to_string(c.n_mtp_layers - 1) + ".";
+  d.norm = b.vec(last + "norm.weight", c.dim);
+  d.markov_embed = b.plain_matrix(last + "markov_head.embed.weight", c.vocab_size, R);
+  d.markov_head = b.plain_matrix(last + "markov_head.head.weight", c.vocab_size, R);
+  d.confidence = b.plain_matrix(last + "confidence_head.proj.weight", 1, c.dim + R);
+}
+
 }  // namespace
 
 Weights bind_weights(const Config& c, const TensorStore& store) {
@@ -294,7 +313,10 @@ Weights bind_weights(const Config& c, const TensorStore& store) {
   if (!c.v41()) w.hc_head = b.hc("hc_head", c.hc_mult, 1);
   for (int64_t l = 0; l < c.n_layers; ++l)
     w.layers.push_back(b.layer("layers." + std::to_string(l) + ".", l, c.ratio(l), l < c.n_hash_layers));
-  if (c.v41()) return w;  // DSpark stages (mtp.*) and vision tensors stay unbound
+  if (c.v41()) {  // DSpark stages (mtp.*); the vision tensors stay unbound
+    if (c.has_dspark()) bind_dspark(c, store, w);
+    return w;
+  }
   for (int64_t k = 0; k < c.n_mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     if (!store.find(p + "e_proj.weight")) {
@@ -396,6 +418,22 @@ double mtp_draft_cost(const Config& c, const Weights& w) {
 double verify_token_cost(const Config& c, const Weights& w) {
   const double fresh = c.n_routed_experts > 0 ? 1.0 - double(c.n_activated_experts) / double(c.n_routed_experts) : 0.0;
   return fresh * double(routed_expert_bytes_per_token(c, w)) / double(std::max<int64_t>(1, active_weight_bytes_per_token(c, w)));
+}
+
+double dspark_draft_cost(const Config& c, const Weights& w) {
+  const DsparkWeights& d = w.dspark;
+  if (d.stages.empty()) return 0.0;
+  Config sc = c;
+  sc.n_routed_experts = c.dspark_n_routed_experts;
+  sc.n_activated_experts = c.dspark_n_activated_experts;
+  // A block's rows visit up to block_size * top-k of the stage's experts.
+  const double rows = double(c.dspark_block_size);
+  double bytes = double(matrix_bytes(w.head)) + double(matrix_bytes(d.main_proj)) + double(matrix_bytes(d.markov_head));
+  for (const LayerWeights& L : d.stages)
+    for_active_in_layer(sc, L, [&](const WeightMatrix& x, double share, bool routed = false) {
+      bytes += (routed ? std::min(1.0, share * rows) : share) * double(matrix_bytes(x));
+    });
+  return bytes / double(std::max<int64_t>(1, active_weight_bytes_per_token(c, w)));
 }
 
 int64_t active_weight_macs_per_token(const Config& c, const Weights& w) {

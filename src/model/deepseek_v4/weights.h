@@ -86,6 +86,18 @@ struct MtpWeights {
   HcWeights hc_head;
 };
 
+// V4.1's DSpark drafter (MODEL.md 11.7): staggered-mHC blocks with window attention and their
+// own MoE; the first stage owns the projection of the backbone's taps, the last the norm and
+// the Markov and confidence heads. Embedding and LM head are the backbone's.
+struct DsparkWeights {
+  std::vector<LayerWeights> stages;
+  WeightMatrix main_proj;              // [dim, n_targets * dim] FP8
+  std::vector<float> main_norm, norm;  // [dim]
+  WeightMatrix markov_embed;           // [vocab, markov_rank] bf16
+  WeightMatrix markov_head;            // [vocab, markov_rank] bf16
+  WeightMatrix confidence;             // [1, dim + markov_rank] bf16
+};
+
 struct Weights {
   WeightMatrix embed;  // [vocab, dim] bf16
   WeightMatrix head;   // [vocab, dim], fp32 GEMM
@@ -93,13 +105,14 @@ struct Weights {
   HcWeights hc_head;   // V4 (V4.1 collapses with the last sublayer's pre instead)
   std::vector<LayerWeights> layers;
   std::vector<MtpWeights> mtp;
+  DsparkWeights dspark;  // V4.1 checkpoints with a DSpark drafter (stages empty otherwise)
   // Storage of the BF16 matrices' row_check memos (see WeightMatrix), one byte per row.
   std::vector<std::unique_ptr<uint8_t[]>> row_checks;
 };
 
 // Checks and binds every tensor; throws LoadError with one line naming the file, the tensor,
-// what was expected and what was found. V4.1's DSpark stages (mtp.*) and vision tensors are
-// recognised and left unbound (drafting and images are not run here).
+// what was expected and what was found. V4.1's vision tensors are recognised and left unbound
+// (images are not run here).
 Weights bind_weights(const Config& cfg, const TensorStore& store);
 
 }  // namespace deepinfer::v4
@@ -121,6 +134,9 @@ int64_t mtp_draft_bytes_per_token(const Config& cfg, const Weights& w);
 // more in a chunk (about the routed experts it visits that the others do not).
 double mtp_draft_cost(const Config& cfg, const Weights& w);
 double verify_token_cost(const Config& cfg, const Weights& w);
+// Bytes one DSpark draft block reads (every stage's weights its rows visit, the head and the
+// Markov head), in plain decode steps: the whole block costs this once, whatever its length.
+double dspark_draft_cost(const Config& cfg, const Weights& w);
 // Multiply-adds per token of the weight products (prefill FLOP/s = 2 * this * tok/s).
 int64_t active_weight_macs_per_token(const Config& cfg, const Weights& w);
 
