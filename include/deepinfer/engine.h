@@ -43,10 +43,12 @@ struct EngineOptions {
   // after a restart with the same checkpoint, numerics, kernels and KV layout.
   std::string kv_cache_dir;
   int64_t kv_cache_disk_bytes = int64_t(20) << 30;
-  // Speculative decoding: "auto" (MTP when the checkpoint has an MTP module, else off),
-  // "mtp", "dspark" or "off". A mode the checkpoint cannot do is an error at create().
+  // Speculative decoding: "auto" (the checkpoint's drafter: DSpark on V4.1, MTP on V4, else
+  // off), "mtp", "dspark" or "off". A mode the checkpoint cannot do is an error at create().
   std::string speculative = "auto";
-  int64_t num_draft_tokens = 3;  // the most drafts a request verifies per step (1..7)
+  // The most drafts a request verifies per step (1..7); 0: the drafter's own (MTP 3, DSpark
+  // its block size).
+  int64_t num_draft_tokens = 0;
   bool adaptive_drafts = true;   // each request drafts 0..num_draft_tokens by its acceptance
   // Bytes one token id contributes to the text that stop strings are matched against
   // (special tokens should give ""). Unset: requests with stop strings are rejected.

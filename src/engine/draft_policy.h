@@ -1,5 +1,6 @@
 // How many tokens a request drafts each step (speculative decoding). Verifying K drafts
-// costs about one step plus K times (draft_cost + verify_cost) of a plain decode step, and
+// costs about one step plus K times (draft_cost + verify_cost) of a plain decode step, plus
+// step_cost once when K > 0 (a drafter that makes all its drafts in one forward), and
 // yields 1 + a + a^2 + ... + a^K tokens on average when each draft is accepted with
 // probability a. The policy keeps a running estimate of a (decayed counts of accepted and
 // rejected drafts) and picks the K with the best tokens per cost; when that is K = 0 it
@@ -15,11 +16,13 @@ namespace deepinfer::engine {
 class DraftPolicy {
  public:
   // max_k: the most drafts per step (0: never draft); fixed_k > 0: always draft that many
-  // (no adaptation). draft_cost, verify_cost: per draft token, in plain decode steps.
-  DraftPolicy(int64_t max_k, int64_t fixed_k, double draft_cost, double verify_cost)
+  // (no adaptation). draft_cost, verify_cost: per draft token, step_cost: per step that
+  // drafts, in plain decode steps.
+  DraftPolicy(int64_t max_k, int64_t fixed_k, double draft_cost, double verify_cost, double step_cost = 0.0)
       : max_k_(std::max<int64_t>(0, max_k)),
         fixed_k_(std::min(fixed_k, max_k_)),
-        per_token_(std::max(0.0, draft_cost) + std::max(0.0, verify_cost)) {}
+        per_token_(std::max(0.0, draft_cost) + std::max(0.0, verify_cost)),
+        per_step_(std::max(0.0, step_cost)) {}
 
   // Draft length for the next step.
   int64_t next() {
@@ -54,7 +57,7 @@ class DraftPolicy {
     const double a = acceptance();
     double tokens = 0.0, ak = 1.0;
     for (int64_t i = 0; i <= k; ++i, ak *= a) tokens += ak;
-    return tokens / (1.0 + double(k) * per_token_);
+    return tokens / (1.0 + (k > 0 ? per_step_ : 0.0) + double(k) * per_token_);
   }
 
  private:
@@ -68,7 +71,7 @@ class DraftPolicy {
   static constexpr double kDecay = 0.9, kPriorSuccesses = 1.2, kPriorTrials = 2.0;
   static constexpr int64_t kFirstBackoff = 16, kMaxBackoff = 256;
   int64_t max_k_, fixed_k_;
-  double per_token_;
+  double per_token_, per_step_;
   double successes_ = 0.0, trials_ = 0.0;
   int64_t cooldown_ = 0, backoff_ = kFirstBackoff;
 };

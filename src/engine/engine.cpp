@@ -230,19 +230,12 @@ namespace {
 
 bool multi_process(const EngineOptions& o) { return o.comm && o.comm->size() > 1; }
 
-// "mtp" or "off" for --speculative on this checkpoint (the workers of a multi-process engine
-// ask too: a drafting runner keeps more state).
+// "mtp", "dspark" or "off" for --speculative on this checkpoint (the workers of a
+// multi-process engine ask too: a drafting runner keeps more state).
 std::string speculative_mode(const EngineOptions& o, const v4::Config& cfg) {
   std::string spec_mode = o.speculative;
-  if (spec_mode == "auto") {
-    spec_mode = !cfg.v41() && cfg.n_mtp_layers > 0 ? "mtp" : "off";
-    if (cfg.v41() && cfg.n_mtp_layers > 0)
-      log_info("speculative decoding off: this checkpoint's DSpark drafter is loaded but not run by this engine yet");
-  }
-  if (spec_mode == "dspark")
-    throw std::runtime_error("--speculative dspark: DSpark drafting is not implemented in this engine yet "
-                             "(use --speculative off)");
-  if (spec_mode != "mtp" && spec_mode != "off")
+  if (spec_mode == "auto") spec_mode = cfg.has_dspark() ? "dspark" : !cfg.v41() && cfg.n_mtp_layers > 0 ? "mtp" : "off";
+  if (spec_mode != "mtp" && spec_mode != "dspark" && spec_mode != "off")
     throw std::runtime_error("--speculative must be auto, mtp, dspark or off, not '" + o.speculative + "'");
   return spec_mode;
 }
@@ -303,7 +296,7 @@ void run_engine_worker(const EngineOptions& o) {
     const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
     const std::string spec_mode = speculative_mode(o, model->config());
     runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
-    if (spec_mode == "mtp") runner->enable_mtp_drafting();  // rank 0 checks the options
+    if (spec_mode != "off") runner->enable_drafting(spec_mode);  // rank 0 checks the options
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -326,19 +319,23 @@ EngineSetup prepare_engine(const EngineOptions& o) {
   const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
   auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
   const std::string spec_mode = speculative_mode(o, cfg);
-  if (spec_mode == "mtp") {
+  int64_t n_drafts = o.num_draft_tokens;
+  if (spec_mode != "off") {
     try {
-      runner->enable_mtp_drafting();
+      runner->enable_drafting(spec_mode);
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(e.what());
     }
-    if (o.num_draft_tokens < 1 || o.num_draft_tokens > runner->max_draft_tokens())
+    if (n_drafts == 0)
+      n_drafts = spec_mode == "dspark" ? runner->max_draft_tokens() : std::min<int64_t>(3, runner->max_draft_tokens());
+    if (n_drafts < 1 || n_drafts > runner->max_draft_tokens())
       throw std::runtime_error("--num-draft-tokens must be between 1 and " + std::to_string(runner->max_draft_tokens()) +
-                               ", not " + std::to_string(o.num_draft_tokens));
-    log_info("speculative decoding: MTP drafts, up to %lld per step (%s); costs per draft token: draft %.2f, verify "
-             "%.2f decode steps",
-             (long long)o.num_draft_tokens, o.adaptive_drafts ? "adaptive" : "fixed", runner->draft_cost(),
-             runner->verify_cost());
+                               ", not " + std::to_string(n_drafts));
+    log_info("speculative decoding: %s drafts, up to %lld per step (%s); costs in decode steps: per draft token draft "
+             "%.2f + verify %.2f, per drafting step %.2f",
+             spec_mode == "mtp" ? "MTP" : "DSpark", (long long)n_drafts,
+             o.adaptive_drafts ? "adaptive" : "fixed", runner->draft_cost(), runner->verify_cost(),
+             runner->draft_step_cost());
   }
 
   const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(cfg), o.kv_block_tokens);
@@ -399,11 +396,12 @@ EngineSetup prepare_engine(const EngineOptions& o) {
                                                       checkpoint_fingerprint(o.model_dir, settings));
   }
   copt.token_text = o.token_text;
-  if (spec_mode == "mtp") {
-    copt.num_draft_tokens = o.num_draft_tokens;
+  if (spec_mode != "off") {
+    copt.num_draft_tokens = n_drafts;
     copt.adaptive_drafts = o.adaptive_drafts;
     copt.draft_cost = runner->draft_cost();
     copt.verify_cost = runner->verify_cost();
+    copt.draft_step_cost = runner->draft_step_cost();
   }
   info.speculative = spec_mode;
   info.num_draft_tokens = copt.num_draft_tokens;

@@ -112,7 +112,7 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
   r->t_arrival = arrival;
   if (opt_.num_draft_tokens > 0 && !r->params.constraint)  // a constrained request samples token by token
     r->draft_policy = std::make_unique<DraftPolicy>(opt_.num_draft_tokens, opt_.adaptive_drafts ? 0 : opt_.num_draft_tokens,
-                                                    opt_.draft_cost, opt_.verify_cost);
+                                                    opt_.draft_cost, opt_.verify_cost, opt_.draft_step_cost);
   scheduler_.add(r.get());
   requests_[id] = std::move(r);
   return {};

@@ -31,7 +31,7 @@ struct EngineCoreOptions {
   // always this many (tests, benchmarks).
   int64_t num_draft_tokens = 0;
   bool adaptive_drafts = true;
-  double draft_cost = 0.0, verify_cost = 0.0;
+  double draft_cost = 0.0, verify_cost = 0.0, draft_step_cost = 0.0;
 };
 
 class EngineCore {

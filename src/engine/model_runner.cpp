@@ -87,16 +87,17 @@ void ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<flo
     float* out = n_rows ? logits_rows.data() + row * size_t(V) : nullptr;
     row += n_rows;
     batch.push_back(v4::SequenceChunk{c.tokens, c.n_tokens, &st, out, c.all_rows});
-    want_streams = want_streams || (c.keep_for_draft && mtp_drafting_);
+    want_streams = want_streams || (c.keep_for_draft && drafting_);
   }
   for (const ScheduledChunk& c : chunks)
     if (c.speculative) seqs_.at(c.seq_id).save_undo(false, c.pos0, c.n_tokens, &drafts_[c.seq_id].undo);
-  model_->forward_batch(batch, num_, want_streams ? &streams_ : nullptr);
+  model_->forward_batch(batch, num_, want_streams ? &draft_inputs_ : nullptr);
   if (!want_streams) return;
-  const int64_t width = model_->config().hc_mult * model_->config().dim;
+  const int64_t width = model_->draft_input_width();
   int64_t r = 0;
   for (const ScheduledChunk& c : chunks) {
-    if (c.keep_for_draft) drafts_[c.seq_id].mtp.keep(streams_.data() + r * width, c.pos0, c.n_tokens, width, model_->config().window);
+    if (c.keep_for_draft)
+      drafts_[c.seq_id].drafter.keep(draft_inputs_.data() + r * width, c.pos0, c.n_tokens, width, model_->config().window);
     r += c.n_tokens;
   }
 }
@@ -117,7 +118,7 @@ void ModelRunner::apply(const StateOp& op) {
       st.undo(ds.undo, op.keep);
       ds.undo.n = 0;
       st.truncate_pages(int64_t(op.pages.size()));
-      ds.mtp.drop_from(st.n_past, model_->config().hc_mult * model_->config().dim);
+      ds.drafter.drop_from(st.n_past, model_->draft_input_width());
       break;
     }
     case StateOp::Kind::kSaveSnapshot: {
@@ -217,8 +218,18 @@ void ModelRunner::load_snapshot(const StateOp& op) {
 
 // ---- drafting
 
-void ModelRunner::enable_mtp_drafting() {
+void ModelRunner::enable_drafting(const std::string& mode) {
   const v4::Config& c = model_->config();
+  if (mode == "dspark") {
+    if (model_->drafter() != v4::Model::Drafter::kDspark)
+      throw std::invalid_argument(c.v41() ? "--speculative dspark: this DeepSeek-V4.1 checkpoint has no DSpark drafter "
+                                            "(num_nextn_predict_layers and dspark_block_size)"
+                                          : "--speculative dspark: DSpark drafting runs on DeepSeek-V4.1 checkpoints; "
+                                            "this one drafts with MTP (--speculative mtp)");
+    drafting_ = true;
+    return;
+  }
+  if (mode != "mtp") throw std::invalid_argument("--speculative must be auto, mtp, dspark or off, not '" + mode + "'");
   if (c.v41())
     throw std::invalid_argument("--speculative mtp: DeepSeek-V4.1 checkpoints draft with DSpark, not MTP");
   if (c.n_mtp_layers < 1)
@@ -226,23 +237,32 @@ void ModelRunner::enable_mtp_drafting() {
   if (c.ratio(c.n_layers) != 0)
     throw std::invalid_argument("--speculative mtp: the MTP layer has compressed attention (compress ratio " +
                                 std::to_string(c.ratio(c.n_layers)) + "); drafting supports window attention only");
-  mtp_drafting_ = true;
+  drafting_ = true;
 }
 
 int64_t ModelRunner::max_draft_tokens() const {
-  if (!mtp_drafting_) return 0;
+  if (!drafting_) return 0;
   // A verify chunk is the pending token and the drafts; it must fit every ring's undo.
-  return std::min<int64_t>(v4::kMinRingRows, model_->config().window) - 1;
+  const int64_t fit = std::min<int64_t>(v4::kMinRingRows, model_->config().window) - 1;
+  if (model_->drafter() == v4::Model::Drafter::kDspark) return std::min(fit, model_->config().dspark_block_size);
+  return fit;
 }
 
-double ModelRunner::draft_cost() const { return v4::mtp_draft_cost(model_->config(), model_->weights()); }
+double ModelRunner::draft_cost() const {
+  if (model_->drafter() != v4::Model::Drafter::kMtp) return 0.0;
+  return v4::mtp_draft_cost(model_->config(), model_->weights());
+}
+double ModelRunner::draft_step_cost() const {
+  if (model_->drafter() != v4::Model::Drafter::kDspark) return 0.0;
+  return v4::dspark_draft_cost(model_->config(), model_->weights());
+}
 double ModelRunner::verify_cost() const { return v4::verify_token_cost(model_->config(), model_->weights()); }
 
 std::vector<int32_t> ModelRunner::draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) {
   auto it = seqs_.find(seq);
   auto d = drafts_.find(seq);
-  if (!mtp_drafting_ || it == seqs_.end() || d == drafts_.end()) return {};
-  return model_->draft_mtp(it->second, d->second.mtp, tokens, std::min(k, max_draft_tokens()), num_);
+  if (!drafting_ || it == seqs_.end() || d == drafts_.end()) return {};
+  return model_->draft(it->second, d->second.drafter, tokens, std::min(k, max_draft_tokens()), num_);
 }
 
 static_assert(kv::kMinRingRows == v4::kMinRingRows, "the KV spec and the model's page layout must agree");

@@ -37,15 +37,18 @@ class ModelRunner final : public Runner {
   bool export_snapshot(uint64_t snap, std::vector<char>* out) const override;
   void load_snapshot(const StateOp& op);
 
-  // Drafting with the checkpoint's MTP module (MODEL.md 10), chained on its own output for
-  // more than one token. std::invalid_argument if the checkpoint has none, or one this
-  // runner cannot draft with (V4.1's DSpark stages; an MTP layer with compressed attention).
-  void enable_mtp_drafting();
+  // Drafting with the checkpoint's drafter: "mtp" (V4's MTP module, MODEL.md 10, chained on
+  // its own output for more than one token) or "dspark" (V4.1, MODEL.md 11.7: a block of
+  // drafts per forward). std::invalid_argument if the checkpoint has no such drafter, or one
+  // this runner cannot draft with (an MTP layer with compressed attention).
+  void enable_drafting(const std::string& mode);
   int64_t max_draft_tokens() const override;
-  // Per draft token, in plain decode steps, from the bytes of weights read: drafting runs the
-  // MTP module and the head; verifying one more token reads about the routed experts it
-  // visits that the other tokens of the chunk do not (DraftPolicy's costs).
+  // DraftPolicy's costs, in plain decode steps, from the bytes of weights read: drafting per
+  // token (MTP: its module and the head) and per drafting step (DSpark: the block forward,
+  // whatever its length); verifying one more token reads about the routed experts it visits
+  // that the other tokens of the chunk do not.
   double draft_cost() const;
+  double draft_step_cost() const;
   double verify_cost() const;
   std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) override;
 
@@ -75,12 +78,12 @@ class ModelRunner final : public Runner {
   // What a drafting sequence keeps between steps: the drafter's rows, and the undo record
   // of its last speculative chunk.
   struct DraftState {
-    v4::DrafterState mtp;
+    v4::DrafterState drafter;
     v4::SequenceState::Undo undo;
   };
-  bool mtp_drafting_ = false;
+  bool drafting_ = false;
   std::unordered_map<uint64_t, DraftState> drafts_;
-  std::vector<float> streams_;  // the last step's final streams, all rows
+  std::vector<float> draft_inputs_;  // the last step's drafter inputs, all rows
 };
 
 // What one sequence of this checkpoint holds, for the KV accounting.

@@ -82,10 +82,11 @@ struct SpecCore {
   std::map<uint64_t, std::vector<std::vector<float>>> rows;
   uint64_t next_id = 1;
 
+  // set: tiny-v4-c drafts with its MTP module, tiny-v41-a with its DSpark stages.
   SpecCore(int64_t drafts, int64_t budget = 512, int64_t n_blocks = 4000, int64_t cache = 0, const char* numerics = "reference",
-           const char* kernels = "cpu") {
-    auto mr = std::make_unique<ModelRunner>(v4::Model::load(model_dir()), 1, numerics, kernels);
-    if (drafts > 0) mr->enable_mtp_drafting();
+           const char* kernels = "cpu", const char* set = "tiny-v4-c") {
+    auto mr = std::make_unique<ModelRunner>(v4::Model::load(model_dir(set)), 1, numerics, kernels);
+    if (drafts > 0) mr->enable_drafting(mr->model().config().v41() ? "dspark" : "mtp");
     const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(mr->model().config()), 64);
     auto owned = std::make_unique<ScriptedDrafts>(std::move(mr));
     runner = owned.get();
@@ -129,8 +130,8 @@ struct Plain {
   std::vector<std::vector<std::vector<float>>> rows;
 };
 Plain plain_run(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const char* numerics = "reference",
-                const char* kernels = "cpu") {
-  SpecCore c(0, 512, 4000, 0, numerics, kernels);
+                const char* kernels = "cpu", const char* set = "tiny-v4-c") {
+  SpecCore c(0, 512, 4000, 0, numerics, kernels, set);
   std::vector<uint64_t> ids;
   for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
   c.run();
@@ -192,6 +193,40 @@ TEST(Speculative, GreedyOutputIsPlainDecodingWhateverTheDrafts) {
       }
     }
   }
+}
+
+// DeepSeek-V4.1 with its DSpark drafter (tiny-v41-a: blocks of 3; Engram history, ratio-2
+// groups and shared top-k runtime all undone on rejection): the DSpark drafts, and the true
+// continuation with every 2nd position wrong, give plain decoding's tokens and logits, alone
+// and batched, in both numerics; ref kernels bit for bit.
+TEST(Speculative, DsparkGreedyOutputIsPlainDecoding) {
+  const std::vector<std::vector<int32_t>> prompts = {prompt(33, 4), prompt(6, 5), prompt(58, 6)};
+  const int64_t n = 24;
+  for (const char* numerics : {"reference", "float"})
+    for (const char* kn : {"cpu", "ref"}) {
+      const Plain plain = plain_run(prompts, n, numerics, kn, "tiny-v41-a");
+      for (int64_t wrong : {-1, 2, 0}) {
+        SCOPED_TRACE(std::string(numerics) + " " + kn + " wrong_every " + std::to_string(wrong));
+        SpecCore c(3, 512, 4000, 0, numerics, kn, "tiny-v41-a");
+        ASSERT_EQ(c.runner->max_draft_tokens(), 3);
+        c.runner->use_model = wrong < 0;
+        c.runner->wrong_every = std::max<int64_t>(wrong, 0);
+        c.runner->set_oracle(prompts, plain.tokens);
+        std::vector<uint64_t> ids;
+        for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
+        c.run();
+        const EngineStats s = c.core->stats();
+        EXPECT_GT(s.spec_verify_steps, 0u);
+        if (wrong == 0) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          EXPECT_EQ(c.sinks[ids[i]]->tokens(), plain.tokens[i]);
+          if (std::string(kn) == "ref")
+            EXPECT_EQ(max_abs_diff(c.rows[ids[i]], plain.rows[i]), 0.0f);
+          else
+            EXPECT_LE(max_abs_diff(c.rows[ids[i]], plain.rows[i]), 1e-5f);
+        }
+      }
+    }
 }
 
 // Speculation with a KV pool so small that requests are preempted and recompute, and with the

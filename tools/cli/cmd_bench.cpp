@@ -204,8 +204,9 @@ int run(const std::vector<std::string>& argv) {
   }
 
   // Speculative decoding, on one fresh prompt: plain greedy decode (which is also the oracle
-  // continuation), the MTP drafter with its adaptive draft length, every draft accepted (the
-  // oracle as drafts) for K = 1..5, and every draft rejected (MTP drafts run, then replaced).
+  // continuation), the checkpoint's drafter with its adaptive draft length, every draft
+  // accepted (the oracle as drafts) for K = 1..5, and every draft rejected (drafts run, then
+  // replaced).
   // (Only when asked for: --speculative auto|mtp.)
   const int64_t max_drafts = args.get("--speculative") ? speculative_args(args, *model) : 0;
   nlohmann::json spec;
@@ -239,7 +240,7 @@ int run(const std::vector<std::string>& argv) {
     nlohmann::json full = nlohmann::json::object();
     o.drafts = SpecDecodeOptions::Drafts::kOracle;
     o.adaptive = false;
-    for (int64_t k = 1; k <= std::min<int64_t>(5, std::min<int64_t>(v4::kMinRingRows, c.window) - 1); ++k) {
+    for (int64_t k = 1; k <= std::min<int64_t>(5, max_drafts); ++k) {
       o.max_drafts = k;
       SpecDecodeResult r;
       full[std::to_string(k)] = against_plain(o, &r);
@@ -248,7 +249,8 @@ int run(const std::vector<std::string>& argv) {
     }
     const double base = plain_sum / plain_runs;
     const double acc = mtp.drafted ? double(mtp.accepted) / double(mtp.drafted) : 0.0;
-    spec = {{"mode", "mtp"},
+    const std::string mode = model->drafter() == v4::Model::Drafter::kDspark ? "dspark" : "mtp";
+    spec = {{"mode", mode},
             {"num_draft_tokens", max_drafts},
             {"acceptance_rate", acc},
             {"mean_accepted_per_verify", mtp.verify_steps ? double(mtp.accepted) / double(mtp.verify_steps) : 0.0},
@@ -262,9 +264,9 @@ int run(const std::vector<std::string>& argv) {
             {"zero_acceptance_speedup", wrong_speedup},
             {"zero_acceptance_verify_steps", wrong.verify_steps},
             {"n_decode", n_decode}};
-    log_info("speculative: plain %.2f tok/s (mean of %d runs); MTP drafts %.2f tok/s (%.2fx, acceptance %.2f); all "
+    log_info("speculative: plain %.2f tok/s (mean of %d runs); %s drafts %.2f tok/s (%.2fx, acceptance %.2f); all "
              "rejected %.2fx",
-             base, plain_runs, tok_s(mtp), mtp_speedup, acc, wrong_speedup);
+             base, plain_runs, mode.c_str(), tok_s(mtp), mtp_speedup, acc, wrong_speedup);
   }
 
   const int64_t rss = peak_rss_bytes();
@@ -329,9 +331,9 @@ int run(const std::vector<std::string>& argv) {
                   r.decode_comm_bytes / 1e3);
   }
   if (!spec.is_null() && !csv) {
-    std::printf("\nspeculative (MTP, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
+    std::printf("\nspeculative (%s, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
                 "every draft rejected %.2fx; every draft accepted:",
-                (long long)max_drafts, double(spec["plain_decode_tok_s"]), double(spec["decode_tok_s"]),
+                std::string(spec["mode"]).c_str(), (long long)max_drafts, double(spec["plain_decode_tok_s"]), double(spec["decode_tok_s"]),
                 double(spec["speedup"]), double(spec["acceptance_rate"]), double(spec["zero_acceptance_speedup"]));
     for (auto& [k, v] : spec["full_acceptance_speedup"].items()) std::printf(" K=%s %.2fx", k.c_str(), double(v));
     std::printf("\n");

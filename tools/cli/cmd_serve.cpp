@@ -82,7 +82,7 @@ EngineOptions engine_options(const Args& args) {
   }
   if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
   o.speculative = args.get_or("--speculative", "auto");
-  o.num_draft_tokens = args.get_int("--num-draft-tokens", 3);
+  o.num_draft_tokens = args.get_int("--num-draft-tokens", 0);
   return o;
 }
 

@@ -39,9 +39,11 @@ struct CommandRegistration {
 
 // Speculative decoding, for the commands that decode.
 #define DI_USAGE_SPECULATIVE                                                                  \
-  "  --speculative auto|mtp|dspark|off  draft with the checkpoint's MTP module and verify the\n" \
-  "                               drafts in one forward (auto: mtp when the checkpoint has one)\n" \
-  "  --num-draft-tokens K         the most drafts per step, 1..7 (default 3); fewer, down to\n" \
+  "  --speculative auto|mtp|dspark|off  draft with the checkpoint's drafter (V4's MTP module,\n" \
+  "                               V4.1's DSpark stages) and verify the drafts in one forward\n" \
+  "                               (auto: the checkpoint's drafter when it has one)\n" \
+  "  --num-draft-tokens K         the most drafts per step, 1..7 (default MTP 3, DSpark its\n" \
+  "                               block size); fewer, down to\n" \
   "                               none, while drafts are rarely accepted\n"
 
 // The load-time weight scan of the commands that load a model.

@@ -149,17 +149,22 @@ void write_npy_f32(const std::string& path, const float* data, int64_t rows, int
 int64_t speculative_args(const Args& args, const v4::Model& m) {
   const v4::Config& c = m.config();
   std::string mode = args.get_or("--speculative", "auto");
-  const bool has_mtp = !c.v41() && c.n_mtp_layers > 0 && c.ratio(c.n_layers) == 0;
-  if (mode == "auto") mode = has_mtp ? "mtp" : "off";
+  const bool has_mtp = m.drafter() == v4::Model::Drafter::kMtp && c.ratio(c.n_layers) == 0;
+  const bool has_dspark = m.drafter() == v4::Model::Drafter::kDspark;
+  if (mode == "auto") mode = has_dspark ? "dspark" : has_mtp ? "mtp" : "off";
   if (mode == "off") return 0;
-  if (mode == "dspark") throw ArgError("--speculative dspark: DSpark drafting is not implemented in this engine yet");
-  if (mode != "mtp") throw ArgError("--speculative must be auto, mtp, dspark or off");
-  if (!has_mtp)
+  if (mode != "mtp" && mode != "dspark") throw ArgError("--speculative must be auto, mtp, dspark or off");
+  if (mode == "dspark" && !has_dspark)
+    throw ArgError(c.v41() ? "--speculative dspark: this DeepSeek-V4.1 checkpoint has no DSpark drafter"
+                           : "--speculative dspark: DSpark drafting runs on DeepSeek-V4.1 checkpoints; this one "
+                             "drafts with MTP (--speculative mtp)");
+  if (mode == "mtp" && !has_mtp)
     throw ArgError(c.v41() ? "--speculative mtp: DeepSeek-V4.1 checkpoints draft with DSpark, not MTP"
                            : "--speculative mtp: this checkpoint has no MTP module (num_nextn_predict_layers is 0)");
-  const long k = args.get_int("--num-draft-tokens", 3);
-  if (k < 1 || k > v4::kMinRingRows - 1 || k >= c.window)
-    throw ArgError("--num-draft-tokens must be between 1 and " + std::to_string(std::min<int64_t>(v4::kMinRingRows, c.window) - 1));
+  int64_t most = std::min<int64_t>(v4::kMinRingRows, c.window) - 1;
+  if (has_dspark) most = std::min(most, c.dspark_block_size);
+  const long k = args.get_int("--num-draft-tokens", has_dspark ? most : std::min<int64_t>(3, most));
+  if (k < 1 || k > most) throw ArgError("--num-draft-tokens must be between 1 and " + std::to_string(most));
   return k;
 }
 

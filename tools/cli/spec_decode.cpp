@@ -13,8 +13,8 @@ SpecDecodeResult spec_decode(const v4::Model& m, const v4::Numerics& num, const 
                              const SpecDecodeOptions& o, const std::function<bool(int32_t)>& on_token) {
   using Drafts = SpecDecodeOptions::Drafts;
   const v4::Config& c = m.config();
-  const int64_t V = c.vocab_size, width = c.hc_mult * c.dim, P = int64_t(prompt.size());
-  if (o.drafts != Drafts::kMtp && (!o.oracle || int64_t(o.oracle->size()) < n))
+  const int64_t V = c.vocab_size, width = m.draft_input_width(), P = int64_t(prompt.size());
+  if (o.drafts != Drafts::kModel && (!o.oracle || int64_t(o.oracle->size()) < n))
     throw std::invalid_argument("spec_decode: oracle and wrong drafts need the greedy continuation");
   SpecDecodeResult res;
   if (n <= 0) return res;
@@ -28,8 +28,9 @@ SpecDecodeResult spec_decode(const v4::Model& m, const v4::Numerics& num, const 
   res.tokens.push_back(tokens.back());
   if (on_token && !on_token(tokens.back())) return res;
 
-  engine::DraftPolicy policy(o.max_drafts, o.adaptive ? 0 : o.max_drafts, v4::mtp_draft_cost(c, m.weights()),
-                             v4::verify_token_cost(c, m.weights()));
+  const bool dspark = m.drafter() == v4::Model::Drafter::kDspark;
+  engine::DraftPolicy policy(o.max_drafts, o.adaptive ? 0 : o.max_drafts, dspark ? 0.0 : v4::mtp_draft_cost(c, m.weights()),
+                             v4::verify_token_cost(c, m.weights()), dspark ? v4::dspark_draft_cost(c, m.weights()) : 0.0);
   std::vector<int32_t> chunk;
   v4::SequenceState::Undo undo;
   const auto t0 = std::chrono::steady_clock::now();
@@ -42,7 +43,7 @@ SpecDecodeResult spec_decode(const v4::Model& m, const v4::Numerics& num, const 
       if (o.drafts == Drafts::kOracle) {
         drafts.assign(o.oracle->begin() + done, o.oracle->begin() + done + k);
       } else {
-        drafts = m.draft_mtp(st, ds, tokens, k, num);
+        drafts = m.draft(st, ds, tokens, k, num);
         if (o.drafts == Drafts::kWrong)
           for (size_t i = 0; i < drafts.size(); ++i) drafts[i] = int32_t(((*o.oracle)[size_t(done) + i] + 1) % V);
       }

@@ -1,6 +1,6 @@
 // Greedy decoding of one sequence with speculative decoding over the model API, for
 // `generate` and `bench` (the server's path is the engine's: EngineCore with ModelRunner;
-// both draft with Model::draft_mtp and pick draft lengths with engine::DraftPolicy).
+// both draft with Model::draft and pick draft lengths with engine::DraftPolicy).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,12 +12,12 @@ namespace deepinfer::cli {
 
 struct SpecDecodeOptions {
   enum class Drafts {
-    kMtp,     // the checkpoint's MTP module
+    kModel,   // the checkpoint's drafter (MTP module or DSpark stages)
     kOracle,  // the true greedy continuation (`oracle`): every draft is accepted
-    kWrong,   // MTP drafts are run (and paid for) but replaced by tokens that differ from
-              // `oracle`: every draft is rejected
+    kWrong,   // the drafter is run (and paid for) but its drafts are replaced by tokens that
+              // differ from `oracle`: every draft is rejected
   };
-  Drafts drafts = Drafts::kMtp;
+  Drafts drafts = Drafts::kModel;
   int64_t max_drafts = 3;  // per step
   bool adaptive = true;    // DraftPolicy picks 0..max_drafts; else always max_drafts
   const std::vector<int32_t>* oracle = nullptr;  // the greedy continuation, for kOracle / kWrong
