@@ -185,7 +185,8 @@ std::string check(const Backend& be, const WeightMatrix& W, const std::vector<fl
 
 void bench_linear(benchmark::State& state, const Shape* shape, int64_t M, Isa isa, bool act_quant) {
   auto be = make_cpu_backend_isa(&pool(), isa);
-  const bool cold = M == 1 && !std::getenv("DEEPINFER_BENCH_HOT");
+  // Decode and speculative verify chunks (M <= 8) stream their weights from memory.
+  const bool cold = M <= 8 && !std::getenv("DEEPINFER_BENCH_HOT");
   auto& ws = copies(*shape, cold);
   const int64_t N = shape->rows, K = shape->cols;
   const std::vector<float> x = activations(M, K, act_quant);
@@ -267,8 +268,8 @@ int main(int argc, char** argv) {
   std::printf("cpu features: %s\ndispatch: %s, threads: %d\n", cpu_features_description().c_str(),
               isa_name(cpu_dispatch_isa()), pool().size());
   for (const Shape& s : kShapes)
-    for (int64_t M : {1, 128, 512}) {
-      if (M > 1 && !s.prefill) continue;
+    for (int64_t M : {1, 2, 3, 4, 6, 128, 512}) {
+      if (M > 8 && !s.prefill) continue;
       for (bool aq : {true, false}) {
         if (aq && (s.format == WeightFormat::BF16 || s.format == WeightFormat::F32)) continue;
         for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {

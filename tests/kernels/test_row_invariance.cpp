@@ -42,7 +42,7 @@ TEST(RowInvariance, OneRowEqualsItsRowInABatch) {
                     << (act_quant ? " act-quant" : "") << (bf16_x ? " bf16 x" : " fp32 x");
             }
             // Short batches (a speculative verify chunk: 2..8 rows) take the multi-row GEMV
-            // path, in two passes beyond 4 rows: still every row's own bits.
+            // path (2 rows) or the tiled one: still every row's own bits.
             for (int64_t Mb : {2, 4, 5, 6, 8}) {
               std::vector<float> part(Mb * N);
               run(x.data(), Mb, part.data());

@@ -19,7 +19,7 @@
 //               and never subnormal, so only the summation order differs from fp32 FMA. FP4
 //               sums each chunk of 128 columns unscaled and scales the partial sums (as the
 //               reference scales its per-block sums).
-// Decode (M <= 4) fuses the decode with the dot products, several weight rows at a time.
+// Decode (M <= 2) fuses the decode with the dot products, several weight rows at a time.
 // Prefill decodes a tile of weight rows once into L2 (bf16 straight from the codes, the
 // block scale added to the exponent, when every value stays in the exact range; exact fp32
 // otherwise) and runs a 6 x 4 register-blocked microkernel over all activation rows, K in
@@ -702,26 +702,6 @@ void gemv_rows_upto4(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   }
 }
 
-// M 5..8 (a speculative verify chunk): activation rows 0-3, then the rest, over each few
-// weight rows, so the second pass reads them from L1 and DRAM streams each weight once.
-// Every output is one gemv_group's, whatever the row count (batch invariance holds).
-template <class D>
-void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
-  if (c.M <= 4) return gemv_rows_upto4(c, d, n0, n1);
-  LinearCall lo = c, hi = c;
-  lo.M = 4;
-  hi.M = c.M - 4;
-  hi.xf += 4 * c.xs;
-  hi.xb += 4 * c.xs;
-  hi.y += 4 * c.N;
-  constexpr int64_t kStep = 8;  // weight rows per round: a few KiB, well inside L1
-  for (int64_t n = n0; n < n1; n += kStep) {
-    const int64_t e = n + kStep < n1 ? n + kStep : n1;
-    gemv_rows_upto4(lo, d, n, e);
-    gemv_rows_upto4(hi, d, n, e);
-  }
-}
-
 // ------------------------------------------------------------------------------ prefill (GEMM)
 
 constexpr int kMR = 6, kNR = 4;
@@ -983,12 +963,16 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
 
 // ------------------------------------------------------------------------------ entry points
 
-constexpr int64_t kGemvMaxM = 8;
+// Fused decode + dot for 1 and 2 activation rows; from 3 rows on (speculative verify chunks
+// included) decoding a tile once and running the register-blocked microkernel over all rows
+// is faster (bench_kernels M = 2..6, cold weights: at M = 6 FP8 1.5-1.8x, FP4 1.3-1.4x, the
+// BF16 head 1.9x). Both paths give every row the same bits (RowInvariance).
+constexpr int64_t kGemvMaxM = 2;
 
 template <class D>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   const D d(c);
-  if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
+  if (c.M <= kGemvMaxM) return gemv_rows_upto4<D>(c, d, n0, n1);
   gemm_rows<D>(c, d, n0, n1, scratch);
 }
 
