@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""DeepInfer against llama.cpp on the same weights, in the same run.
+
+Alternates `deepinfer bench` (the official checkpoint, mmapped as published) and `llama-bench`
+(the GGUF llama.cpp's own converter made of that checkpoint) N times with the same threads,
+prompt length and generation length, so both see the same memory state and neighbours, and
+prints each round's figures and the ratios (DeepInfer / llama.cpp) with their spread.
+
+    tools/bench/vs_llamacpp.py --model DIR --gguf FILE --llama-bench PATH [--runs 3]
+        [--threads 2] [--prefill 512] [--decode 128] [--numerics reference,float] [--json OUT]
+
+llama.cpp is built outside this repository (see tools/bench/README.md: the fork
+fairydreaming/llama.cpp @571d0d5 runs DeepSeek-V4 on CPU); nothing of it is vendored here.
+Every speed claim about llama.cpp in this project comes from a run of this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_deepinfer(args, numerics: str) -> dict:
+    cmd = [str(args.deepinfer), "bench", "--model", args.model, "--threads", str(args.threads), "--prefill",
+           str(args.prefill), "--decode", str(args.decode), "--numerics", numerics, "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    j = json.loads(out.strip().splitlines()[-1])
+    return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"],
+            "triad_gb_s": j["mem_bandwidth_samples_gb_s"], "roofline_fraction": j["decode_roofline_fraction"]}
+
+
+def run_llama(args) -> dict:
+    cmd = [args.llama_bench, "-m", args.gguf, "-t", str(args.threads), "-p", str(args.prefill), "-n",
+           str(args.decode), "-r", "1", "-o", "json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out)
+    res = {}
+    for r in rows:
+        if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+            res["prefill_tok_s"] = r["avg_ts"]
+        elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+            res["decode_tok_s"] = r["avg_ts"]
+    if set(res) != {"prefill_tok_s", "decode_tok_s"}:
+        raise RuntimeError("llama-bench gave no pp / tg rows: " + out[:400])
+    return res
+
+
+def spread(xs: list[float]) -> str:
+    return f"median {statistics.median(xs):.2f}x (min {min(xs):.2f}, max {max(xs):.2f})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="the official-layout checkpoint directory")
+    ap.add_argument("--gguf", required=True, help="llama.cpp's conversion of the same checkpoint")
+    ap.add_argument("--llama-bench", required=True, help="path of llama.cpp's llama-bench")
+    ap.add_argument("--deepinfer", default=str(ROOT / "build" / "deepinfer"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--numerics", default="reference,float", help="DeepInfer numerics modes, comma separated")
+    ap.add_argument("--json", help="also write every figure here")
+    args = ap.parse_args()
+    modes = [m for m in args.numerics.split(",") if m]
+    rounds = []
+    for i in range(args.runs):
+        r = {}
+        # Alternate who goes first, so a drift of the machine does not favour one side.
+        order = ["llama"] + modes if i % 2 else modes + ["llama"]
+        for who in order:
+            r[who] = run_llama(args) if who == "llama" else run_deepinfer(args, who)
+        rounds.append(r)
+        line = [f"round {i + 1}:"]
+        for m in modes:
+            d = r[m]
+            line.append(f"deepinfer {m} pp {d['prefill_tok_s']:.1f} tg {d['decode_tok_s']:.2f} "
+                        f"({100 * d['roofline_fraction']:.0f}% of roofline, triad {d['triad_gb_s'][0]:.1f}/"
+                        f"{d['triad_gb_s'][-1]:.1f} GB/s);")
+        line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f}")
+        print(" ".join(line), flush=True)
+    summary = {}
+    for m in modes:
+        dec = [r[m]["decode_tok_s"] / r["llama"]["decode_tok_s"] for r in rounds]
+        pre = [r[m]["prefill_tok_s"] / r["llama"]["prefill_tok_s"] for r in rounds]
+        summary[m] = {"decode_ratio": dec, "prefill_ratio": pre}
+        print(f"{m}: decode {spread(dec)}, prefill {spread(pre)} (DeepInfer / llama.cpp, {args.runs} rounds)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": vars(args), "rounds": rounds, "ratios": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
