@@ -59,13 +59,16 @@ class LLM:
     model_dir: a checkpoint directory (config.json + safetensors, tokenizer.json for text);
     None is the embedded default (a small model trained on the KJV Bible). numerics: 'reference' (the official
     code's quantisation points) or 'float'. threads: compute threads (0 = all cores).
-    kv_memory: the KV cache budget, bytes or '4G' / '512M' (None = 4G). The other options are
-    the server's (deepinfer serve --help)."""
+    kv_memory: the KV cache budget, bytes or '4G' / '512M' (None = 4G). speculative: 'auto' (the
+    checkpoint's drafter: DSpark on V4.1, MTP on V4), 'mtp', 'dspark' or 'off'; num_draft_tokens:
+    the most drafts per step (0 = the drafter's own). The other options are the server's
+    (deepinfer serve --help)."""
 
     def __init__(self, model_dir: Optional[Union[str, os.PathLike]] = None, *, numerics: str = "reference",
                  threads: int = 0, kv_memory: Union[None, int, str] = None, max_model_len: Optional[int] = None,
                  kernels: str = "cpu", max_batch_tokens: int = 512, max_running: int = 32,
-                 prefix_cache_entries: int = 8, verify_weights: bool = False):
+                 prefix_cache_entries: int = 8, verify_weights: bool = False, speculative: str = "auto",
+                 num_draft_tokens: int = 0):
         if model_dir is None:
             model_dir = default_model_dir()
             if not os.path.isfile(os.path.join(model_dir, "config.json")):
@@ -76,7 +79,7 @@ class LLM:
         self._engine = _core.Engine(
             os.fspath(model_dir), numerics, threads, kernels, 0 if kv_memory is None else _parse_bytes(kv_memory),
             0 if max_model_len is None else operator.index(max_model_len), max_batch_tokens, max_running,
-            prefix_cache_entries, verify_weights)
+            prefix_cache_entries, verify_weights, speculative, operator.index(num_draft_tokens))
         core_tok = self._engine.tokenizer
         self.tokenizer: Optional[Tokenizer] = None
         if core_tok is not None:
@@ -106,7 +109,8 @@ class LLM:
 
     def stats(self) -> Dict[str, int]:
         """The engine's counters (the server's /metrics): requests running / waiting /
-        finished by reason, tokens, KV blocks, prefix-cache hits, steps."""
+        finished by reason, tokens, KV blocks, prefix-cache hits, steps, speculative drafts
+        (spec_draft_tokens drafted, spec_accepted_tokens accepted, spec_verify_steps)."""
         return self._engine.stats()
 
     # ----- generate -----

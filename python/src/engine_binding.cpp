@@ -289,6 +289,9 @@ nb::dict stats_dict(const EngineStats& s) {
   d["prefix_cache_hit_tokens"] = s.prefix_cache_hit_tokens;
   d["preemptions_total"] = s.preemptions_total;
   d["steps_total"] = s.steps_total;
+  d["spec_verify_steps"] = s.spec_verify_steps;
+  d["spec_draft_tokens"] = s.spec_draft_tokens;
+  d["spec_accepted_tokens"] = s.spec_accepted_tokens;
   return d;
 }
 
@@ -369,7 +372,8 @@ void bind_engine(nb::module_& m) {
           "__init__",
           [](EngineHandle* self, const std::string& model_dir, const std::string& numerics, int threads,
              const std::string& kernels, int64_t kv_memory_bytes, int64_t max_model_len, int64_t max_batch_tokens,
-             int64_t max_running, int64_t prefix_cache_entries, bool verify_weights) {
+             int64_t max_running, int64_t prefix_cache_entries, bool verify_weights, const std::string& speculative,
+             int64_t num_draft_tokens) {
             EngineOptions o;
             o.model_dir = model_dir;
             o.numerics = numerics;
@@ -381,11 +385,14 @@ void bind_engine(nb::module_& m) {
             o.max_running = max_running;
             o.prefix_cache_entries = prefix_cache_entries;
             o.verify_weights = verify_weights;
+            o.speculative = speculative;
+            o.num_draft_tokens = num_draft_tokens;
             new (self) EngineHandle{open_session(std::move(o))};
           },
           nb::arg("model_dir"), nb::arg("numerics"), nb::arg("threads"), nb::arg("kernels"),
           nb::arg("kv_memory_bytes"), nb::arg("max_model_len"), nb::arg("max_batch_tokens"), nb::arg("max_running"),
-          nb::arg("prefix_cache_entries"), nb::arg("verify_weights"), nb::call_guard<nb::gil_scoped_release>())
+          nb::arg("prefix_cache_entries"), nb::arg("verify_weights"), nb::arg("speculative"), nb::arg("num_draft_tokens"),
+          nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("model_dir", [](const EngineHandle& h) { return h.s->engine->info().model_dir; })
       .def_prop_ro("vocab_size", [](const EngineHandle& h) { return h.s->engine->info().vocab_size; })
       .def_prop_ro("max_model_len", [](const EngineHandle& h) { return h.s->engine->info().max_model_len; })

@@ -23,6 +23,12 @@ def test_bad_engine_options(tiny_dir):
         deepinfer.LLM(tiny_dir, kv_memory=4096)
     with pytest.raises(ValueError, match="kv_memory"):
         deepinfer.LLM(tiny_dir, kv_memory="lots")
+    with pytest.raises(deepinfer.EngineError, match="--speculative must be auto, mtp, dspark or off"):
+        deepinfer.LLM(tiny_dir, speculative="eagle")
+    with pytest.raises(deepinfer.EngineError, match="DSpark drafting runs on DeepSeek-V4.1"):
+        deepinfer.LLM(tiny_dir, speculative="dspark")
+    with pytest.raises(deepinfer.EngineError, match="--num-draft-tokens must be between 1 and"):
+        deepinfer.LLM(tiny_dir, speculative="mtp", num_draft_tokens=9)
 
 
 @pytest.mark.parametrize("params,message", [

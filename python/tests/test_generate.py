@@ -115,3 +115,18 @@ def test_max_tokens_zero_scores_the_prompt(tiny_float):
     assert out.outputs[0].token_ids == [] and out.outputs[0].text == ""
     assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == 4
     assert [next(iter(e)) for e in out.prompt_logprobs[1:]] == [3, 4, 5]
+
+
+def test_speculative_decoding_keeps_greedy_tokens(tiny_dir, tiny_sequences):
+    """tiny-v4-c ships an MTP module: with its drafts (up to 3 per step) verified, greedy output
+    is token for token that of plain decoding."""
+    plain = deepinfer.LLM(tiny_dir, numerics="float", threads=2, kv_memory="64M", speculative="off")
+    spec = deepinfer.LLM(tiny_dir, numerics="float", threads=2, kv_memory="64M", speculative="mtp",
+                         num_draft_tokens=3)
+    params = deepinfer.SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    prompts = [tiny_sequences[s] for s in ("seq7", "seq40")]
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
+    got = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
+    assert got == want
+    assert idle_stats(plain)["spec_draft_tokens"] == 0
+    assert idle_stats(spec)["spec_verify_steps"] > 0
