@@ -20,9 +20,10 @@ struct LinearCall {
   int64_t M = 0, N = 0, K = 0;
   float* y = nullptr;
   // Prepared activation rows, natural column order, zero beyond K up to the stride xs and
-  // zero rows from M up to m_rows: xf fp32 always; xb the same values as bf16 bits,
-  // valid only when use_bf16, and in FP4 lane order for FP4 weights where the kernels have
-  // one (IsaKernels::fp4_lane_order).
+  // zero rows from M up to m_rows: xf fp32 always (in pair order for BF16 weights where the
+  // kernels have one, IsaKernels::bf16_pair_order); xb the same values as bf16 bits, valid
+  // only when use_bf16, and in FP4 lane order for FP4 weights where the kernels have one
+  // (IsaKernels::fp4_lane_order).
   const float* xf = nullptr;
   const uint16_t* xb = nullptr;
   int64_t xs = 0;
@@ -84,6 +85,11 @@ struct IsaKernels {
   // Null, or: the kernels multiply FP4 weights in bf16 mode in lane order (kFp4Chunk), so
   // the driver pads xs to a multiple of kFp4Chunk and rearranges rows [m0, m1) of xb with this.
   void (*fp4_lane_order)(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) = nullptr;
+  // Null, or: the kernels multiply BF16 weights in fp32 mode in pair order (each 32 columns:
+  // the 16 even ones, then the 16 odd ones, which a shift and a mask make of the bf16 words
+  // without shuffles), so the driver rearranges rows [m0, m1) of xf (stride xs, a multiple
+  // of 32) with this for BF16 weights.
+  void (*bf16_pair_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
   // Null, or the indexer's scores from index_dots' output for n_keys keys, bit for bit as
   // index_scores_ref combines the dots (n_heads <= kIndexCombineMaxHeads).
   void (*index_combine)(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round,

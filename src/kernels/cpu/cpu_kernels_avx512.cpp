@@ -71,7 +71,6 @@ struct alignas(64) Tables {
   uint8_t idx_f[4][64];       // (lo, hi) bytes of columns 16q.. -> high half of fp32 dwords
   uint32_t idx_blk4[16];      // FP4 chunk: lane i -> i / 4 (its scale block in a chunk)
   uint8_t idx_dup_d[2][64];   // FP4: source byte c/2 into all bytes of dword c (cols 16h..)
-  uint16_t idx_bf_f[2][32];   // bf16 word 16h + j -> high half of dword j
   uint16_t idx_lane[4][32];   // FP4 lane order: word j of vector v <- column (4j + v) mod 64
   uint32_t e8m0[256];         // fp32 bits of 2^(b - 127), NaN for 0xff
 };
@@ -102,11 +101,6 @@ constexpr Tables make_tables() {
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < 16; ++j)
       for (int b = 0; b < 4; ++b) t.idx_dup_d[h][4 * j + b] = uint8_t((16 * h + j) / 2);
-  for (int h = 0; h < 2; ++h)
-    for (int j = 0; j < 16; ++j) {
-      t.idx_bf_f[h][2 * j] = 0;
-      t.idx_bf_f[h][2 * j + 1] = uint16_t(16 * h + j);
-    }
   for (int b = 0; b < 256; ++b) t.e8m0[b] = b == 0 ? 0x00400000u : b == 255 ? 0x7fc00000u : uint32_t(b) << 23;
   return t;
 }
@@ -244,7 +238,7 @@ enum class XScale { kNone, kShared };
 
 struct F32Dec {
   static constexpr int CH = 32, NF = 2, NB = 0;
-  static constexpr int GEMV_ROWS_M1 = 1;  // long rows: one sequential stream (as Bf16DecT)
+  static constexpr int GEMV_ROWS_M1 = 1;  // long rows: one sequential stream
   static constexpr bool B16 = false, CHECK = false;
   struct Row {
     const float* p;
@@ -273,27 +267,30 @@ struct Bf16DecT {
   static constexpr int CH = 32, NF = 2, NB = 1;
   static constexpr bool B16 = true, CHECK = Check;
   using Unchecked = Bf16DecT<false>;
-  // One activation row: one weight row at a time. BF16 rows are long (the output head's are
-  // 4 KiB, a page each), and a single sequential stream reads faster than 8 rows side by side
-  // (in the model, head 9.9 -> 7.1 ms per token with the memo, 75 GB/s).
-  static constexpr int GEMV_ROWS_M1 = 1;
+  // One activation row: four weight rows side by side. One row at a time is a chain of
+  // dependent FMAs per chunk (latency-bound: large-bench's head 34 ms per token in bf16 mode,
+  // 46 ms in fp32 mode with memory at 22 GB/s); four rows 26-29 ms in both. (8 rows lost to one
+  // sequential stream in a fast memory state once: 9.9 vs 7.1 ms at 75 GB/s.)
+  static constexpr int GEMV_ROWS_M1 = 4;
+  static constexpr bool PAIR_ORDER = true;  // fp32 mode: see f32() and bf16_pair_order
   struct Row {
     const uint16_t* p;
   };
   const LinearCall* c;
-  __m512i i0, i1;
-  explicit Bf16DecT(const LinearCall& call)
-      : c(&call), i0(load_i(kT.idx_bf_f[0])), i1(load_i(kT.idx_bf_f[1])) {}
+  __m512i hi_mask;
+  explicit Bf16DecT(const LinearCall& call) : c(&call), hi_mask(_mm512_set1_epi32(int(0xffff0000u))) {}
   DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
   DI_INLINE bool safe(const Row&) const { return true; }
   DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_NTA); }
   DI_INLINE __m512i raw(const Row& r, int64_t k, int64_t nv) const {
     return nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
   }
+  // fp32 mode in pair order (bf16_pair_order): the even columns are the low words moved up,
+  // the odd ones the high words masked: no shuffle port taken from the FMAs.
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     const __m512i v = raw(r, k, nv);
-    w[0] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i0, v));
-    w[1] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, i1, v));
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
   }
   DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const { w[0] = raw(r, k, nv); }
 };
@@ -711,13 +708,16 @@ template <class D>
 void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
   const typename D::Row r = d.row(n);
   const int64_t K = c.K;
+  // Pair order spreads a chunk's columns over both vectors (zeros beyond K): whole chunks.
+  constexpr bool pairs = requires { D::PAIR_ORDER; };
   for (int64_t k = 0; k < K; k += D::CH) {
     const int64_t nv = min64(D::CH, K - k);
     __m512 w[D::NF];
     d.f32(r, k, nv, w);
-    for (int v = 0; v < D::NF; ++v) _mm512_mask_storeu_ps(dst + k + 16 * v, mask16(nv - 16 * v), w[v]);
+    for (int v = 0; v < D::NF; ++v)
+      _mm512_mask_storeu_ps(dst + k + 16 * v, pairs ? __mmask16(0xffff) : mask16(nv - 16 * v), w[v]);
   }
-  for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
+  for (int64_t k = pairs ? round_up(K, D::CH) : K; k < Kp; ++k) dst[k] = 0.0f;
 }
 
 // Exact bf16 weights of row n, zero to Kp; false if the row is not safe (then the row is
@@ -1083,6 +1083,24 @@ void fp4_lane_order(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) {
     }
 }
 
+// Rows [m0, m1) of xf (stride xs, a multiple of 32) into BF16 pair order, in place: each 32
+// columns become the 16 even ones, then the 16 odd ones.
+void bf16_pair_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
+  alignas(64) int32_t even[16], odd[16];
+  for (int j = 0; j < 16; ++j) {
+    even[j] = 2 * j;
+    odd[j] = 2 * j + 1;
+  }
+  const __m512i ie = _mm512_load_si512(even), io = _mm512_load_si512(odd);
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = 0; k < xs; k += 32) {
+      float* p = xf + m * xs + k;
+      const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+      _mm512_storeu_ps(p, _mm512_permutex2var_ps(a, ie, b));
+      _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(a, io, b));
+    }
+}
+
 // exp in double, 8 lanes: n = round(x / ln 2), r = x - n ln 2 in two steps (ln2_hi has
 // trailing zero bits, so n * ln2_hi is exact), exp(r) by its Taylor series to r^13 (|r| <=
 // 0.35: the remainder is below 1e-17 relative), times 2^n with vscalefpd (which also gives
@@ -1300,6 +1318,7 @@ constexpr IsaKernels kKernels = {
     .rows = rows,
     .index_dots = index_dots,
     .fp4_lane_order = fp4_lane_order,
+    .bf16_pair_order = bf16_pair_order,
     .index_combine = index_combine,
     .hc_expand = hc_expand,
     .hc_collapse = hc_collapse,
