@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "command.h"
+#include "core/log.h"
 #include "model_cli.h"
 #include "spec_decode.h"
 #include "tokenizer/detokenizer.h"
@@ -51,7 +52,7 @@ int run(const std::vector<std::string>& argv) {
     std::string line;
     SpecDecodeOptions so;
     so.max_drafts = drafts;
-    spec_decode(*model, num, tokens, n, so, [&](int32_t t) {
+    const SpecDecodeResult r = spec_decode(*model, num, tokens, n, so, [&](int32_t t) {
       if (detok) {
         if (t == cfg.eos_token_id) return false;
         std::fputs(detok->push(t).c_str(), stdout);
@@ -63,6 +64,9 @@ int run(const std::vector<std::string>& argv) {
     });
     if (detok) std::printf("%s\n", detok->flush().c_str());
     else std::printf("%s\n", line.c_str());
+    log_info("speculative: %lld tokens in %lld forwards; %lld drafts, %lld accepted (%.1f%%)",
+             (long long)r.tokens.size(), (long long)r.forward_steps + 1, (long long)r.drafted, (long long)r.accepted,
+             r.drafted ? 100.0 * double(r.accepted) / double(r.drafted) : 0.0);
     return 0;
   }
   auto st = model->new_sequence();
