@@ -166,6 +166,37 @@ TEST(Cli, TextPromptAndChat) {
   EXPECT_NE(r.output.find("[thinking]"), std::string::npos) << r.output;
 }
 
+// generate samples with --temperature and the API's filters: reproducible with --seed, greedy
+// at temperature 0, bad values and drafting with sampling refused (exit 2).
+TEST(Cli, GenerateSamples) {
+  Scratch s;
+  const std::string base = "generate --model " + shared_model("tiny-v4-c") + " --numerics float --threads 1 -n 12 " +
+                           "--tokens-file " + s.file("p.txt", "0 17 230 41 99");
+  auto ids = [](const Result& r) {  // the last line: the ids (the log lines carry timestamps)
+    const size_t end = r.output.find_last_not_of('\n'), begin = r.output.rfind('\n', end);
+    return r.output.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+  };
+  const Result greedy = run(base), zero = run(base + " --temperature 0");
+  ASSERT_EQ(greedy.code, 0) << greedy.output;
+  EXPECT_EQ(ids(zero), ids(greedy));
+  const std::string sampled = base + " --temperature 1.0 --top-k 50 --top-p 0.95 --repetition-penalty 1.2";
+  const Result a = run(sampled + " --seed 7"), b = run(sampled + " --seed 7");
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(ids(a), ids(b));
+  const std::string a_ids = ids(a);
+  EXPECT_EQ(std::count(a_ids.begin(), a_ids.end(), ' '), 11) << a.output;  // 12 ids
+  bool differs = ids(a) != ids(greedy);
+  for (int seed = 1; seed <= 3 && !differs; ++seed) differs = ids(run(sampled + " --seed " + std::to_string(seed))) != ids(greedy);
+  EXPECT_TRUE(differs);
+  Result r = run(base + " --top-p 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("top_p must be in (0, 1]"), std::string::npos) << r.output;
+  r = run(base + " --temperature 0.5 --speculative mtp");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("greedy decoding only"), std::string::npos) << r.output;
+  EXPECT_EQ(run(base + " --temperature warm").code, 2);
+}
+
 // `deepinfer --help`, `deepinfer help [command]` and `deepinfer <command> --help | -h`: usage,
 // exit 0, every option of the command in the text (main.cpp lists a flag the hand-written
 // usage forgot under "other options:", which these tests refuse).

@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include <cmath>
 #include <cstdlib>
 
 namespace deepinfer::cli {
@@ -55,6 +56,16 @@ long Args::get_int(const std::string& flag, long fallback) const {
   char* end = nullptr;
   long x = std::strtol(v->c_str(), &end, 10);
   if (end == v->c_str() || *end != '\0') throw ArgError(flag + " expects an integer, got '" + *v + "'");
+  return x;
+}
+
+double Args::get_double(const std::string& flag, double fallback) const {
+  auto v = get(flag);
+  if (!v) return fallback;
+  char* end = nullptr;
+  double x = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != '\0' || !std::isfinite(x))
+    throw ArgError(flag + " expects a number, got '" + *v + "'");
   return x;
 }
 

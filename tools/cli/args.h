@@ -32,6 +32,7 @@ class Args {
   std::string require(const std::string& flag) const;
   bool has(const std::string& flag) const;
   long get_int(const std::string& flag, long fallback) const;
+  double get_double(const std::string& flag, double fallback) const;
 
  private:
   std::map<std::string, std::string> values_;
