@@ -76,6 +76,13 @@ struct Config {
 
   bool v41() const { return family == Family::V41; }
   bool has_dspark() const { return v41() && n_mtp_layers > 0 && dspark_block_size > 0; }
+  // This config with the DSpark stages' expert counts: what their MoE is bound and run with.
+  Config dspark_stage_config() const {
+    Config s = *this;
+    s.n_routed_experts = dspark_n_routed_experts;
+    s.n_activated_experts = dspark_n_activated_experts;
+    return s;
+  }
   int64_t nope_dim() const { return head_dim - rope_dim; }
   int64_t ratio(int64_t layer) const { return compress_ratios[size_t(layer)]; }
   // Activation act-quant block of every FP8/FP4 GEMM input (V4: 128, V4.1: 32).

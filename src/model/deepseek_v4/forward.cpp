@@ -81,9 +81,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   m->engram_ = load_engram_tables(m->cfg_, dir);
   m->store_ = std::make_unique<TensorStore>(dir);
   m->w_ = bind_weights(m->cfg_, *m->store_);
-  m->dspark_moe_cfg_ = m->cfg_;
-  m->dspark_moe_cfg_.n_routed_experts = m->cfg_.dspark_n_routed_experts;
-  m->dspark_moe_cfg_.n_activated_experts = m->cfg_.dspark_n_activated_experts;
+  m->dspark_moe_cfg_ = m->cfg_.dspark_stage_config();
   // Every rank binds (and so validates) every tensor; it reads only the experts it runs.
   TensorStore::Skip skip;
   if (options.expert_parallel && options.comm && options.comm->size() > 1) {

@@ -285,9 +285,7 @@ class Binder {
 
 void bind_dspark(const Config& c, const TensorStore& store, Weights& w) {
   // The stages' MoE has its own expert count: bound through a config that says so.
-  Config sc = c;
-  sc.n_routed_experts = c.dspark_n_routed_experts;
-  sc.n_activated_experts = c.dspark_n_activated_experts;
+  const Config sc = c.dspark_stage_config();
   Binder b(sc, store, &w.row_checks);
   DsparkWeights& d = w.dspark;
   for (int64_t s = 0; s < c.n_mtp_layers; ++s)
@@ -423,9 +421,7 @@ double verify_token_cost(const Config& c, const Weights& w) {
 double dspark_draft_cost(const Config& c, const Weights& w) {
   const DsparkWeights& d = w.dspark;
   if (d.stages.empty()) return 0.0;
-  Config sc = c;
-  sc.n_routed_experts = c.dspark_n_routed_experts;
-  sc.n_activated_experts = c.dspark_n_activated_experts;
+  const Config sc = c.dspark_stage_config();
   // A block's rows visit up to block_size * top-k of the stage's experts.
   const double rows = double(c.dspark_block_size);
   double bytes = double(matrix_bytes(w.head)) + double(matrix_bytes(d.main_proj)) + double(matrix_bytes(d.markov_head));
