@@ -27,8 +27,9 @@ struct Result {
   std::string output;  // stdout + stderr
 };
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(DI_CLI_PATH) + " " + args + " 2>&1";
+// stderr (the log) goes into the output too unless stderr_to_output is false.
+Result run(const std::string& args, bool stderr_to_output = true) {
+  std::string cmd = std::string(DI_CLI_PATH) + " " + args + (stderr_to_output ? " 2>&1" : " 2>/dev/null");
   Result r{-1, ""};
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -164,6 +165,34 @@ TEST(Cli, TextPromptAndChat) {
   r = run("chat" + model + " -n 4 --thinking < " + turns);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[thinking]"), std::string::npos) << r.output;
+}
+
+// chat drafts with the checkpoint's MTP module by default: on the trained default model (drafts
+// mostly accepted) the replies of a two-turn chat are the plain greedy ones, in both numerics.
+TEST(Cli, ChatDraftsKeepTheGreedyReplies) {
+  Scratch s;
+  const std::string turns = s.file("turns.txt", "In the beginning\nAnd the LORD said\n");
+  for (const char* num : {"float", "reference"}) {
+    const std::string base = std::string("chat --model ") + DI_DEFAULT_MODEL_DIR + " -n 40 --threads 1 --numerics " + num;
+    const Result plain = run(base + " --speculative off < " + turns, false);
+    const Result drafted = run(base + " < " + turns, false);
+    ASSERT_EQ(plain.code, 0) << plain.output;
+    ASSERT_EQ(drafted.code, 0) << drafted.output;
+    EXPECT_GT(plain.output.size(), 60u) << plain.output;  // two replies of text, not just prompts
+    EXPECT_EQ(drafted.output, plain.output) << num;
+    const Result logged = run(base + " --num-draft-tokens 2 < " + turns);
+    ASSERT_EQ(logged.code, 0) << logged.output;
+    const size_t at = logged.output.find("speculative: ");
+    ASSERT_NE(at, std::string::npos) << logged.output;
+    long long forwards = 0, drafts = 0, accepted = 0;
+    ASSERT_EQ(std::sscanf(logged.output.c_str() + at, "speculative: %lld forwards; %lld drafts, %lld accepted", &forwards,
+                          &drafts, &accepted),
+              3)
+        << logged.output;
+    EXPECT_GT(accepted, 0) << logged.output;
+    EXPECT_LT(forwards, 80) << logged.output;  // fewer forwards than the 80 tokens shown
+  }
+  EXPECT_EQ(run("chat --model " + shared_model("tiny-v4-c") + " --speculative dspark < /dev/null").code, 2);
 }
 
 // generate samples with --temperature and the API's filters: reproducible with --seed, greedy

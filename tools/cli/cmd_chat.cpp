@@ -1,7 +1,9 @@
 // deepinfer chat [--model DIR] [--system TEXT] [--thinking] [--reasoning-effort E]
 //                [--family v4|v4_0731|v41] [-n MAX_TOKENS] [--numerics ...] [--threads N]
+//                [--speculative auto|mtp|dspark|off] [--num-draft-tokens K]
 // Interactive chat on stdin/stdout: each line is a user turn. The conversation is rendered
-// with the checkpoint's DeepSeek encoder, generated greedily until EOS, and the reply is
+// with the checkpoint's DeepSeek encoder, generated greedily until EOS (with the checkpoint's
+// drafter verifying several tokens per forward where it can: the same tokens), and the reply is
 // streamed with reasoning shown as "[thinking] ..." and kept out of the history as the
 // encoder wants (drop_thinking). Turns extend the previous prompt, so the sequence state is
 // reused and only the new tokens are prefilled.
@@ -13,6 +15,7 @@
 #include "command.h"
 #include "core/log.h"
 #include "model_cli.h"
+#include "spec_decode.h"
 #include "tokenizer/chat/encoder.h"
 #include "tokenizer/chat/family.h"
 #include "tokenizer/chat/output_parser.h"
@@ -26,7 +29,8 @@ using tokenizer::IncrementalDetokenizer;
 using tokenizer::Tokenizer;
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--system", "--reasoning-effort", "--family", "-n", "--numerics", "--threads", "--kernels"},
+  Args args(argv, {"--model", "--system", "--reasoning-effort", "--family", "-n", "--numerics", "--threads", "--kernels",
+             "--speculative", "--num-draft-tokens"},
             {"--thinking", "--verify-weights"});
   const long max_tokens = args.get_int("-n", 512);
   if (max_tokens < 1) throw ArgError("-n must be >= 1");
@@ -49,11 +53,12 @@ int run(const std::vector<std::string>& argv) {
   nlohmann::json messages = nlohmann::json::array();
   if (auto sys = args.get("--system")) messages.push_back({{"role", "system"}, {"content", *sys}});
   const v4::Config& cfg = model->config();
-  auto st = model->new_sequence();
-  std::vector<int32_t> fed;  // tokens already in `st`
-  std::vector<float> row(cfg.vocab_size);
-  log_info("chat (%s encoder, %s mode): type a message, end with Ctrl-D", chat::family_name(family),
-           thinking ? "thinking" : "chat");
+  SpecDecodeOptions so;
+  so.max_drafts = speculative_args(args, *model);
+  std::optional<SpecDecoder> dec;
+  SpecDecodeResult totals;  // drafting counters over the session
+  log_info("chat (%s encoder, %s mode%s): type a message, end with Ctrl-D", chat::family_name(family),
+           thinking ? "thinking" : "chat", so.max_drafts ? ", drafting" : "");
   std::string line;
   while (std::fprintf(stdout, "> "), std::fflush(stdout), std::getline(std::cin, line)) {
     if (line.empty()) continue;
@@ -62,15 +67,16 @@ int run(const std::vector<std::string>& argv) {
     std::vector<int32_t> ids = chat::tokenize_prompt(tok, chat::render_messages(family, messages, opts));
     // Reuse the state when the new prompt extends what was already fed.
     size_t common = 0;
-    while (common < fed.size() && common < ids.size() && fed[common] == ids[common]) ++common;
-    if (common < fed.size() || common == ids.size()) {
-      st = model->new_sequence();
-      fed.clear();
+    const int64_t fed = dec ? dec->n_fed() : 0;
+    if (dec) {
+      const std::vector<int32_t>& h = dec->history();
+      while (int64_t(common) < fed && common < ids.size() && h[common] == ids[common]) ++common;
+    }
+    if (!dec || int64_t(common) < fed || common == ids.size()) {
+      dec.emplace(*model, compute.num, so);
       common = 0;
     }
-    std::vector<int32_t> fresh(ids.begin() + int64_t(common), ids.end());
-    model->forward_batch({v4::SequenceChunk{fresh.data(), int64_t(fresh.size()), &st, row.data(), false}}, compute.num);
-    fed.insert(fed.end(), fresh.begin(), fresh.end());
+    dec->feed(std::vector<int32_t>(ids.begin() + int64_t(common), ids.end()));
 
     IncrementalDetokenizer detok(tok);
     chat::OutputParser parser(family, thinking);
@@ -84,13 +90,15 @@ int run(const std::vector<std::string>& argv) {
       acc.add(events);
     };
     if (thinking) std::fprintf(stdout, "[thinking] ");
-    for (long i = 0; i < max_tokens; ++i) {
-      int32_t next = greedy_next(row.data(), cfg.vocab_size, int64_t(fed.size()) - 1);
-      if (next == cfg.eos_token_id) break;
-      show(parser.feed(detok.push(next)));
-      model->forward(&next, 1, st, compute.num, row.data());
-      fed.push_back(next);
-    }
+    // Greedy until EOS (not shown) or max_tokens.
+    const SpecDecodeResult r = dec->generate(max_tokens, [&](int32_t t) {
+      if (t == cfg.eos_token_id) return false;
+      show(parser.feed(detok.push(t)));
+      return true;
+    });
+    totals.drafted += r.drafted;
+    totals.accepted += r.accepted;
+    totals.forward_steps += r.forward_steps;
     show(parser.feed(detok.flush()));
     show(parser.finish());
     std::fprintf(stdout, "\n");
@@ -100,6 +108,9 @@ int run(const std::vector<std::string>& argv) {
     messages.push_back(reply);
   }
   std::fprintf(stdout, "\n");
+  if (totals.drafted)
+    log_info("speculative: %lld forwards; %lld drafts, %lld accepted (%.1f%%)", (long long)totals.forward_steps,
+             (long long)totals.drafted, (long long)totals.accepted, 100.0 * double(totals.accepted) / double(totals.drafted));
   return 0;
 }
 
@@ -110,7 +121,8 @@ CommandRegistration reg("chat", "interactive chat with the checkpoint's DeepSeek
                         "  --thinking                   thinking mode (reasoning shown, dropped from history)\n"
                         "  --reasoning-effort E         as the prompt family accepts it (v4: high|max, ...)\n"
                         "  --family v4|v4_0731|v41      prompt format (default: detected from the checkpoint)\n"
-                        "  -n N                         most tokens per answer (default 512)\n" DI_USAGE_COMPUTE DI_USAGE_VERIFY);
+                        "  -n N                         most tokens per answer (default 512)\n" DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
+                        DI_USAGE_VERIFY);
 
 }  // namespace
 }  // namespace deepinfer::cli

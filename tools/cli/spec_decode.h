@@ -1,11 +1,12 @@
 // Greedy decoding of one sequence with speculative decoding over the model API, for
-// `generate` and `bench` (the server's path is the engine's: EngineCore with ModelRunner;
-// both draft with Model::draft and pick draft lengths with engine::DraftPolicy).
+// `generate`, `chat` and `bench` (the server's path is the engine's: EngineCore with
+// ModelRunner; both draft with Model::draft and pick draft lengths with engine::DraftPolicy).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "engine/draft_policy.h"
 #include "model/deepseek_v4/model.h"
 
 namespace deepinfer::cli {
@@ -18,7 +19,7 @@ struct SpecDecodeOptions {
               // differ from `oracle`: every draft is rejected
   };
   Drafts drafts = Drafts::kModel;
-  int64_t max_drafts = 3;  // per step
+  int64_t max_drafts = 3;  // per step (0: plain decoding, the drafter never runs)
   bool adaptive = true;    // DraftPolicy picks 0..max_drafts; else always max_drafts
   const std::vector<int32_t>* oracle = nullptr;  // the greedy continuation, for kOracle / kWrong
 };
@@ -30,8 +31,42 @@ struct SpecDecodeResult {
   double decode_seconds = 0.0;  // from the first generated token to the last
 };
 
+// One sequence decoded with drafts, resumable: feed() appends tokens (a prompt, a later chat
+// turn) and generate() continues greedily from them. The sequence state always holds every
+// token of history() but the last one, which is the pending token the next step feeds.
+class SpecDecoder {
+ public:
+  SpecDecoder(const v4::Model& m, const v4::Numerics& num, const SpecDecodeOptions& o);
+
+  // Appends ids (at least one) after the tokens in the sequence state and makes the greedy
+  // token after them the pending one; the pending token left by generate() is dropped (a
+  // caller that keeps it passes it as ids[0]).
+  void feed(const std::vector<int32_t>& ids);
+  // Tokens in the sequence state.
+  int64_t n_fed() const { return st_.n_past; }
+  // Emits up to n greedy tokens, the pending one first; stops early when on_token returns false
+  // (the token it was shown is still emitted). The oracle of kOracle / kWrong drafts is the
+  // continuation of this call. Throws std::runtime_error for non-finite logits.
+  SpecDecodeResult generate(int64_t n, const std::function<bool(int32_t)>& on_token = {});
+
+  // The tokens in the sequence state, then the pending token.
+  const std::vector<int32_t>& history() const { return tokens_; }
+
+ private:
+  bool drafting() const { return o_.max_drafts > 0; }
+
+  const v4::Model& m_;
+  const v4::Numerics& num_;
+  SpecDecodeOptions o_;
+  v4::SequenceState st_;
+  v4::DrafterState ds_;
+  engine::DraftPolicy policy_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_, streams_;
+};
+
 // Prefills `prompt` into a fresh sequence and generates n greedy tokens (fewer when on_token
-// returns false). Throws std::runtime_error for non-finite logits.
+// returns false).
 SpecDecodeResult spec_decode(const v4::Model& m, const v4::Numerics& num, const std::vector<int32_t>& prompt, int64_t n,
                              const SpecDecodeOptions& o, const std::function<bool(int32_t)>& on_token = {});
 
