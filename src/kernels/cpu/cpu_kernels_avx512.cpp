@@ -126,9 +126,13 @@ inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 
-// Weights are streamed once per token, so every decode prefetch is non-temporal (NTA): it
-// keeps them from displacing what stays in cache between tokens (decode +0.4-1.5% against
-// T0, alternated runs).
+// Decode prefetches weights into L2 (T1), not non-temporally (NTA): an NTA prefetch keeps
+// the L2 streamer out of the stream, so a core has only its L1 fill buffers in flight. With
+// the memory slow (long latency) that capped a plain read at 6.5 GB/s per core against 16
+// with T0 / T1 or none at all; large-bench decode 18.2 -> 26.6 tok/s (alternated runs).
+// In a fast memory state NTA had been 0.4-1.5% ahead of T0.
+DI_INLINE void prefetch_weights(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+
 // BF16 / F32 decode streams weight rows one after another (contiguous): software prefetch
 // this many bytes ahead. 1 KiB left the output head at 58-61 GB/s from DRAM; 8 KiB reads
 // it at 70-72 (in the model 6.9 -> 6.5 ms per token while the triad read ~90 GB/s).
@@ -247,7 +251,7 @@ struct F32Dec {
   explicit F32Dec(const LinearCall& call) : c(&call) {}
   DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
   DI_INLINE bool safe(const Row&) const { return false; }
-  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_NTA); }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { prefetch_weights(reinterpret_cast<const char*>(r.p + k) + kPrefetch); }
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
     if (nv == CH) {
       w[0] = _mm512_loadu_ps(r.p + k);
@@ -281,7 +285,7 @@ struct Bf16DecT {
   explicit Bf16DecT(const LinearCall& call) : c(&call), hi_mask(_mm512_set1_epi32(int(0xffff0000u))) {}
   DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
   DI_INLINE bool safe(const Row&) const { return true; }
-  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k) + kPrefetch, _MM_HINT_NTA); }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { prefetch_weights(reinterpret_cast<const char*>(r.p + k) + kPrefetch); }
   DI_INLINE __m512i raw(const Row& r, int64_t k, int64_t nv) const {
     return nv == CH ? load_i(r.p + k) : _mm512_maskz_loadu_epi16(mask32(nv), r.p + k);
   }
@@ -326,7 +330,7 @@ struct Fp8Dec {
   // The same spot whole row groups on (pf_bytes): a group's rows are one contiguous
   // stretch, so this runs groups ahead. (A fixed distance inside the row left each group's
   // first misses unhidden: 1 MiB matrices ran at 44 GB/s cold, now 68.)
-  DI_INLINE void prefetch(const Row& r, int64_t k) const { _mm_prefetch(reinterpret_cast<const char*>(r.p + k + pf_bytes), _MM_HINT_NTA); }
+  DI_INLINE void prefetch(const Row& r, int64_t k) const { prefetch_weights(r.p + k + pf_bytes); }
   DI_INLINE int64_t blk(int64_t k) const { return bshift >= 0 ? k >> bshift : k / B; }
   // Scale bytes of the two 32-column halves (B is a multiple of 32; a half beyond K borrows
   // the first half's scale, its weights being zero).
@@ -432,7 +436,7 @@ struct Fp4Dec {
   // group is reading already, so fetch the same spot whole row groups on (pf_bytes). One
   // chunk is one cache line of codes.
   DI_INLINE void prefetch(const Row& r, int64_t k) const {
-    _mm_prefetch(reinterpret_cast<const char*>(r.p + k / 2 + pf_bytes), _MM_HINT_NTA);
+    prefetch_weights(r.p + k / 2 + pf_bytes);
   }
   // fp32 mode, natural order: columns [k, k + nv) as eight vectors of 16 (K is a multiple
   // of 32, so each 32 columns are one whole scale block).
