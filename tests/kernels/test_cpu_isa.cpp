@@ -217,7 +217,7 @@ TEST(CpuIsa, LinearAllFormatsDecodeAndPrefill) {
       ThreadPool pool(threads);
       auto be = make_cpu_backend_isa(&pool, isa);
       for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
-        for (int64_t M : {1, 2, 3, 4, 17, 64})
+        for (int64_t M : {1, 2, 3, 4, 7, 8, 9, 17, 64})
           for (int64_t N : {1, 7, 33})
             for (int64_t K : {128, 384}) {
               Weight o = make_weight(f, N, K, rng);

@@ -526,10 +526,21 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_setzero_ps();
   __mmask32 bad[NRW] = {};
   const int64_t K = c.K, Kp = c.xs;
+  // Up to 16 x vectors stay in registers for the chunk; more rows load theirs where they
+  // are used (from L1: every weight vector meets MR of them).
+  constexpr bool keep_x = MR * NV <= 16;
+  static_assert(keep_x || XS == XScale::kNone);
   auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
-    T xv[MR][NV];
-    for (int m = 0; m < MR; ++m)
-      for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
+    T xv[keep_x ? MR : 1][NV];
+    if constexpr (keep_x)
+      for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
+    auto x = [&](int m, int v) __attribute__((always_inline)) {
+      if constexpr (keep_x)
+        return xv[m][v];
+      else
+        return V::load(c, m, k + v * V::W);
+    };
     // The bare codes of row r's chunk (zero beyond K), for the paths that scale elsewhere.
     auto codes = [&](int r, T* w) __attribute__((always_inline)) {
       if constexpr (requires { d.b16_codes(row[r], k, nv, w); }) {
@@ -546,7 +557,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
         const __m512 sv = d.chunk_scales(row[r], k);
         for (int m = 0; m < MR; ++m) {
           __m512 part = _mm512_setzero_ps();
-          for (int v = 0; v < NV; ++v) part = V::madd(part, xv[m][v], w[v]);
+          for (int v = 0; v < NV; ++v) part = V::madd(part, x(m, v), w[v]);
           acc[m][r] = _mm512_fmadd_ps(part, sv, acc[m][r]);
         }
       }
@@ -579,7 +590,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
           d.f32(row[r], k, nv, w);
         }
         for (int v = 0; v < NV; ++v)
-          for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
+          for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], x(m, v), w[v]);
       }
     }
   };
@@ -657,7 +668,8 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
     for (int64_t r = 0; r < nr && safe; ++r) safe = d.safe(d.row(n + r));
     if (nr == NRW && safe) {
       uint32_t bad = 0;
-      constexpr XScale xs = xscale_of<D>();
+      // (Scaling x needs it in registers: not for the widest row counts.)
+      constexpr XScale xs = MR * D::NB <= 16 ? xscale_of<D>() : XScale::kNone;
       if constexpr (xs == XScale::kShared) {
         if (d.shares_scales(n, NRW))
           gemv_group<D, true, MR, NRW, xs>(c, d, n);
@@ -694,12 +706,16 @@ constexpr int gemv_rows_m1() {
 }
 
 template <class D>
-void gemv_rows_upto4(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   switch (c.M) {
     case 1: return gemv_range<D, 1, gemv_rows_m1<D>()>(c, d, n0, n1);
     case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
     case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
-    default: return gemv_range<D, 4, 2>(c, d, n0, n1);
+    case 4: return gemv_range<D, 4, 2>(c, d, n0, n1);
+    case 5: return gemv_range<D, 5, 2>(c, d, n0, n1);
+    case 6: return gemv_range<D, 6, 2>(c, d, n0, n1);
+    case 7: return gemv_range<D, 7, 2>(c, d, n0, n1);
+    default: return gemv_range<D, 8, 2>(c, d, n0, n1);
   }
 }
 
@@ -967,16 +983,17 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
 
 // ------------------------------------------------------------------------------ entry points
 
-// Fused decode + dot for 1 and 2 activation rows; from 3 rows on (speculative verify chunks
-// included) decoding a tile once and running the register-blocked microkernel over all rows
-// is faster (bench_kernels M = 2..6, cold weights: at M = 6 FP8 1.5-1.8x, FP4 1.3-1.4x, the
-// BF16 head 1.9x). Both paths give every row the same bits (RowInvariance).
-constexpr int64_t kGemvMaxM = 2;
+// Fused decode + dot up to 8 activation rows (decode batches, speculative verify chunks):
+// each weight vector is decoded once for all rows. With weights prefetched into L2 this beats
+// decoding a tile into L2 and running the microkernel (bench_kernels, cold weights, M = 6:
+// FP8 7.0 -> 10.6 GB/s, FP4 5.5 -> 7.1, the BF16 head 16.6 -> 25.8; M = 3: 9.0 -> 15.9,
+// 7.9 -> 12.4, 16.6 -> 27.8). Both paths give every row the same bits (RowInvariance).
+constexpr int64_t kGemvMaxM = 8;
 
 template <class D>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   const D d(c);
-  if (c.M <= kGemvMaxM) return gemv_rows_upto4<D>(c, d, n0, n1);
+  if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
   gemm_rows<D>(c, d, n0, n1, scratch);
 }
 
