@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "golden.h"
 #include "model/deepseek_v4/model.h"
@@ -36,5 +37,33 @@ TEST(Mtp, RunsAndIsChunkInvariant) {
     }
     EXPECT_LE(maxd, 1e-4 * maxv) << numerics_name(mode);
     EXPECT_GT(maxv, 0.0);
+  }
+}
+
+// A draft after a pause catches the module up on many positions at once: it writes the keys of
+// all rows but the last into its ring and runs the block on the last row alone. The ring and
+// the last row's logits are those of the module run over every row.
+TEST(Mtp, DraftCatchUpMatchesTheFullModule) {
+  auto m = Model::load(golden::dir("tiny-v4-c") + "/model");
+  const Config& c = m->config();
+  const int64_t V = c.vocab_size, hc = c.hc_mult, d = c.dim;
+  auto toks = golden::sequence("tiny-v4-c", "seq40");
+  const int64_t S = int64_t(toks.size()) - 1;
+  ASSERT_GT(S, c.window);  // the catch-up also overwrites ring slots
+  for (auto mode : {NumericsMode::Reference, NumericsMode::Float}) {
+    Numerics num;
+    num.mode = mode;
+    auto st = m->new_sequence();
+    std::vector<float> streams;
+    m->forward(toks.data(), S, st, num, nullptr, &streams);
+    auto full = m->new_sequence(), draft = m->new_sequence();
+    std::vector<float> all(S * V), last(V), out_streams(hc * d);
+    m->forward_mtp(0, streams.data(), toks.data() + 1, S, 0, full, num, all.data());
+    m->forward_mtp_draft(0, streams.data(), toks.data() + 1, S, 0, draft, num, last.data(), out_streams.data());
+    EXPECT_EQ(0, std::memcmp(last.data(), all.data() + (S - 1) * V, size_t(V) * sizeof(float))) << numerics_name(mode);
+    for (int64_t slot = 0; slot < c.window; ++slot)
+      ASSERT_EQ(0, std::memcmp(full.mtp_layers[0].ring_row(slot), draft.mtp_layers[0].ring_row(slot),
+                               size_t(c.head_dim) * sizeof(float)))
+          << numerics_name(mode) << " ring slot " << slot;
   }
 }

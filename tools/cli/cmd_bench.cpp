@@ -171,9 +171,16 @@ int run(const std::vector<std::string>& argv) {
     auto prompt = random_tokens(n_prefill);
     std::vector<float> last_logits(c.vocab_size);
     const std::vector<v4::SequenceChunk> chunk{{prompt.data(), n_prefill, &st, last_logits.data(), false}};
+    profile::reset();
+    const int64_t prefill_t0 = profile::now_ns();
     auto t0 = Clock::now();
     model->forward_batch(chunk, compute.num);
     r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
+    if (profile::enabled()) {
+      std::fprintf(stderr, "prefill profile at depth %lld (%lld tokens; %% of the prefill time):\n", (long long)depth,
+                   (long long)n_prefill);
+      profile::report(stderr, profile::now_ns() - prefill_t0);
+    }
     r.prefill_comm_s = comm.stats().seconds / double(n_prefill);
     r.prefill_comm_bytes = double(comm.stats().bytes_received) / double(n_prefill);
 
@@ -226,7 +233,17 @@ int run(const std::vector<std::string>& argv) {
       const double base = tok_s(spec_decode(*model, compute.num, prompt, n_decode, plain_opt));
       plain_sum += base;
       ++plain_runs;
+      profile::reset();
+      const int64_t profile_t0 = profile::now_ns();
       *out = spec_decode(*model, compute.num, prompt, n_decode, o);
+      if (profile::enabled()) {
+        std::fprintf(stderr, "speculative profile (%s drafts, K=%lld, %lld verify steps; %% of the time):\n",
+                     o.drafts == SpecDecodeOptions::Drafts::kOracle  ? "all-accepted"
+                     : o.drafts == SpecDecodeOptions::Drafts::kWrong ? "all-rejected"
+                                                                      : "model",
+                     (long long)o.max_drafts, (long long)out->verify_steps);
+        profile::report(stderr, profile::now_ns() - profile_t0);
+      }
       if (out->tokens != plain.tokens) throw std::runtime_error("bench: speculative decoding changed the greedy output");
       return tok_s(*out) / base;
     };
@@ -349,7 +366,7 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
-                        "  --profile                    time of each forward section while decoding, on stderr\n"
+                        "  --profile                    time of each forward section in prefill and decode, on stderr\n"
                         "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
                         DI_USAGE_VERIFY);
 

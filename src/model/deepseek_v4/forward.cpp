@@ -468,6 +468,22 @@ void Model::forward_mtp(int64_t k, const float* streams, const int32_t* next_tok
   mtp_rows(k, streams, next_tokens, S, pos0, st, num, logits, false, nullptr);
 }
 
+void Model::block_window_keys(const LayerWeights& L, const RopeTable& rope, const float* X, int64_t n, int64_t pos0,
+                              LayerState& state, const Numerics& num) const {
+  const Config& c = cfg_;
+  const int64_t hc = c.hc_mult, d = c.dim;
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<HcMix> mix = scratch.take<HcMix>(n);
+  std::span<float> x = scratch.take<float>(n * d);
+  hc_site_mix(X, n, L.hc_attn, hc, d, c, num, mix.data());
+  for (int64_t t = 0; t < n; ++t) {
+    hc_collapse(X + t * hc * d, mix[t].pre, hc, d, num, &x[t * d]);
+    rms_norm(&x[t * d], L.attn_norm.data(), d, float(c.norm_eps), num, &x[t * d]);
+  }
+  write_window_keys(c, num, L, rope, x.data(), n, pos0, state);
+}
+
 void Model::forward_mtp_draft(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
                               SequenceState& st, const Numerics& num, float* last_logits, float* last_streams) const {
   mtp_rows(k, streams, next_tokens, S, pos0, st, num, last_logits, true, last_streams);
@@ -493,8 +509,20 @@ void Model::mtp_rows(int64_t k, const float* streams, const int32_t* next_tokens
   for (int64_t t = 0; t < S; ++t)
     for (int64_t i = 0; i < hc; ++i)
       for (int64_t j = 0; j < d; ++j) Z[(t * hc + i) * d + j] = num.bf16(ep[t * d + j] + hp[(t * hc + i) * d + j]);
-  const Segment seg[] = {{0, S, pos0, &st.mtp_layers[k]}};
-  block_forward(m.block, ropes_[c.n_layers + k], Z.data(), next_tokens, S, seg, num, Zn.data());
+  // A draft reads the last row only; the rows before it (a catch-up after a pause in drafting)
+  // reach that row only through their keys in the module's window ring. A window-only module
+  // writes those and runs the block on the last row alone: the same ring rows and, by row
+  // invariance, the same last row as the block over all rows, at a fraction of the cost
+  // (no MoE or attention for the catch-up rows).
+  int64_t first = 0;
+  const RopeTable& rope = ropes_[size_t(c.n_layers + k)];
+  if (last_only && S > 1 && c.ratio(c.n_layers + k) == 0) {
+    first = S - 1;
+    block_window_keys(m.block, rope, Z.data(), first, pos0, st.mtp_layers[size_t(k)], num);
+  }
+  const Segment seg[] = {{0, S - first, pos0 + first, &st.mtp_layers[size_t(k)]}};
+  block_forward(m.block, rope, Z.data() + first * hc * d, next_tokens + first, S - first, seg, num,
+                Zn.data() + first * hc * d);
   const float* last = Zn.data() + (S - 1) * hc * d;
   if (last_streams && S > 0) std::copy_n(last, hc * d, last_streams);
   if (!logits) return;

@@ -138,6 +138,11 @@ class Model {
                      float* carry_pre = nullptr, bool dspark_stage = false) const;
   void mtp_rows(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
                 SequenceState& st, const Numerics& num, float* logits, bool last_only, float* last_streams) const;
+  // The window keys of n rows of a window-only block's input streams X [n, hc, dim] (mHC
+  // collapse, attention norm, then write_window_keys): what the block's own attention would
+  // write into its ring for them, without running the block.
+  void block_window_keys(const LayerWeights& L, const RopeTable& rope, const float* X, int64_t n, int64_t pos0,
+                         LayerState& state, const Numerics& num) const;
   void forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
                       std::vector<float>* draft_inputs) const;
   // DSpark: main_x of n positions from their taps, written as keys into every stage's ring.
