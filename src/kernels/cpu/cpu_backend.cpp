@@ -416,6 +416,7 @@ class SimdBackend final : public Backend {
     }
     if (lane_order && cls == kBf16Row) k_.fp4_lane_order(xb, 0, M, xs);
     if (bf16_pair_order(W)) k_.bf16_pair_order(xf, 0, M, xs);  // every row: bf16 rows fall back to it
+    if (W.format == WeightFormat::FP4_BLOCK && k_.fp4_f32_order) k_.fp4_f32_order(xf, 0, M, xs);  // likewise
     c.W = &W;
     c.M = M;
     c.N = N;

@@ -21,7 +21,8 @@ struct LinearCall {
   float* y = nullptr;
   // Prepared activation rows, natural column order, zero beyond K up to the stride xs and
   // zero rows from M up to m_rows: xf fp32 always (in pair order for BF16 weights where the
-  // kernels have one, IsaKernels::bf16_pair_order); xb the same values as bf16 bits, valid
+  // kernels have one, IsaKernels::bf16_pair_order, and in FP4 fp32 order for FP4 weights,
+  // IsaKernels::fp4_f32_order); xb the same values as bf16 bits, valid
   // only when use_bf16, and in FP4 lane order for FP4 weights where the kernels have one
   // (IsaKernels::fp4_lane_order).
   const float* xf = nullptr;
@@ -90,6 +91,11 @@ struct IsaKernels {
   // without shuffles), so the driver rearranges rows [m0, m1) of xf (stride xs, a multiple
   // of 32) with this for BF16 weights.
   void (*bf16_pair_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
+  // Null, or: the kernels multiply FP4 weights in fp32 mode in FP4 fp32 order (each
+  // kFp4Chunk columns as eight vectors, lane i of vector j = column 8i + j: one shift and one
+  // lookup per vector), so the driver rearranges rows [m0, m1) of xf (stride a multiple of
+  // kFp4Chunk) with this for FP4 weights.
+  void (*fp4_f32_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
   // Null, or the indexer's scores from index_dots' output for n_keys keys, bit for bit as
   // index_scores_ref combines the dots (n_heads <= kIndexCombineMaxHeads).
   void (*index_combine)(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round,

@@ -10,7 +10,8 @@
 //   e2m1 -> bf16: 16-entry table looked up with vpermw straight from the 16-bit words of the
 //                 codes shifted by 0 / 4 / 8 / 12, which yields the columns in FP4 lane order
 //                 (see Fp4Dec); x is handed over in the same order.
-//   e2m1 -> fp32: vpermps on the nibbles spread to one dword per column (natural order).
+//   e2m1 -> fp32: vpermps on the nibbles of each dword, one shift apart, which yields the columns
+//                 in FP4 fp32 order (see Fp4Dec::f32); x is handed over in the same order.
 // Products:
 //   fp32 path - fp32 FMA of the prepared fp32 activations with the exact weights (code
 //               times block scale).
@@ -70,7 +71,6 @@ struct alignas(64) Tables {
   uint8_t idx_w[2][64];       // (lo, hi) bytes of columns 32h.. -> bf16 words, natural order
   uint8_t idx_f[4][64];       // (lo, hi) bytes of columns 16q.. -> high half of fp32 dwords
   uint32_t idx_blk4[16];      // FP4 chunk: lane i -> i / 4 (its scale block in a chunk)
-  uint8_t idx_dup_d[2][64];   // FP4: source byte c/2 into all bytes of dword c (cols 16h..)
   uint16_t idx_lane[4][32];   // FP4 lane order: word j of vector v <- column (4j + v) mod 64
   uint32_t e8m0[256];         // fp32 bits of 2^(b - 127), NaN for 0xff
 };
@@ -98,9 +98,6 @@ constexpr Tables make_tables() {
   for (int i = 0; i < 16; ++i) t.idx_blk4[i] = uint32_t(i / 4);
   for (int v = 0; v < 4; ++v)
     for (int j = 0; j < 32; ++j) t.idx_lane[v][j] = uint16_t((4 * j + v) % 64);
-  for (int h = 0; h < 2; ++h)
-    for (int j = 0; j < 16; ++j)
-      for (int b = 0; b < 4; ++b) t.idx_dup_d[h][4 * j + b] = uint8_t((16 * h + j) / 2);
   for (int b = 0; b < 256; ++b) t.e8m0[b] = b == 0 ? 0x00400000u : b == 255 ? 0x7fc00000u : uint32_t(b) << 23;
   return t;
 }
@@ -276,7 +273,9 @@ struct Bf16DecT {
   // 46 ms in fp32 mode with memory at 22 GB/s); four rows 26-29 ms in both. (8 rows lost to one
   // sequential stream in a fast memory state once: 9.9 vs 7.1 ms at 75 GB/s.)
   static constexpr int GEMV_ROWS_M1 = 4;
-  static constexpr bool PAIR_ORDER = true;  // fp32 mode: see f32() and bf16_pair_order
+  // fp32 mode in pair order (see f32() and bf16_pair_order): a chunk's columns spread over
+  // all its vectors.
+  static constexpr bool F32_SPREAD = true;
   struct Row {
     const uint16_t* p;
   };
@@ -393,6 +392,8 @@ struct Fp8Dec {
 struct Fp4Dec {
   static constexpr int CH = kFp4Chunk, NF = 8, NB = 4;
   static constexpr bool B16 = true, CHECK = false;
+  static constexpr bool F32_SPREAD = true;  // fp32 mode in FP4 fp32 order, see f32()
+  static constexpr int GEMV_ROWS_M1 = 8;     // see gemv_rows_m1
   static constexpr bool PARTIAL_SUMS = true;
   struct Row {
     const uint8_t* p;
@@ -417,14 +418,12 @@ struct Fp4Dec {
   }
   const LinearCall* c;
   int64_t pf_bytes;  // prefetch distance: whole row groups, see group_prefetch_rows
-  __m512i tw, dup_d0, dup_d1, blk4;
+  __m512i tw, blk4;
   __m512 tf;
   explicit Fp4Dec(const LinearCall& call)
       : c(&call),
         pf_bytes(group_prefetch_rows(call.K / 2) * (call.K / 2)),
         tw(load_i(kT.e2m1_w)),
-        dup_d0(load_i(kT.idx_dup_d[0])),
-        dup_d1(load_i(kT.idx_dup_d[1])),
         blk4(load_i(kT.idx_blk4)),
         tf(_mm512_castsi512_ps(load_i(kT.e2m1_f))) {}
   DI_INLINE Row row(int64_t n) const {
@@ -438,23 +437,18 @@ struct Fp4Dec {
   DI_INLINE void prefetch(const Row& r, int64_t k) const {
     prefetch_weights(r.p + k / 2 + pf_bytes);
   }
-  // fp32 mode, natural order: columns [k, k + nv) as eight vectors of 16 (K is a multiple
-  // of 32, so each 32 columns are one whole scale block).
+  // fp32 mode in FP4 fp32 order (fp4_f32_order): lane i of vector j of a chunk is column
+  // 8i + j, i.e. nibble j of dword i of the chunk's 64 bytes, so each vector is one shift and
+  // one table lookup of a single load; lane i lies in scale block i / 4 for every j. (K is a
+  // multiple of 32: a chunk holds whole scale blocks, those beyond K have zero codes.)
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m512* w) const {
-    for (int h = 0; h < 4; ++h) {
-      const int64_t kh = k + 32 * h, nh = nv - 32 * h;
-      if (nh <= 0) {
-        w[2 * h] = w[2 * h + 1] = _mm512_setzero_ps();
-        continue;
-      }
-      const __m512i b = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + kh / 2)));
-      __m512i d0 = _mm512_permutexvar_epi8(dup_d0, b), d1 = _mm512_permutexvar_epi8(dup_d1, b);
-      d0 = _mm512_mask_srli_epi32(d0, 0xaaaa, d0, 4);  // odd columns: high nibble
-      d1 = _mm512_mask_srli_epi32(d1, 0xaaaa, d1, 4);
-      const __m512 s = _mm512_set1_ps(e8m0(r.s[kh / 32]));
-      w[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(d0, tf), s);
-      w[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(d1, tf), s);
-    }
+    const __m512i b = nv == CH ? load_i(r.p + k / 2) : _mm512_maskz_loadu_epi8(mask64(nv / 2), r.p + k / 2);
+    const int64_t b0 = k / 32, nb = min64(4, (nv + 31) / 32);
+    alignas(16) float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < nb; ++i) sc[i] = e8m0(r.s[b0 + i]);
+    const __m512 s = _mm512_permutexvar_ps(blk4, _mm512_castps128_ps512(_mm_load_ps(sc)));
+    w[0] = _mm512_mul_ps(_mm512_permutexvar_ps(b, tf), s);
+    for (int j = 1; j < 8; ++j) w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4 * j), tf), s);
   }
   // The codes of a chunk in lane order; vpermw reads the low 5 bits of each index word, and
   // the 32-entry table repeats its 16 codes, so the neighbouring nibble's bit 4 is harmless.
@@ -694,9 +688,11 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   }
 }
 
-// Weight rows side by side at M = 1. FP8 / FP4 take 4: on a matrix read from DRAM (the
+// Weight rows side by side at M = 1. FP8 takes 4: on a matrix read from DRAM (the
 // benchmark's cold set well beyond L3) 4 streams read faster than 8 (FP8 2048x2048 63 ->
-// 74-78 GB/s, FP4 1024x2048 53 -> 55), and fewer rows still leave FP4 short of arithmetic.
+// 74-78 GB/s, measured with non-temporal prefetches). FP4 takes 8: its fp32 mode is a chain
+// of eight dependent FMAs per chunk and row, and 8 chains run 14% faster than 4 (1 thread,
+// hot; cold and bf16 mode unchanged).
 template <class D>
 constexpr int gemv_rows_m1() {
   if constexpr (requires { D::GEMV_ROWS_M1; })
@@ -728,8 +724,9 @@ template <class D>
 void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
   const typename D::Row r = d.row(n);
   const int64_t K = c.K;
-  // Pair order spreads a chunk's columns over both vectors (zeros beyond K): whole chunks.
-  constexpr bool pairs = requires { D::PAIR_ORDER; };
+  // BF16 pair order and FP4 fp32 order spread a chunk's columns over all its vectors (zeros
+  // beyond K): whole chunks.
+  constexpr bool pairs = requires { D::F32_SPREAD; };
   for (int64_t k = 0; k < K; k += D::CH) {
     const int64_t nv = min64(D::CH, K - k);
     __m512 w[D::NF];
@@ -1104,6 +1101,29 @@ void fp4_lane_order(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) {
     }
 }
 
+// Rows [m0, m1) of xf (stride xs, a multiple of kFp4Chunk) into FP4 fp32 order, in place:
+// in each chunk, position 16j + i takes column 8i + j (see Fp4Dec::f32).
+void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
+  alignas(64) int32_t idx[8][16];
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 16; ++i) idx[j][i] = (8 * i + j) % 32;  // within the vector pair (8i + j) / 32
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = 0; k < xs; k += kFp4Chunk) {
+      float* p = xf + m * xs + k;
+      __m512 v[8];
+      for (int q = 0; q < 8; ++q) v[q] = _mm512_loadu_ps(p + 16 * q);
+      for (int j = 0; j < 8; ++j) {
+        // Lanes 0-3 take columns 8i + j < 32 (vectors 0, 1), lanes 4-7 columns in 32..63, ...
+        const __m512i ix = _mm512_load_si512(idx[j]);
+        __m512 out = _mm512_permutex2var_ps(v[0], ix, v[1]);
+        out = _mm512_mask_mov_ps(out, 0x00f0, _mm512_permutex2var_ps(v[2], ix, v[3]));
+        out = _mm512_mask_mov_ps(out, 0x0f00, _mm512_permutex2var_ps(v[4], ix, v[5]));
+        out = _mm512_mask_mov_ps(out, 0xf000, _mm512_permutex2var_ps(v[6], ix, v[7]));
+        _mm512_storeu_ps(p + 16 * j, out);
+      }
+    }
+}
+
 // Rows [m0, m1) of xf (stride xs, a multiple of 32) into BF16 pair order, in place: each 32
 // columns become the 16 even ones, then the 16 odd ones.
 void bf16_pair_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
@@ -1340,6 +1360,7 @@ constexpr IsaKernels kKernels = {
     .index_dots = index_dots,
     .fp4_lane_order = fp4_lane_order,
     .bf16_pair_order = bf16_pair_order,
+    .fp4_f32_order = fp4_f32_order,
     .index_combine = index_combine,
     .hc_expand = hc_expand,
     .hc_collapse = hc_collapse,
