@@ -381,7 +381,11 @@ class SimdBackend final : public Backend {
     const int64_t xs = round_up(K, lane_order ? std::max(k_.k_align, cpu::kFp4Chunk) : k_.k_align);
     const int64_t m_rows = gemv ? M : round_up(M, k_.m_align);
     const size_t nx = size_t(m_rows * xs);
-    float* xf = static_cast<float*>(act.get(nx * (sizeof(float) + sizeof(uint16_t)) + size_t(M) * 5));
+    // xd (the dot-product order copy for tiled bf16 products) first: 64-byte aligned.
+    const bool want_xd = !gemv && k_.bf16_dp_order != nullptr;
+    const size_t nxd = want_xd ? nx : 0;
+    float* xd = static_cast<float*>(act.get((nxd + nx) * sizeof(float) + nx * sizeof(uint16_t) + size_t(M) * 5));
+    float* xf = xd + nxd;
     uint16_t* xb = reinterpret_cast<uint16_t*>(xf + nx);
     float* max_scale = reinterpret_cast<float*>(xb + nx);
     uint8_t* bf16_ok = reinterpret_cast<uint8_t*>(max_scale + M);
@@ -417,6 +421,13 @@ class SimdBackend final : public Backend {
     if (lane_order && cls == kBf16Row) k_.fp4_lane_order(xb, 0, M, xs);
     if (bf16_pair_order(W)) k_.bf16_pair_order(xf, 0, M, xs);  // every row: bf16 rows fall back to it
     if (W.format == WeightFormat::FP4_BLOCK && k_.fp4_f32_order) k_.fp4_f32_order(xf, 0, M, xs);  // likewise
+    const bool use_bf16 = k_.bf16 && cls == kBf16Row;
+    if (want_xd && use_bf16) {
+      if (M * K >= (int64_t(1) << 16))
+        parallel_for(pool_, m_rows, 1, [&](int64_t m0, int64_t m1, int) { k_.bf16_dp_order(xb, xd, m0, m1, xs); });
+      else
+        k_.bf16_dp_order(xb, xd, 0, m_rows, xs);
+    }
     c.W = &W;
     c.M = M;
     c.N = N;
@@ -424,9 +435,10 @@ class SimdBackend final : public Backend {
     c.y = y;
     c.xf = xf;
     c.xb = xb;
+    c.xd = want_xd && use_bf16 ? xd : nullptr;
     c.xs = xs;
     c.m_rows = m_rows;
-    c.use_bf16 = k_.bf16 && cls == kBf16Row;
+    c.use_bf16 = use_bf16;
     return true;
   }
 
