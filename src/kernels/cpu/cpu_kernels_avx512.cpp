@@ -1390,8 +1390,56 @@ constexpr IsaKernels kKernels = {
     .swiglu = swiglu,
 };
 
+// The same without bf16 mode (fp32 mode for every row), for a CPU whose vdpbf16ps does not
+// round like two FMAs: the tiled products could not give the GEMV's bits in bf16 mode.
+constexpr IsaKernels without_bf16(IsaKernels k) {
+  k.bf16 = false;
+  k.bf16_dp_order = nullptr;
+  return k;
+}
+constexpr IsaKernels kKernelsNoBf16 = without_bf16(kKernels);
+
+// Whether vdpbf16ps gives fma(even, fma(odd, acc)) on this CPU, over normal values of mixed
+// magnitudes (a fixed pseudo-random set; 2048 lanes).
+bool bf16_dot_is_two_fmas() {
+  uint32_t state = 12345;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state;
+  };
+  // A normal fp32 with a random mantissa, sign and exponent in [2^-20, 2^20), as bf16 or not.
+  auto value = [&](bool bf16) {
+    uint32_t b = (next() & 0x807fffffu) | (uint32_t(127 - 20 + int(next() % 40)) << 23);
+    if (bf16) b &= 0xffff0000u;
+    return f32_of(b);
+  };
+  for (int round = 0; round < 128; ++round) {
+    alignas(64) float acc[16], out[16];
+    alignas(64) uint16_t a[32], b[32];
+    for (int i = 0; i < 16; ++i) acc[i] = value(false);
+    for (int i = 0; i < 32; ++i) {
+      const float fa = value(true), fb = value(true);
+      uint32_t ua, ub;
+      std::memcpy(&ua, &fa, 4);
+      std::memcpy(&ub, &fb, 4);
+      a[i] = uint16_t(ua >> 16);
+      b[i] = uint16_t(ub >> 16);
+    }
+    _mm512_store_ps(out, dp(_mm512_load_ps(acc), load_i(a), load_i(b)));
+    for (int i = 0; i < 16; ++i) {
+      auto f = [](uint16_t h) { return f32_of(uint32_t(h) << 16); };
+      const float want = __builtin_fmaf(f(a[2 * i]), f(b[2 * i]), __builtin_fmaf(f(a[2 * i + 1]), f(b[2 * i + 1]), acc[i]));
+      if (std::memcmp(&want, &out[i], 4) != 0) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-const IsaKernels& avx512_kernels() { return kKernels; }
+const IsaKernels& avx512_kernels() {
+  static const bool two_fmas = bf16_dot_is_two_fmas();
+  return two_fmas ? kKernels : kKernelsNoBf16;
+}
 
 }  // namespace deepinfer::kernels::cpu
