@@ -8,6 +8,12 @@ prints each round's figures and the ratios (DeepInfer / llama.cpp) with their sp
 
     tools/bench/vs_llamacpp.py --model DIR --gguf FILE --llama-bench PATH [--runs 3]
         [--threads 2] [--prefill 512] [--decode 128] [--numerics reference,float] [--json OUT]
+        [--llama-server PATH [--serve-prompts 16 --serve-concurrency 4 --serve-input 256
+         --serve-output 64]]
+
+With --llama-server, each round also serves the same workload from `deepinfer serve` and from
+`llama-server -np <concurrency>` in turn (one started, measured with `deepinfer bench-serve`,
+stopped, then the other) and compares throughput, TTFT and TPOT.
 
 llama.cpp is built outside this repository (see tools/bench/README.md: the fork
 fairydreaming/llama.cpp @571d0d5 runs DeepSeek-V4 on CPU); nothing of it is vendored here.
@@ -21,6 +27,8 @@ import json
 import statistics
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +59,50 @@ def run_llama(args) -> dict:
     return res
 
 
+def wait_ready(url: str, proc: subprocess.Popen, seconds: float = 300.0) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise RuntimeError("server not ready after %.0f s" % seconds)
+
+
+def run_serving(args, who: str) -> dict:
+    """Starts one server, runs bench-serve against it, stops it."""
+    port = 8171 if who == "deepinfer" else 8172
+    if who == "deepinfer":
+        cmd = [str(args.deepinfer), "serve", "--model", args.model, "--threads", str(args.threads), "--port", str(port)]
+    else:
+        ctx = args.serve_concurrency * (args.serve_input + args.serve_output + 16)
+        cmd = [args.llama_server, "-m", args.gguf, "-t", str(args.threads), "-np", str(args.serve_concurrency),
+               "-c", str(ctx), "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, proc)
+        bench = [str(args.deepinfer), "bench-serve", "--url", url, "--concurrency", str(args.serve_concurrency),
+                 "--num-prompts", str(args.serve_prompts), "--input-len", str(args.serve_input), "--output-len",
+                 str(args.serve_output), "--vocab-size", "100000", "--json"]
+        j = json.loads(subprocess.run(bench, check=True, capture_output=True, text=True).stdout)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return {"total_token_throughput": j["total_token_throughput"], "ttft_median_ms": j["ttft_ms"]["median"],
+            "ttft_mean_ms": j["ttft_ms"]["mean"], "tpot_median_ms": j["tpot_ms"]["median"],
+            "successful": j["successful_requests"], "failed": j.get("failed_requests", 0),
+            "first_error": j.get("first_error", "")}
+
+
 def spread(xs: list[float]) -> str:
     return f"median {statistics.median(xs):.2f}x (min {min(xs):.2f}, max {max(xs):.2f})"
 
@@ -67,6 +119,11 @@ def main() -> int:
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--numerics", default="reference,float", help="DeepInfer numerics modes, comma separated")
     ap.add_argument("--json", help="also write every figure here")
+    ap.add_argument("--llama-server", help="path of llama.cpp's llama-server: also compare serving")
+    ap.add_argument("--serve-prompts", type=int, default=16)
+    ap.add_argument("--serve-concurrency", type=int, default=4)
+    ap.add_argument("--serve-input", type=int, default=256)
+    ap.add_argument("--serve-output", type=int, default=64)
     args = ap.parse_args()
     modes = [m for m in args.numerics.split(",") if m]
     rounds = []
@@ -85,12 +142,29 @@ def main() -> int:
                         f"{d['triad_gb_s'][-1]:.1f} GB/s);")
         line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f}")
         print(" ".join(line), flush=True)
+        if args.llama_server:
+            for who in (["llama-server", "deepinfer"] if i % 2 else ["deepinfer", "llama-server"]):
+                r["serve_" + who] = run_serving(args, who)
+            for who in ("deepinfer", "llama-server"):
+                v = r["serve_" + who]
+                print(f"  serving {who}: {v['total_token_throughput']:.1f} tok/s, TTFT median "
+                      f"{v['ttft_median_ms'] / 1000:.2f} s (mean {v['ttft_mean_ms'] / 1000:.2f}), TPOT median "
+                      f"{v['tpot_median_ms']:.0f} ms, {v['successful']} ok / {v['failed']} failed"
+                      + (f" ({v['first_error'][:80]})" if v["failed"] else ""), flush=True)
     summary = {}
     for m in modes:
         dec = [r[m]["decode_tok_s"] / r["llama"]["decode_tok_s"] for r in rounds]
         pre = [r[m]["prefill_tok_s"] / r["llama"]["prefill_tok_s"] for r in rounds]
         summary[m] = {"decode_ratio": dec, "prefill_ratio": pre}
         print(f"{m}: decode {spread(dec)}, prefill {spread(pre)} (DeepInfer / llama.cpp, {args.runs} rounds)")
+    if args.llama_server:
+        thr = [r["serve_deepinfer"]["total_token_throughput"] / r["serve_llama-server"]["total_token_throughput"]
+               for r in rounds]
+        ttft = [r["serve_llama-server"]["ttft_median_ms"] / r["serve_deepinfer"]["ttft_median_ms"] for r in rounds]
+        tpot = [r["serve_llama-server"]["tpot_median_ms"] / r["serve_deepinfer"]["tpot_median_ms"] for r in rounds]
+        summary["serving"] = {"throughput_ratio": thr, "ttft_speedup": ttft, "tpot_speedup": tpot}
+        print(f"serving: throughput {spread(thr)}, TTFT (llama / deepinfer) {spread(ttft)}, "
+              f"TPOT (llama / deepinfer) {spread(tpot)}; llama-server's failed requests count as not served")
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "rounds": rounds, "ratios": summary}, indent=1))
     return 0

@@ -266,6 +266,19 @@ PRESETS = {
         "init": {"fast_experts": True},
     },
 }
+# large-bench-v41 with a DSpark drafter (two stages, 5-token blocks, taps of layers 2, 5, 7),
+# for speculative decoding's benchmark on V4.1.
+PRESETS["large-bench-v41-dspark"] = {
+    "description": "DeepSeek-V4.1 benchmark model with DSpark stages: large-bench-v41 + 2 stages (~4.5 B params)",
+    "seed": 0,
+    "family": "v41",
+    "config": {**PRESETS["large-bench-v41"]["config"],
+               "compress_ratios": PRESETS["large-bench-v41"]["config"]["compress_ratios"] + [0, 0],
+               "num_nextn_predict_layers": 2, "dspark_block_size": 5, "dspark_noise_token_id": 128799,
+               "dspark_target_layer_ids": [2, 5, 7], "dspark_markov_rank": 64, "dspark_n_routed_experts": 16,
+               "dspark_num_experts_per_tok": 2},
+    "init": {"fast_experts": True},
+}
 
 # Init settings.  "calm" (the default) follows the recipe of the shared golden set tiny-v4-c:
 # every residual branch adds a small update (0.3-2 % of the residual RMS), so small numeric
