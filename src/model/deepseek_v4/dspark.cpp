@@ -90,11 +90,13 @@ std::vector<int32_t> Model::draft_dspark(SequenceState& st, DrafterState& ds, st
                   pre.data(), true);
     std::swap(X, Xn);
   }
-  std::span<float> logits = scratch.take<float>(B * V);
-  head_forward(X.data(), B, w_.hc_head, w.norm, num, logits.data(), pre.data());
+  // The LM head and the Markov head chain only the rows that become drafts (the block's rows
+  // are independent from here on; a trace wants them all).
+  const int64_t rows = trace ? B : std::min(k, B);
+  std::span<float> logits = scratch.take<float>(rows * V);
+  head_forward(X.data(), rows, w_.hc_head, w.norm, num, logits.data(), pre.data());
 
   // The Markov head chains the drafts: row i's bias comes from the token drafted before it.
-  const int64_t rows = trace ? B : std::min(k, B);
   std::span<float> m = scratch.take<float>(R), bias = scratch.take<float>(V);
   std::span<float> hm = trace ? scratch.take<float>(d + R) : std::span<float>();
   int32_t prev = block[0];
