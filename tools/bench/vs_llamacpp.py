@@ -7,7 +7,7 @@ prompt length and generation length, so both see the same memory state and neigh
 prints each round's figures and the ratios (DeepInfer / llama.cpp) with their spread.
 
     tools/bench/vs_llamacpp.py --model DIR --gguf FILE --llama-bench PATH [--runs 3]
-        [--threads 2] [--prefill 512] [--decode 128] [--numerics reference,float] [--json OUT]
+        [--threads 2] [--prefill 512] [--decode 128] [--depth 0] [--numerics reference,float] [--json OUT]
         [--llama-server PATH [--serve-prompts 16 --serve-concurrency 4 --serve-input 256
          --serve-output 64]]
 
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_deepinfer(args, numerics: str) -> dict:
     cmd = [str(args.deepinfer), "bench", "--model", args.model, "--threads", str(args.threads), "--prefill",
-           str(args.prefill), "--decode", str(args.decode), "--numerics", numerics, "--json"]
+           str(args.prefill), "--decode", str(args.decode), "--numerics", numerics, "--depths", str(args.depth), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     j = json.loads(out.strip().splitlines()[-1])
     return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"],
@@ -45,7 +45,7 @@ def run_deepinfer(args, numerics: str) -> dict:
 
 def run_llama(args) -> dict:
     cmd = [args.llama_bench, "-m", args.gguf, "-t", str(args.threads), "-p", str(args.prefill), "-n",
-           str(args.decode), "-r", "1", "-o", "json"]
+           str(args.decode), "-d", str(args.depth), "-r", "1", "-o", "json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = json.loads(out)
     res = {}
@@ -122,6 +122,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--depth", type=int, default=0, help="context already in the cache before the measurements")
     ap.add_argument("--numerics", default="reference,float", help="DeepInfer numerics modes, comma separated")
     ap.add_argument("--json", help="also write every figure here")
     ap.add_argument("--llama-server", help="path of llama.cpp's llama-server: also compare serving")
