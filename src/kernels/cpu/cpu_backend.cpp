@@ -381,8 +381,8 @@ class SimdBackend final : public Backend {
     const int64_t xs = round_up(K, lane_order ? std::max(k_.k_align, cpu::kFp4Chunk) : k_.k_align);
     const int64_t m_rows = gemv ? M : round_up(M, k_.m_align);
     const size_t nx = size_t(m_rows * xs);
-    // xd (the dot-product order copy for tiled bf16 products) first: 64-byte aligned.
-    const bool want_xd = !gemv && k_.bf16_dp_order != nullptr;
+    // xd (the dot-product order copy for bf16 products over 3+ rows) first: 64-byte aligned.
+    const bool want_xd = M >= 3 && k_.bf16_dp_order != nullptr;
     const size_t nxd = want_xd ? nx : 0;
     float* xd = static_cast<float*>(act.get((nxd + nx) * sizeof(float) + nx * sizeof(uint16_t) + size_t(M) * 5));
     float* xf = xd + nxd;

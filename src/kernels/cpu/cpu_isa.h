@@ -27,8 +27,8 @@ struct LinearCall {
   // (IsaKernels::fp4_lane_order).
   const float* xf = nullptr;
   const uint16_t* xb = nullptr;
-  // Tiled products in bf16 mode (IsaKernels::bf16_dp_order): xb as fp32 in dot-product order,
-  // each 32 words of xb as its 16 odd words, then its 16 even ones. Null otherwise.
+  // bf16 mode over 3+ rows (IsaKernels::bf16_dp_order): xb as fp32 in dot-product order, each
+  // 32 words of xb as its 16 odd words, then its 16 even ones. Null otherwise.
   const float* xd = nullptr;
   int64_t xs = 0;
   int64_t m_rows = 0;
@@ -102,7 +102,7 @@ struct IsaKernels {
   // Null, or: the tiled products of bf16 mode run as fp32 FMAs in dot-product order (a bf16
   // dot product instruction is two FMAs, the odd column's first, so the bits are the same;
   // FMAs issue on twice the ports), so the driver fills LinearCall::xd from rows [m0, m1) of
-  // xb with this for calls beyond gemv_max_m rows in bf16 mode.
+  // xb with this for calls of 3 or more rows in bf16 mode.
   void (*bf16_dp_order)(const uint16_t* xb, float* xd, int64_t m0, int64_t m1, int64_t xs) = nullptr;
   // Null, or the indexer's scores from index_dots' output for n_keys keys, bit for bit as
   // index_scores_ref combines the dots (n_heads <= kIndexCombineMaxHeads).

@@ -151,6 +151,26 @@ DI_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
+// One 32-word vector of bf16 values as two fp32 vectors in dot-product order: the odd words
+// (the high halves of the dwords), then the even ones. vdpbf16ps adds lane i's odd product,
+// then its even product, each rounded like an FMA (checked on this hardware: no difference
+// in 3.2 M lanes of normal values, and bf16 mode never meets subnormals), so FMAs over these
+// vectors in this order give the dot product's bits.
+DI_INLINE void bf16_to_dp(__m512i w, __m512* odd, __m512* even) {
+  *odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xffff0000u))));
+  *even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+// n bf16 words (a multiple of 32) into dot-product order fp32.
+DI_INLINE void row_to_dp(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t k = 0; k < n; k += 32) {
+    __m512 o, e;
+    bf16_to_dp(load_i(src + k), &o, &e);
+    _mm512_storeu_ps(dst + k, o);
+    _mm512_storeu_ps(dst + k + 16, e);
+  }
+}
+
 // Lanes that are 0 or of magnitude in [2^-40, 2^40] (rejects NaN, inf, subnormals).
 inline __mmask16 in_range(__m512 v) {
   const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
@@ -527,6 +547,45 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   // are used (from L1: every weight vector meets MR of them).
   constexpr bool keep_x = MR * NV <= 16;
   static_assert(keep_x || XS == XScale::kNone);
+  // bf16 mode over 3+ rows (not FP4's partial sums): each decoded bf16 weight vector is widened
+  // once into dot-product order and meets every row's xd in FMAs, the bits of vdpbf16ps (see
+  // bf16_to_dp), which issues at half the rate (hot, 1 thread, FP8 2048 x 2048: M = 3 9.3 ->
+  // 10.2 GB/s, M = 4 7.7 -> 9.0, M = 6 5.5 -> 7.0; at M = 2 the widening costs more than it
+  // saves, 12.8 -> 11.5; FP4 was not faster).
+  constexpr bool widen = BF && MR >= 3 && !partial_sums<D>();
+  static_assert(!widen || XS == XScale::kNone);
+  if constexpr (widen) {
+    auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
+      __m512i w[NRW][NV];
+      for (int r = 0; r < NRW; ++r) {
+        if (nv <= 0) {
+          for (int v = 0; v < NV; ++v) w[r][v] = _mm512_setzero_si512();
+        } else {
+          d.b16(row[r], k, nv, w[r]);
+          if constexpr (D::CHECK)
+            for (int v = 0; v < NV; ++v) bad[r] |= b16_out_of_range(w[r][v]);
+        }
+      }
+      for (int v = 0; v < NV; ++v) {
+        __m512 wo[NRW], we[NRW];
+        for (int r = 0; r < NRW; ++r) bf16_to_dp(w[r][v], &wo[r], &we[r]);
+        for (int m = 0; m < MR; ++m) {
+          const __m512 o = _mm512_loadu_ps(c.xd + m * Kp + k + 32 * v);
+          for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_fmadd_ps(o, wo[r], acc[m][r]);
+        }
+        for (int m = 0; m < MR; ++m) {
+          const __m512 e = _mm512_loadu_ps(c.xd + m * Kp + k + 32 * v + 16);
+          for (int r = 0; r < NRW; ++r) acc[m][r] = _mm512_fmadd_ps(e, we[r], acc[m][r]);
+        }
+      }
+    };
+    int64_t k = 0;
+    for (; k + D::CH <= K; k += D::CH) {
+      for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
+      step(k, D::CH);
+    }
+    for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+  } else {
   auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
     T xv[keep_x ? MR : 1][NV];
     if constexpr (keep_x)
@@ -597,6 +656,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     step(k, D::CH);
   }
   for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+  }
   const __m512 z = _mm512_setzero_ps();
   for (int m = 0; m < MR; ++m)
     for (int r0 = 0; r0 < NRW; r0 += 4)
@@ -665,8 +725,8 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
     for (int64_t r = 0; r < nr && safe; ++r) safe = d.safe(d.row(n + r));
     if (nr == NRW && safe) {
       uint32_t bad = 0;
-      // (Scaling x needs it in registers: not for the widest row counts.)
-      constexpr XScale xs = MR * D::NB <= 16 ? xscale_of<D>() : XScale::kNone;
+      // (x scaled per chunk: up to 2 rows; more widen the weights instead, see gemv_group.)
+      constexpr XScale xs = MR <= 2 ? xscale_of<D>() : XScale::kNone;
       if constexpr (xs == XScale::kShared) {
         if (d.shares_scales(n, NRW))
           gemv_group<D, true, MR, NRW, xs>(c, d, n);
@@ -799,26 +859,6 @@ void micro(const float* x, int64_t xs, const float* w, int64_t ws, int64_t k0, i
   }
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NR; ++r) _mm512_store_ps(mem + m * NR + r, acc[m][r]);
-}
-
-// One 32-word vector of bf16 values as two fp32 vectors in dot-product order: the odd words
-// (the high halves of the dwords), then the even ones. vdpbf16ps adds lane i's odd product,
-// then its even product, each rounded like an FMA (checked on this hardware: no difference
-// in 3.2 M lanes of normal values, and bf16 mode never meets subnormals), so FMAs over these
-// vectors in this order give the dot product's bits.
-DI_INLINE void bf16_to_dp(__m512i w, __m512* odd, __m512* even) {
-  *odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xffff0000u))));
-  *even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-
-// n bf16 words (a multiple of 32) into dot-product order fp32.
-DI_INLINE void row_to_dp(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t k = 0; k < n; k += 32) {
-    __m512 o, e;
-    bf16_to_dp(load_i(src + k), &o, &e);
-    _mm512_storeu_ps(dst + k, o);
-    _mm512_storeu_ps(dst + k + 16, e);
-  }
 }
 
 // micro() for partial-sum decoders (FP4, kFp4Chunk columns a chunk) on dot-product order fp32
