@@ -889,6 +889,10 @@ void micro_parts_dp(const float* x, int64_t xs, const float* w, int64_t ws, cons
       const __m512 s = sc[r * nch + k / kFp4Chunk];
       for (int m = 0; m < MR; ++m) mem[m * kNR + r] = _mm512_fmadd_ps(part[m][r], s, mem[m * kNR + r]);
     }
+    // Keeps the accumulators in memory: the compiler otherwise carries them in registers
+    // across chunks beside the 24 partial sums and spills both (FP4 M = 512: 185-196 ->
+    // 188-212 GFLOP/s).
+    asm volatile("" ::: "memory");
   }
 }
 
