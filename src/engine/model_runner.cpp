@@ -248,15 +248,9 @@ int64_t ModelRunner::max_draft_tokens() const {
   return fit;
 }
 
-double ModelRunner::draft_cost() const {
-  if (model_->drafter() != v4::Model::Drafter::kMtp) return 0.0;
-  return v4::mtp_draft_cost(model_->config(), model_->weights());
-}
-double ModelRunner::draft_step_cost() const {
-  if (model_->drafter() != v4::Model::Drafter::kDspark) return 0.0;
-  return v4::dspark_draft_cost(model_->config(), model_->weights());
-}
-double ModelRunner::verify_cost() const { return v4::verify_token_cost(model_->config(), model_->weights()); }
+double ModelRunner::draft_cost() const { return model_->draft_costs().per_draft; }
+double ModelRunner::draft_step_cost() const { return model_->draft_costs().per_step; }
+double ModelRunner::verify_cost() const { return model_->draft_costs().verify_per_token; }
 
 std::vector<int32_t> ModelRunner::draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) {
   auto it = seqs_.find(seq);

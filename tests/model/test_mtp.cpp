@@ -11,6 +11,22 @@
 using namespace deepinfer;
 using namespace deepinfer::v4;
 
+namespace {
+// The backbone over the first S tokens into st: its final streams, the MTP module's inputs.
+std::vector<float> backbone_streams(const Model& m, const std::vector<int32_t>& toks, int64_t S, SequenceState& st,
+                                    const Numerics& num) {
+  std::vector<float> streams;
+  m.forward(toks.data(), S, st, num, nullptr, &streams);
+  return streams;
+}
+
+Numerics numerics(NumericsMode mode) {
+  Numerics num;
+  num.mode = mode;
+  return num;
+}
+}  // namespace
+
 TEST(Mtp, RunsAndIsChunkInvariant) {
   auto m = Model::load(golden::dir("tiny-v4-c") + "/model");
   ASSERT_EQ(m->config().n_mtp_layers, 1);
@@ -18,11 +34,9 @@ TEST(Mtp, RunsAndIsChunkInvariant) {
   auto toks = golden::sequence("tiny-v4-c", "seq40");
   const int64_t S = int64_t(toks.size()) - 1;
   for (auto mode : {NumericsMode::Reference, NumericsMode::Float}) {
-    Numerics num;
-    num.mode = mode;
+    const Numerics num = numerics(mode);
     auto st = m->new_sequence();
-    std::vector<float> streams;
-    m->forward(toks.data(), S, st, num, nullptr, &streams);
+    const std::vector<float> streams = backbone_streams(*m, toks, S, st, num);
     ASSERT_EQ(int64_t(streams.size()), S * hc * d);
     std::vector<float> once(S * V), steps(S * V);
     m->forward_mtp(0, streams.data(), toks.data() + 1, S, 0, st, num, once.data());
@@ -51,11 +65,9 @@ TEST(Mtp, DraftCatchUpMatchesTheFullModule) {
   const int64_t S = int64_t(toks.size()) - 1;
   ASSERT_GT(S, c.window);  // the catch-up also overwrites ring slots
   for (auto mode : {NumericsMode::Reference, NumericsMode::Float}) {
-    Numerics num;
-    num.mode = mode;
+    const Numerics num = numerics(mode);
     auto st = m->new_sequence();
-    std::vector<float> streams;
-    m->forward(toks.data(), S, st, num, nullptr, &streams);
+    const std::vector<float> streams = backbone_streams(*m, toks, S, st, num);
     auto full = m->new_sequence(), draft = m->new_sequence();
     std::vector<float> all(S * V), last(V), out_streams(hc * d);
     m->forward_mtp(0, streams.data(), toks.data() + 1, S, 0, full, num, all.data());

@@ -268,11 +268,10 @@ int run(const std::vector<std::string>& argv) {
     const double acc = mtp.drafted ? double(mtp.accepted) / double(mtp.drafted) : 0.0;
     const std::string mode = model->drafter() == v4::Model::Drafter::kDspark ? "dspark" : "mtp";
     // The adaptive draft length's cost model (in plain decode steps, from bytes read).
-    const double draft_cost = mode == "dspark" ? v4::dspark_draft_cost(c, model->weights())
-                                               : v4::mtp_draft_cost(c, model->weights());
-    const double verify_cost = v4::verify_token_cost(c, model->weights());
+    const v4::Model::DraftCosts cost = model->draft_costs();
+    const double draft_cost = mode == "dspark" ? cost.per_step : cost.per_draft;
     log_info("speculative: cost model %s draft %.3f plain steps %s, verify %.3f per token", mode.c_str(), draft_cost,
-             mode == "dspark" ? "per drafting step" : "per draft", verify_cost);
+             mode == "dspark" ? "per drafting step" : "per draft", cost.verify_per_token);
     spec = {{"mode", mode},
             {"num_draft_tokens", max_drafts},
             {"acceptance_rate", acc},
@@ -286,7 +285,7 @@ int run(const std::vector<std::string>& argv) {
             {"full_acceptance_speedup", full},
             {"zero_acceptance_speedup", wrong_speedup},
             {"zero_acceptance_verify_steps", wrong.verify_steps},
-            {"cost_model", {{"draft", draft_cost}, {"verify_per_token", verify_cost}}},
+            {"cost_model", {{"draft", draft_cost}, {"verify_per_token", cost.verify_per_token}}},
             {"n_decode", n_decode}};
     log_info("speculative: plain %.2f tok/s (mean of %d runs); %s drafts %.2f tok/s (%.2fx, acceptance %.2f); all "
              "rejected %.2fx",

@@ -10,10 +10,9 @@ namespace deepinfer::cli {
 namespace {
 
 engine::DraftPolicy make_policy(const v4::Model& m, const SpecDecodeOptions& o) {
-  const v4::Config& c = m.config();
-  const bool dspark = m.drafter() == v4::Model::Drafter::kDspark;
-  return engine::DraftPolicy(o.max_drafts, o.adaptive ? 0 : o.max_drafts, dspark ? 0.0 : v4::mtp_draft_cost(c, m.weights()),
-                             v4::verify_token_cost(c, m.weights()), dspark ? v4::dspark_draft_cost(c, m.weights()) : 0.0);
+  const v4::Model::DraftCosts cost = m.draft_costs();
+  return engine::DraftPolicy(o.max_drafts, o.adaptive ? 0 : o.max_drafts, cost.per_draft, cost.verify_per_token,
+                             cost.per_step);
 }
 
 }  // namespace

@@ -554,6 +554,15 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   // saves, 12.8 -> 11.5; FP4 was not faster).
   constexpr bool widen = BF && MR >= 3 && !partial_sums<D>();
   static_assert(!widen || XS == XScale::kNone);
+  // Every chunk of K (whole chunks with the weights' prefetch, then the tail) through step.
+  auto sweep = [&](auto& step) __attribute__((always_inline)) {
+    int64_t k = 0;
+    for (; k + D::CH <= K; k += D::CH) {
+      for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
+      step(k, D::CH);
+    }
+    for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+  };
   if constexpr (widen) {
     auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
       __m512i w[NRW][NV];
@@ -579,83 +588,73 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
         }
       }
     };
-    int64_t k = 0;
-    for (; k + D::CH <= K; k += D::CH) {
-      for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
-      step(k, D::CH);
-    }
-    for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+    sweep(step);
   } else {
-  auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
-    T xv[keep_x ? MR : 1][NV];
-    if constexpr (keep_x)
-      for (int m = 0; m < MR; ++m)
-        for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
-    auto x = [&](int m, int v) __attribute__((always_inline)) {
+    auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
+      T xv[keep_x ? MR : 1][NV];
       if constexpr (keep_x)
-        return xv[m][v];
-      else
-        return V::load(c, m, k + v * V::W);
-    };
-    // The bare codes of row r's chunk (zero beyond K), for the paths that scale elsewhere.
-    auto codes = [&](int r, T* w) __attribute__((always_inline)) {
-      if constexpr (requires { d.b16_codes(row[r], k, nv, w); }) {
-        if (nv <= 0)
-          for (int v = 0; v < NV; ++v) w[v] = V::zero();
-        else
-          d.b16_codes(row[r], k, nv, w);
-      }
-    };
-    if constexpr (parts) {
-      for (int r = 0; r < NRW; ++r) {
-        T w[NV];
-        codes(r, w);
-        const __m512 sv = d.chunk_scales(row[r], k);
-        for (int m = 0; m < MR; ++m) {
-          __m512 part = _mm512_setzero_ps();
-          for (int v = 0; v < NV; ++v) part = V::madd(part, x(m, v), w[v]);
-          acc[m][r] = _mm512_fmadd_ps(part, sv, acc[m][r]);
-        }
-      }
-    } else if constexpr (XS == XScale::kShared) {
-      // Beyond K (nv <= 0) the weights are zero and x is left unscaled, as without XS.
-      const __m512i mag = _mm512_set1_epi16(0x7fff);
-      if (nv > 0) {
-        __m512i add[NV];
-        d.scale_words(row[0], k, add);
         for (int m = 0; m < MR; ++m)
-          for (int v = 0; v < NV; ++v)
-            xv[m][v] = _mm512_mask_add_epi16(xv[m][v], _mm512_test_epi16_mask(xv[m][v], mag), xv[m][v], add[v]);
-      }
-      for (int r = 0; r < NRW; ++r) {
-        T w[NV];
-        codes(r, w);
-        for (int v = 0; v < NV; ++v)
-          for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
-      }
-    } else {
-      for (int r = 0; r < NRW; ++r) {
-        T w[NV];
-        if (nv <= 0) {
-          for (int v = 0; v < NV; ++v) w[v] = V::zero();
-        } else if constexpr (BF) {
-          d.b16(row[r], k, nv, w);
-          if constexpr (D::CHECK)
-            for (int v = 0; v < NV; ++v) bad[r] |= b16_out_of_range(w[v]);
-        } else {
-          d.f32(row[r], k, nv, w);
+          for (int v = 0; v < NV; ++v) xv[m][v] = V::load(c, m, k + v * V::W);
+      auto x = [&](int m, int v) __attribute__((always_inline)) {
+        if constexpr (keep_x)
+          return xv[m][v];
+        else
+          return V::load(c, m, k + v * V::W);
+      };
+      // The bare codes of row r's chunk (zero beyond K), for the paths that scale elsewhere.
+      auto codes = [&](int r, T* w) __attribute__((always_inline)) {
+        if constexpr (requires { d.b16_codes(row[r], k, nv, w); }) {
+          if (nv <= 0)
+            for (int v = 0; v < NV; ++v) w[v] = V::zero();
+          else
+            d.b16_codes(row[r], k, nv, w);
         }
-        for (int v = 0; v < NV; ++v)
-          for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], x(m, v), w[v]);
+      };
+      if constexpr (parts) {
+        for (int r = 0; r < NRW; ++r) {
+          T w[NV];
+          codes(r, w);
+          const __m512 sv = d.chunk_scales(row[r], k);
+          for (int m = 0; m < MR; ++m) {
+            __m512 part = _mm512_setzero_ps();
+            for (int v = 0; v < NV; ++v) part = V::madd(part, x(m, v), w[v]);
+            acc[m][r] = _mm512_fmadd_ps(part, sv, acc[m][r]);
+          }
+        }
+      } else if constexpr (XS == XScale::kShared) {
+        // Beyond K (nv <= 0) the weights are zero and x is left unscaled, as without XS.
+        const __m512i mag = _mm512_set1_epi16(0x7fff);
+        if (nv > 0) {
+          __m512i add[NV];
+          d.scale_words(row[0], k, add);
+          for (int m = 0; m < MR; ++m)
+            for (int v = 0; v < NV; ++v)
+              xv[m][v] = _mm512_mask_add_epi16(xv[m][v], _mm512_test_epi16_mask(xv[m][v], mag), xv[m][v], add[v]);
+        }
+        for (int r = 0; r < NRW; ++r) {
+          T w[NV];
+          codes(r, w);
+          for (int v = 0; v < NV; ++v)
+            for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], xv[m][v], w[v]);
+        }
+      } else {
+        for (int r = 0; r < NRW; ++r) {
+          T w[NV];
+          if (nv <= 0) {
+            for (int v = 0; v < NV; ++v) w[v] = V::zero();
+          } else if constexpr (BF) {
+            d.b16(row[r], k, nv, w);
+            if constexpr (D::CHECK)
+              for (int v = 0; v < NV; ++v) bad[r] |= b16_out_of_range(w[v]);
+          } else {
+            d.f32(row[r], k, nv, w);
+          }
+          for (int v = 0; v < NV; ++v)
+            for (int m = 0; m < MR; ++m) acc[m][r] = V::madd(acc[m][r], x(m, v), w[v]);
+        }
       }
-    }
-  };
-  int64_t k = 0;
-  for (; k + D::CH <= K; k += D::CH) {
-    for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
-    step(k, D::CH);
-  }
-  for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+    };
+    sweep(step);
   }
   const __m512 z = _mm512_setzero_ps();
   for (int m = 0; m < MR; ++m)
@@ -984,13 +983,12 @@ template <class D>
 void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   const int64_t Kp = c.xs, NT = tile_rows(Kp), M = c.M;
   float* tile = static_cast<float*>(scratch);
-  uint16_t* tileb = reinterpret_cast<uint16_t*>(tile);  // bf16 tile reuses the fp32 space
   __m512* accs = reinterpret_cast<__m512*>(tile + NT * Kp);
   const bool bf = c.use_bf16 && D::B16;
   if (bf && !c.xd) throw std::logic_error("avx512 gemm: bf16 mode without the dot-product order x");
   constexpr bool parts = partial_sums<D>();
-  // Partial-sum tiles keep each row's chunk scale vectors past the accumulators, then a row of
-  // bf16 words (see gemm_scratch).
+  // Partial-sum tiles keep each row's chunk scale vectors past the accumulators, then the row
+  // of bf16 words each bf16-mode tile row is decoded into (see gemm_scratch).
   const int64_t nch = Kp / kFp4Chunk;
   __m512* scales = accs + (kMaxTile / kNR) * kMR * kNR;
   uint16_t* rowb = reinterpret_cast<uint16_t*>(scales + NT * nch);
@@ -998,34 +996,28 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
     const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
     uint64_t f32_rows = 0;  // bf16 mode: rows left for the fp32 mode
     if (bf) {
+      // bf16 mode as FMAs (the driver's xd): each row decoded to bf16, then widened into
+      // dot-product order fp32.
       for (int64_t r = 0; r < rows; ++r) {
         bool ok;
         if constexpr (parts)
-          ok = decode_row_parts(c, d, nt0 + r, tileb + r * Kp, scales + r * nch, Kp);
+          ok = decode_row_parts(c, d, nt0 + r, rowb, scales + r * nch, Kp);
         else
-          ok = decode_row_b16(c, d, nt0 + r, tileb + r * Kp, Kp);
-        if (!ok) {
+          ok = decode_row_b16(c, d, nt0 + r, rowb, Kp);
+        if (ok) {
+          row_to_dp(rowb, tile + r * Kp, Kp);
+        } else {
           f32_rows |= uint64_t(1) << r;
-          std::memset(tileb + r * Kp, 0, size_t(Kp) * sizeof(uint16_t));
+          std::memset(tile + r * Kp, 0, size_t(Kp) * sizeof(float));
           if constexpr (parts) std::memset(static_cast<void*>(scales + r * nch), 0, size_t(nch) * sizeof(__m512));
         }
       }
-      std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
       if constexpr (parts)
         std::memset(static_cast<void*>(scales + rows * nch), 0, size_t((rows_p - rows) * nch) * sizeof(__m512));
     } else {
       for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
-      std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
     }
-    if (bf) {
-      // bf16 mode as FMAs (the driver's xd): each decoded bf16 row into dot-product order
-      // fp32, in place from the last row down (fp32 row r covers bf16 rows 2r, 2r + 1: done
-      // already, or r itself, copied out first).
-      for (int64_t r = rows_p - 1; r >= 0; --r) {
-        std::memcpy(rowb, tileb + r * Kp, size_t(Kp) * sizeof(uint16_t));
-        row_to_dp(rowb, tile + r * Kp, Kp);
-      }
-    }
+    std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
     const float* x = bf ? c.xd : c.xf;
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       if (bf && parts)

@@ -18,6 +18,14 @@ Model::Drafter Model::drafter() const {
   return Drafter::kNone;
 }
 
+Model::DraftCosts Model::draft_costs() const {
+  DraftCosts d;
+  if (drafter() == Drafter::kMtp) d.per_draft = mtp_draft_cost(cfg_, w_);
+  if (drafter() == Drafter::kDspark) d.per_step = dspark_draft_cost(cfg_, w_);
+  d.verify_per_token = verify_token_cost(cfg_, w_);
+  return d;
+}
+
 int64_t Model::draft_input_width() const {
   if (drafter() == Drafter::kDspark) return int64_t(cfg_.dspark_target_layers.size()) * cfg_.dim;
   return cfg_.hc_mult * cfg_.dim;

@@ -96,6 +96,13 @@ class Model {
   // module), or none.
   enum class Drafter { kNone, kMtp, kDspark };
   Drafter drafter() const;
+  // The drafter's costs in plain decode steps (by bytes read, see weights.h), as
+  // engine::DraftPolicy takes them: per draft token (MTP), per drafting step (DSpark, whatever
+  // its length), per verified token.
+  struct DraftCosts {
+    double per_draft = 0.0, per_step = 0.0, verify_per_token = 0.0;
+  };
+  DraftCosts draft_costs() const;
   int64_t draft_input_width() const;
   // Up to k greedy drafts with the checkpoint's drafter (draft_mtp or draft_dspark).
   std::vector<int32_t> draft(SequenceState& st, DrafterState& ds, std::span<const int32_t> tokens, int64_t k,
