@@ -342,6 +342,10 @@ class SimdBackend final : public Backend {
   bool fp4_lane_order(const WeightMatrix& W) const {
     return W.format == WeightFormat::FP4_BLOCK && k_.fp4_lane_order != nullptr;
   }
+  // FP4 weights whose prepared activations are rearranged (either mode).
+  bool fp4_reordered(const WeightMatrix& W) const {
+    return W.format == WeightFormat::FP4_BLOCK && (k_.fp4_lane_order != nullptr || k_.fp4_f32_order != nullptr);
+  }
   bool bf16_pair_order(const WeightMatrix& W) const {
     return W.format == WeightFormat::BF16 && k_.bf16_pair_order != nullptr;
   }
@@ -465,7 +469,7 @@ class SimdBackend final : public Backend {
       // Products of one input (a MoE expert's w1 and w3, attention projections) share the
       // prepared activations when their preparation would be the same.
       const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32,
-                        fp4_lane_order(W), bf16_pair_order(W)};
+                        fp4_reordered(W), bf16_pair_order(W)};
       if (!ms.calls.empty() && key == last_key) {
         cpu::LinearCall c = ms.calls.back();
         c.W = &W;
@@ -502,11 +506,11 @@ class SimdBackend final : public Backend {
  private:
   // What prepare() reads: two calls with the same key get the same prepared rows and row
   // class (the weight enters only through its width, whether it is F32, which never takes
-  // the bf16 kernels, whether its xb is in FP4 lane order and its xf in BF16 pair order).
+  // the bf16 kernels, whether its xb / xf are in an FP4 order and its xf in BF16 pair order).
   struct PrepKey {
     const float* x = nullptr;
     int64_t M = 0, K = 0, act_block = 0;
-    bool plain_f32 = false, lane_order = false, pair_order = false;
+    bool plain_f32 = false, fp4_order = false, pair_order = false;
     bool operator==(const PrepKey&) const = default;
   };
 

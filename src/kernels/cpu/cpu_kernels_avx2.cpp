@@ -7,7 +7,9 @@
 //                  built by sign-extending to 16 bits, shifting by 7 and clearing bit 14. The
 //                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
 //                  and that row's outputs become NaN (exactly what a NaN weight gives).
-//   e2m1 nibble -> high byte of the fp16 value (low byte zero) by vpshufb.
+//   e2m1 nibble -> vpermps from the eight magnitudes times the block scale (one multiply per
+//                  32 weights) plus the sign bit; each 32 columns decode as four vectors of the
+//                  even / odd columns of their halves (FP4 fp32 order, fp4_f32_order).
 // All products are fp32 FMA on the exact weights (code times block scale). Decode (M <= 4)
 // fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel;
 // both run the same per-output operation sequence (see "arithmetic" below).
@@ -38,6 +40,23 @@ inline float f32_of(uint32_t b) {
   return f;
 }
 DI_INLINE float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
+// Block scales as broadcastable floats: e8m0(b), and e8m0(b) * 2^8 for the FP8 decoder's
+// fp16 route (the driver hands this file FP8 scale bytes <= 246 only, where that is exact).
+struct ScaleTable {
+  float v[256];
+};
+constexpr ScaleTable make_scale_table(int extra_exp) {
+  ScaleTable t{};
+  for (int b = 0; b < 256; ++b) {
+    const int e = b + extra_exp;
+    const uint32_t bits = b == 255 ? 0x7fc00000u : b == 0 && extra_exp == 0 ? 0x00400000u : e >= 255 ? 0x7f800000u : uint32_t(e) << 23;
+    t.v[b] = __builtin_bit_cast(float, bits);
+  }
+  return t;
+}
+constexpr ScaleTable kE8m0 = make_scale_table(0), kE8m0x256 = make_scale_table(8);
+DI_INLINE __m256 scale_vec(const ScaleTable& t, uint8_t b) { return _mm256_broadcast_ss(&t.v[b]); }
+
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
@@ -68,9 +87,12 @@ inline const uint8_t* staged(const uint8_t* p, int64_t nbytes, uint8_t* buf) {
   return buf;
 }
 
-// Decode streams weight rows: software prefetch this many bytes ahead in each row.
-constexpr int kPrefetch = 1024;
-inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p) + kPrefetch, _MM_HINT_T0); }
+// The GEMV streams groups of contiguous weight rows; rows are often short (1-2 KB for the
+// experts), too short for the hardware's stream detection to get ahead within a row, so
+// each group prefetches the group kAheadGroups further on, a few lines per chunk (prefetches
+// past the matrix's end are harmless: they never fault).
+constexpr int64_t kAheadGroups = 2;
+DI_INLINE void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // ------------------------------------------------------------------------------ arithmetic
 // Every output y[m, n] is one fixed sequence of operations that depends only on activation
@@ -80,18 +102,27 @@ inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p) +
 
 // ------------------------------------------------------------------------------ decoders
 // f32() yields the exact weights of columns [k, k + nv) of a weight row (0 < nv <= CH,
-// zeros beyond) as NF vectors of 8.
+// zeros beyond) as NF vectors of 8, given scale(row, k): the block scale factor of that
+// chunk. Where kSharedScale, the rows of one scale block share it (FP8's square blocks), so a
+// group of rows inside one block computes it once. row_nan() rescans a row for NaN codes
+// (FP8) after a group's shared NaN flag went up.
 
 struct F32Dec {
   static constexpr int CH = 16, NF = 2;
+  static constexpr bool kSharedScale = true;
   struct Row {
     const float* p;
   };
   const LinearCall* c;
   explicit F32Dec(const LinearCall& call) : c(&call) {}
   DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
-  DI_INLINE void prefetch(const Row& r, int64_t k) const { kernels::cpu::prefetch(r.p + k); }
-  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
+  DI_INLINE const void* bytes(int64_t n) const { return c->W->data + n * c->K * 4; }
+  DI_INLINE int64_t row_bytes() const { return c->K * 4; }
+  DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }
+  DI_INLINE __m256 scale(const Row&, int64_t) const { return _mm256_setzero_ps(); }
+  DI_INLINE bool same_scale(int64_t, int64_t) const { return true; }
+  DI_INLINE bool row_nan(const Row&) const { return false; }
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256, __m256* w, __m256i&) const {
     if (nv == CH) {
       w[0] = _mm256_loadu_ps(r.p + k);
       w[1] = _mm256_loadu_ps(r.p + k + 8);
@@ -104,16 +135,20 @@ struct F32Dec {
 
 struct Bf16Dec {
   static constexpr int CH = 16, NF = 2;
+  static constexpr bool kSharedScale = true;
   struct Row {
     const uint8_t* p;
   };
   const LinearCall* c;
   explicit Bf16Dec(const LinearCall& call) : c(&call) {}
   DI_INLINE Row row(int64_t n) const { return {c->W->data + n * c->K * 2}; }
-  DI_INLINE void prefetch(const Row& r, int64_t k) const {
-    if ((k & 31) == 0) kernels::cpu::prefetch(r.p + 2 * k);
-  }
-  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
+  DI_INLINE const void* bytes(int64_t n) const { return c->W->data + n * c->K * 2; }
+  DI_INLINE int64_t row_bytes() const { return c->K * 2; }
+  DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }
+  DI_INLINE __m256 scale(const Row&, int64_t) const { return _mm256_setzero_ps(); }
+  DI_INLINE bool same_scale(int64_t, int64_t) const { return true; }
+  DI_INLINE bool row_nan(const Row&) const { return false; }
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256, __m256* w, __m256i&) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + 2 * k : staged(r.p + 2 * k, 2 * nv, buf);
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -125,6 +160,7 @@ struct Bf16Dec {
 
 struct Fp8Dec {
   static constexpr int CH = 32, NF = 4;
+  static constexpr bool kSharedScale = true;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -138,63 +174,79 @@ struct Fp8Dec {
     const WeightMatrix& W = *c->W;
     return {W.data + n * c->K, W.scale + (n / W.block) * W.scale_cols};
   }
-  DI_INLINE void prefetch(const Row& r, int64_t k) const {
-    if ((k & 63) == 0) kernels::cpu::prefetch(r.p + k);
+  DI_INLINE const void* bytes(int64_t n) const { return c->W->data + n * c->K; }
+  DI_INLINE int64_t row_bytes() const { return c->K; }
+  DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }  // one line per 128 rows
+  // Rows n0 and n1 lie in one scale block.
+  DI_INLINE bool same_scale(int64_t n0, int64_t n1) const { return n0 / B == n1 / B; }
+  // B is a multiple of 32: a chunk lies in one scale block. The fp16 route below yields
+  // code * 2^-8, so the factor is the scale times 2^8 (exact for the bytes <= 246 this path
+  // takes; the driver sends larger scales to Scalar).
+  DI_INLINE __m256 scale(const Row& r, int64_t k) const {
+    return scale_vec(kE8m0x256, r.s[bshift >= 0 ? k >> bshift : k / B]);
+  }
+  DI_INLINE bool row_nan(const Row& r) const {
+    for (int64_t k = 0; k < c->K; ++k)
+      if ((r.p[k] & 0x7f) == 0x7f) return true;
+    return false;
   }
   static DI_INLINE void half(__m128i b, __m256* w) {
     const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
     w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
-  // B is a multiple of 32: a chunk lies in one scale block.
-  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
+  // nan collects 0xff bytes where a code is a NaN (0x7f / 0xff).
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256 f, __m256* w, __m256i& nan) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + k : staged(r.p + k, nv, buf);
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i ones = _mm256_set1_epi8(char(0xff));
-    nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))), ones));
+    nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))),
+                                                 _mm256_set1_epi8(char(0xff))));
     half(_mm256_castsi256_si128(b), w);
     half(_mm256_extracti128_si256(b, 1), w + 2);
-    // v = code * 2^-8 exactly; times (scale * 2^8), exact for the bytes < 247 this path
-    // takes (the driver sends larger scales to Scalar), is code * scale with one rounding.
-    const __m256 f = _mm256_set1_ps(e8m0(r.s[bshift >= 0 ? k >> bshift : k / B]) * 256.0f);
     for (int v = 0; v < 4; ++v) w[v] = _mm256_mul_ps(w[v], f);
   }
 };
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 4;
+  static constexpr bool kSharedScale = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
   };
   const LinearCall* c;
-  __m128i tab;
-  explicit Fp4Dec(const LinearCall& call)
-      : c(&call),
-        // high byte of fp16(e2m1(i)); the low byte is zero for every e2m1 value
-        tab(_mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc),
-                          char(0xbe), char(0xc0), char(0xc2), char(0xc4), char(0xc6))) {}
+  explicit Fp4Dec(const LinearCall& call) : c(&call) {}
   DI_INLINE Row row(int64_t n) const {
     const WeightMatrix& W = *c->W;
     return {W.data + n * (c->K / 2), W.scale + n * W.scale_cols};
   }
-  DI_INLINE void prefetch(const Row& r, int64_t k) const {
-    if ((k & 127) == 0) kernels::cpu::prefetch(r.p + k / 2);
-  }
+  DI_INLINE const void* bytes(int64_t n) const { return c->W->data + n * (c->K / 2); }
+  DI_INLINE int64_t row_bytes() const { return c->K / 2; }
+  DI_INLINE const void* scale_bytes(int64_t n) const { return c->W->scale + n * c->W->scale_cols; }
+  DI_INLINE bool same_scale(int64_t n0, int64_t n1) const { return n0 == n1; }
   // K is a multiple of 32 here: a chunk is one whole scale block.
-  DI_INLINE void f32(const Row& r, int64_t k, int64_t, __m256* w, __m256i&) const {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2));
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    const __m128i tl = _mm_shuffle_epi8(tab, _mm_and_si128(b, nib));
-    const __m128i th = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-    const __m128i n0 = _mm_unpacklo_epi8(tl, th), n1 = _mm_unpackhi_epi8(tl, th);  // columns 0-15, 16-31
-    const __m128i z = _mm_setzero_si128();
-    const __m256 s = _mm256_set1_ps(e8m0(r.s[k / 32]));
-    w[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, n0)), s);
-    w[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, n0)), s);
-    w[2] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, n1)), s);
-    w[3] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, n1)), s);
+  DI_INLINE __m256 scale(const Row& r, int64_t k) const { return scale_vec(kE8m0, r.s[k / 32]); }
+  DI_INLINE bool row_nan(const Row&) const { return false; }
+  // The eight e2m1 magnitudes times the scale (exact: a power of two), looked up by the low
+  // three bits of each lane; the nibble's bit 3, moved to bit 31, is the sign. Vector 0 holds
+  // the low nibbles of bytes 0-7 (columns 0, 2, ..., 14), vector 1 their high nibbles
+  // (columns 1, 3, ..., 15), vectors 2 and 3 the same of bytes 8-15 (FP4 fp32 order).
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t, __m256 s, __m256* w, __m256i&) const {
+    // Entry i holds the bits of magnitude i times the scale XOR i << 28, so XOR-ing the looked
+    // up entry with the lane's nibble shifted to bits 28-31 restores them and sets the sign.
+    const __m256 tab = _mm256_xor_ps(_mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), s),
+                                     _mm256_castsi256_ps(_mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28,
+                                                                           5 << 28, 6 << 28, 7 << 28)));
+    const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.p + k / 2)));
+    const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.p + k / 2 + 8)));
+    auto one = [&](__m256i nib) __attribute__((always_inline)) {
+      return _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, nib), _mm256_castsi256_ps(_mm256_slli_epi32(nib, 28)));
+    };
+    w[0] = one(lo);
+    w[1] = one(_mm256_srli_epi32(lo, 4));
+    w[2] = one(hi);
+    w[3] = one(_mm256_srli_epi32(hi, 4));
   }
 };
 
@@ -214,38 +266,51 @@ void gemv_group(const LinearCall& c, const D& d, int64_t n) {
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NRW; ++r) acc[m][r] = _mm256_setzero_ps();
   const int64_t K = c.K, Kp = c.xs;
-  __m256i nan[NRW];
-  for (int r = 0; r < NRW; ++r) nan[r] = _mm256_setzero_si256();
+  __m256i nan = _mm256_setzero_si256();  // the group's: rows are rescanned when it is set
   auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
-    __m256 xv[MR][NV];
-    for (int m = 0; m < MR; ++m)
-      for (int v = 0; v < NV; ++v) xv[m][v] = load_x(c, m, k + 8 * v);
+    __m256 s = D::kSharedScale && nv > 0 ? d.scale(row[0], k) : _mm256_setzero_ps();
     for (int r = 0; r < NRW; ++r) {
       __m256 w[NV];
-      if (nv > 0)
-        d.f32(row[r], k, nv, w, nan[r]);
-      else
+      if (nv > 0) {
+        if (!D::kSharedScale) s = d.scale(row[r], k);
+        d.f32(row[r], k, nv, s, w, nan);
+      } else {
         for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
+      }
       for (int v = 0; v < NV; ++v)
-        for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(xv[m][v], w[v], acc[m][r]);
+        for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(load_x(c, m, k + 8 * v), w[v], acc[m][r]);
     }
   };
+  const char* ahead = static_cast<const char*>(d.bytes(n + kAheadGroups * NRW));
+  const int64_t ahead_bytes = NRW * d.row_bytes(), chunks = (K + D::CH - 1) / D::CH;
+  const int64_t lines = (ahead_bytes / 64 + chunks - 1) / chunks;  // per chunk
+  if (const void* sc = d.scale_bytes(n + kAheadGroups * NRW))
+    for (int64_t b = 0; b < NRW * (K / 32); b += 64) prefetch_line(static_cast<const char*>(sc) + b);
   int64_t k = 0;
   for (; k + D::CH <= K; k += D::CH) {
-    for (int r = 0; r < NRW; ++r) d.prefetch(row[r], k);
+    for (int64_t i = 0; i < lines; ++i) prefetch_line(ahead + ((k / D::CH) * lines + i) * 64);
     step(k, D::CH);
   }
   for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
+  const bool any = any_nan(nan);
   for (int r = 0; r < NRW; ++r) {
-    const bool has_nan = any_nan(nan[r]);
+    const bool has_nan = any && d.row_nan(row[r]);
     for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
   }
 }
 
+// Groups of NRW rows; a group whose rows do not share their scales (an FP8 block edge
+// inside it) goes row by row.
 template <class D, int MR, int NRW>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  for (; n + NRW <= n1; n += NRW) gemv_group<D, MR, NRW>(c, d, n);
+  for (; n + NRW <= n1; n += NRW) {
+    if (!D::kSharedScale || d.same_scale(n, n + NRW - 1)) {
+      gemv_group<D, MR, NRW>(c, d, n);
+    } else {
+      for (int r = 0; r < NRW; ++r) gemv_group<D, MR, 1>(c, d, n + r);
+    }
+  }
   for (; n < n1; ++n) gemv_group<D, MR, 1>(c, d, n);
 }
 
@@ -272,7 +337,7 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
   for (int64_t k = 0; k < K; k += D::CH) {
     const int64_t nv = min64(D::CH, K - k);
     __m256 w[D::NF];
-    d.f32(r, k, nv, w, nan);
+    d.f32(r, k, nv, d.scale(r, k), w, nan);
     for (int v = 0; v < D::NF; ++v) _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
   }
   if (any_nan(nan))
@@ -416,6 +481,20 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   }
 }
 
+// Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 16
+// columns become their 8 even ones, then their 8 odd ones (the vectors Fp4Dec decodes).
+void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
+  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = 0; k < xs; k += 16) {
+      float* p = xf + m * xs + k;
+      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), split);      // evens, odds of 0-7
+      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8), split);  // of 8-15
+      _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
+      _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
+    }
+}
+
 // ------------------------------------------------------------------------------ indexer dots
 
 void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
@@ -487,6 +566,7 @@ constexpr IsaKernels kKernels = {
     .scratch_bytes = scratch_bytes,
     .rows = rows,
     .index_dots = index_dots,
+    .fp4_f32_order = fp4_f32_order,
     .dot_f64 = dot_f64,
 };
 
