@@ -10,7 +10,7 @@
 //   e2m1 nibble -> vpermps from the eight magnitudes times the block scale (one multiply per
 //                  32 weights) plus the sign bit; each 32 columns decode as four vectors of the
 //                  even / odd columns of their halves (FP4 fp32 order, fp4_f32_order).
-// All products are fp32 FMA on the exact weights (code times block scale). Decode (M <= 4)
+// All products are fp32 FMA on the exact weights (code times block scale). Decode (M <= 8)
 // fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel;
 // both run the same per-output operation sequence (see "arithmetic" below).
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -Wall reports as
@@ -316,11 +316,17 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
 
 template <class D>
 void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  // Each accumulator is one FMA chain: at least ~6 chains in flight, and accumulators plus
+  // one row's decoded weights within the 16 ymm registers.
   switch (c.M) {
-    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1);  // 16 ymm registers: acc + x + w must fit
-    case 2: return gemv_range<D, 2, 2>(c, d, n0, n1);
-    case 3: return gemv_range<D, 3, 1>(c, d, n0, n1);
-    default: return gemv_range<D, 4, 1>(c, d, n0, n1);
+    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1);
+    case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
+    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
+    case 4: return gemv_range<D, 4, 2>(c, d, n0, n1);
+    case 5: return gemv_range<D, 5, 1>(c, d, n0, n1);
+    case 6: return gemv_range<D, 6, 1>(c, d, n0, n1);
+    case 7: return gemv_range<D, 7, 1>(c, d, n0, n1);
+    default: return gemv_range<D, 8, 1>(c, d, n0, n1);
   }
 }
 
@@ -396,7 +402,7 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
 
 // ------------------------------------------------------------------------------ entry points
 
-constexpr int64_t kGemvMaxM = 4;
+constexpr int64_t kGemvMaxM = 8;
 
 template <class D>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
