@@ -344,7 +344,11 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
     const int64_t nv = min64(D::CH, K - k);
     __m256 w[D::NF];
     d.f32(r, k, nv, d.scale(r, k), w, nan);
-    for (int v = 0; v < D::NF; ++v) _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
+    if (nv == D::CH) {  // (a masked store is microcoded on AMD: only for the last partial chunk)
+      for (int v = 0; v < D::NF; ++v) _mm256_storeu_ps(dst + k + 8 * v, w[v]);
+    } else {
+      for (int v = 0; v < D::NF; ++v) _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
+    }
   }
   if (any_nan(nan))
     for (int64_t k = 0; k < K; ++k) dst[k] = f32_of(0x7fc00000u);
@@ -431,7 +435,9 @@ void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, f
   for (int64_t m = m0; m < m1; ++m) {
     const float* src = x + m * K;
     float* df = xf + m * xs;
-    for (int64_t k = 0; k < xs; k += 8) _mm256_storeu_ps(df + k, _mm256_maskload_ps(src + k, lane_mask(K - k)));
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(df + k, _mm256_loadu_ps(src + k));
+    for (; k < xs; k += 8) _mm256_storeu_ps(df + k, _mm256_maskload_ps(src + k, lane_mask(K - k)));
     bf16_ok[m] = 0;  // no bf16 kernels here
   }
 }
