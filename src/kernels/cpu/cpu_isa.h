@@ -50,6 +50,22 @@ constexpr int64_t kIndexCombineMaxHeads = 512;
 // each) is the chunk's column 4j + v.
 constexpr int64_t kFp4Chunk = 128;
 
+// 1 / k! for k = 0..13: the Taylor series of the vector exp (swiglu) of both ISA files.
+constexpr double kExpInvFact[14] = {1.0,
+                                    1.0,
+                                    0.5,
+                                    1.0 / 6.0,
+                                    1.0 / 24.0,
+                                    1.0 / 120.0,
+                                    1.0 / 720.0,
+                                    1.0 / 5040.0,
+                                    1.0 / 40320.0,
+                                    1.0 / 362880.0,
+                                    1.0 / 3628800.0,
+                                    1.0 / 39916800.0,
+                                    1.0 / 479001600.0,
+                                    1.0 / 6227020800.0};
+
 // act-quant scales at or below this keep x_qdq = q * s inside that range (q in [2^-9, 448]).
 constexpr float kMaxActScale = 2147483648.0f;  // 2^31
 

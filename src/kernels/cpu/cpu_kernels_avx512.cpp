@@ -1211,22 +1211,8 @@ DI_INLINE __m512d exp_pd(__m512d x) {
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(0.693145751953125), x);  // ln2_hi: 15 bits
   r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.4286068203094172321e-06), r);  // ln 2 - ln2_hi
-  constexpr double kInvFact[14] = {1.0,
-                                   1.0,
-                                   0.5,
-                                   1.0 / 6.0,
-                                   1.0 / 24.0,
-                                   1.0 / 120.0,
-                                   1.0 / 720.0,
-                                   1.0 / 5040.0,
-                                   1.0 / 40320.0,
-                                   1.0 / 362880.0,
-                                   1.0 / 3628800.0,
-                                   1.0 / 39916800.0,
-                                   1.0 / 479001600.0,
-                                   1.0 / 6227020800.0};
-  __m512d p = _mm512_set1_pd(kInvFact[13]);
-  for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kInvFact[k]));
+  __m512d p = _mm512_set1_pd(kExpInvFact[13]);
+  for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpInvFact[k]));
   return _mm512_scalef_pd(p, n);
 }
 
