@@ -1,4 +1,4 @@
-// The cpu backend's sink attention (AVX-512 and portable) against the scalar referee.
+// The cpu backend's sink attention (AVX-512, AVX2 and portable) against the scalar referee.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -231,7 +231,8 @@ enum RowClass : uint8_t { kBf16Row, kF32Row, kScalarRow };
 class SimdBackend final : public Backend {
  public:
   SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k)
-      : pool_(pool), k_(k), scalar_(pool), avx512_attention_(std::strcmp(k.name, "avx512") == 0) {}
+      : pool_(pool), k_(k), scalar_(pool), avx512_attention_(std::strcmp(k.name, "avx512") == 0),
+        avx2_attention_(std::strcmp(k.name, "avx2") == 0) {}
   const char* name() const override { return "cpu"; }
   ThreadPool* pool() const override { return pool_; }
 
@@ -272,6 +273,8 @@ class SimdBackend final : public Backend {
                       bool round_probs, float* out) const override {
     if (avx512_attention_ && dim % 16 == 0)
       cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
+    else if (avx2_attention_ && dim % 8 == 0)
+      cpu::sink_attention_avx2(q, keys, n_keys, dim, scale, sink, round_probs, out);
     else
       cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
   }
@@ -280,6 +283,8 @@ class SimdBackend final : public Backend {
                             float scale, const float* sinks, bool round_probs, float* out) const override {
     if (avx512_attention_ && dim % 16 == 0)
       cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+    else if (avx2_attention_ && dim % 8 == 0)
+      cpu::sink_attention_heads_avx2(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
     else
       Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
   }
@@ -583,7 +588,7 @@ class SimdBackend final : public Backend {
   ThreadPool* pool_;
   const cpu::IsaKernels& k_;
   ScalarBackend scalar_;
-  bool avx512_attention_;
+  bool avx512_attention_, avx2_attention_;
 };
 thread_local SimdBackend::ManyScratch SimdBackend::tl_many;
 
