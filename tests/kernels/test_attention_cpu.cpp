@@ -8,6 +8,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/kernels.h"
 
 using namespace deepinfer;
@@ -74,4 +75,29 @@ TEST(CpuAttention, HeadsTogetherEqualHeadsAlone) {
             ASSERT_EQ(0, std::memcmp(alone.data(), together.data(), alone.size() * sizeof(float)))
                 << be->name() << " n " << n << " dim " << dim << " heads " << H << " round " << round_probs;
           }
+}
+
+// The AVX2 kernel reproduces the AVX-512 one bit for bit (so a model attends to the same keys
+// on either machine); checked where the CPU has both.
+TEST(CpuAttention, Avx2EqualsAvx512) {
+  if (!isa_supported(Isa::Avx512) || !isa_supported(Isa::Avx2)) GTEST_SKIP() << "needs AVX-512 and AVX2";
+  std::mt19937 rng(11);
+  for (int64_t n : {1, 63, 64, 65, 300})
+    for (int64_t dim : {16, 48, 128, 512})
+      for (bool round_probs : {false, true}) {
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        const int64_t H = 5;
+        std::vector<float> q(H * dim), kv(n * dim), sinks(H);
+        for (auto& v : q) v = nd(rng) * 4.0f;
+        for (auto& v : kv) v = nd(rng);
+        for (auto& v : sinks) v = nd(rng);
+        std::vector<const float*> keys(n);
+        std::uniform_int_distribution<int> coin(0, 3);
+        for (int64_t j = 0; j < n; ++j) keys[j] = (j > 0 && coin(rng) == 0) ? nullptr : &kv[j * dim];
+        const float scale = 1.0f / std::sqrt(float(dim));
+        std::vector<float> a(H * dim), b(H * dim);
+        cpu::sink_attention_heads_avx2(q.data(), H, keys.data(), n, dim, scale, sinks.data(), round_probs, a.data());
+        cpu::sink_attention_heads_avx512(q.data(), H, keys.data(), n, dim, scale, sinks.data(), round_probs, b.data());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "n " << n << " dim " << dim;
+      }
 }

@@ -1,4 +1,5 @@
-// AVX2 sink attention (see attention_cpu.h): the wide file's structure in vectors of 8.
+// AVX2 sink attention (see attention_cpu.h): the AVX-512 kernel in vectors of 8, bit for bit
+// the same results (its sums emulated lane for lane), so both machines select the same keys.
 // Compiled with AVX2 flags; no shared inline functions or library templates (cpu_isa.h
 // explains why).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -56,14 +57,17 @@ DI_ATTN_INLINE void head_tile(HeadState& st, const float* q, const float* const*
   float tile_max = neg_inf;
   for (int64_t j = t0; j < t1; ++j) {
     if (!keys[j]) continue;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    // The AVX-512 kernel's sums lane for lane: its two 16-lane accumulators over 32 columns
+    // are g0 g1 and g2 g3 here, and its reduction adds the upper 8 lanes to the lower 8
+    // first, then as hsum8 does.
+    const float* k = keys[j];
+    __m256 g[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t c = 0;
-    for (; c + 16 <= dim; c += 16) {
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(keys[j] + c), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), _mm256_loadu_ps(keys[j] + c + 8), a1);
-    }
-    for (; c < dim; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(keys[j] + c), a0);
-    const float d = hsum8(_mm256_add_ps(a0, a1));
+    for (; c + 32 <= dim; c += 32)
+      for (int v = 0; v < 4; ++v) g[v] = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8 * v), _mm256_loadu_ps(k + c + 8 * v), g[v]);
+    for (; c < dim; c += 16)
+      for (int v = 0; v < 2; ++v) g[v] = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8 * v), _mm256_loadu_ps(k + c + 8 * v), g[v]);
+    const float d = hsum8(_mm256_add_ps(_mm256_add_ps(g[1], g[3]), _mm256_add_ps(g[0], g[2])));
     score[j - t0] = d * scale;
     if (score[j - t0] > tile_max) tile_max = score[j - t0];
   }

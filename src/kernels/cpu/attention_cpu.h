@@ -19,8 +19,8 @@ void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_k
 void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                  int64_t dim, float scale, const float* sinks, bool round_probs, float* out);
 
-// The same two in vectors of 8 (dim a multiple of 8; the heads version also at most 1024);
-// call only when the CPU has AVX2 and FMA.
+// The same two in vectors of 8, bit for bit the AVX-512 results (dim as above); call only
+// when the CPU has AVX2 and FMA.
 void sink_attention_avx2(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                          float sink, bool round_probs, float* out);
 void sink_attention_heads_avx2(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,

@@ -273,7 +273,7 @@ class SimdBackend final : public Backend {
                       bool round_probs, float* out) const override {
     if (avx512_attention_ && dim % 16 == 0)
       cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
-    else if (avx2_attention_ && dim % 8 == 0)
+    else if (avx2_attention_ && dim % 16 == 0)
       cpu::sink_attention_avx2(q, keys, n_keys, dim, scale, sink, round_probs, out);
     else
       cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
@@ -283,7 +283,7 @@ class SimdBackend final : public Backend {
                             float scale, const float* sinks, bool round_probs, float* out) const override {
     if (avx512_attention_ && dim % 16 == 0)
       cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
-    else if (avx2_attention_ && dim % 8 == 0)
+    else if (avx2_attention_ && dim % 16 == 0)
       cpu::sink_attention_heads_avx2(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
     else
       Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
