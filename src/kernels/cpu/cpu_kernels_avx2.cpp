@@ -39,9 +39,9 @@ inline float f32_of(uint32_t b) {
   std::memcpy(&f, &b, 4);
   return f;
 }
-DI_INLINE float e8m0(uint8_t b) { return f32_of(b == 0 ? 0x00400000u : b == 0xff ? 0x7fc00000u : uint32_t(b) << 23); }
-// Block scales as broadcastable floats: e8m0(b), and e8m0(b) * 2^8 for the FP8 decoder's
-// fp16 route (the driver hands this file FP8 scale bytes <= 246 only, where that is exact).
+// Block scales as broadcastable floats: e8m0(b) (2^(b - 127); 0 is 2^-127, 255 NaN), and
+// e8m0(b) * 2^8 for the FP8 decoder's fp16 route (the driver hands this file FP8 scale bytes
+// <= 246 only, where that is exact).
 struct ScaleTable {
   float v[256];
 };
