@@ -107,9 +107,23 @@ DI_INLINE void prefetch_line(const void* p) { _mm_prefetch(static_cast<const cha
 // group of rows inside one block computes it once. row_nan() rescans a row for NaN codes
 // (FP8) after a group's shared NaN flag went up.
 
-struct F32Dec {
-  static constexpr int CH = 16, NF = 2;
+// The plain formats: no block scales, no NaN codes.
+struct Unscaled {
   static constexpr bool kSharedScale = true;
+  DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }
+  template <class R>
+  DI_INLINE __m256 scale(const R&, int64_t) const {
+    return _mm256_setzero_ps();
+  }
+  DI_INLINE bool same_scale(int64_t, int64_t) const { return true; }
+  template <class R>
+  DI_INLINE bool row_nan(const R&) const {
+    return false;
+  }
+};
+
+struct F32Dec : Unscaled {
+  static constexpr int CH = 16, NF = 2;
   struct Row {
     const float* p;
   };
@@ -118,10 +132,6 @@ struct F32Dec {
   DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const float*>(c->W->data) + n * c->K}; }
   DI_INLINE const void* bytes(int64_t n) const { return c->W->data + n * c->K * 4; }
   DI_INLINE int64_t row_bytes() const { return c->K * 4; }
-  DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }
-  DI_INLINE __m256 scale(const Row&, int64_t) const { return _mm256_setzero_ps(); }
-  DI_INLINE bool same_scale(int64_t, int64_t) const { return true; }
-  DI_INLINE bool row_nan(const Row&) const { return false; }
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256, __m256* w, __m256i&) const {
     if (nv == CH) {
       w[0] = _mm256_loadu_ps(r.p + k);
@@ -133,9 +143,8 @@ struct F32Dec {
   }
 };
 
-struct Bf16Dec {
+struct Bf16Dec : Unscaled {
   static constexpr int CH = 16, NF = 2;
-  static constexpr bool kSharedScale = true;
   struct Row {
     const uint8_t* p;
   };
@@ -144,10 +153,6 @@ struct Bf16Dec {
   DI_INLINE Row row(int64_t n) const { return {c->W->data + n * c->K * 2}; }
   DI_INLINE const void* bytes(int64_t n) const { return c->W->data + n * c->K * 2; }
   DI_INLINE int64_t row_bytes() const { return c->K * 2; }
-  DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }
-  DI_INLINE __m256 scale(const Row&, int64_t) const { return _mm256_setzero_ps(); }
-  DI_INLINE bool same_scale(int64_t, int64_t) const { return true; }
-  DI_INLINE bool row_nan(const Row&) const { return false; }
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256, __m256* w, __m256i&) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + 2 * k : staged(r.p + 2 * k, 2 * nv, buf);
