@@ -171,6 +171,24 @@ TEST(V41Config, MalformedRolesGiveOneClearError) {
   EXPECT_NE(e.find("dspark_markov_rank"), std::string::npos) << e;
 }
 
+// Fields of the wrong JSON type are named errors, never a JSON library exception (the config
+// fuzzer found model_type = 0 escaping as nlohmann's type_error).
+TEST(V41Config, WrongTypedMarkersAreClearErrors) {
+  const json v4 = read_json(fs::path(golden::dir("tiny-v4-a")) / "model" / "config.json");
+  json j = v4;
+  j["model_type"] = 0;
+  std::string e = config_error(j);
+  EXPECT_NE(e.find("'model_type' must be a string"), std::string::npos) << e;
+  j = v4;
+  j["quantization_config"]["scale_fmt"] = 8;
+  e = config_error(j);
+  EXPECT_NE(e.find("'scale_fmt' must be a string"), std::string::npos) << e;
+  j = read_json(kModel / "config.json");
+  j["quantization_config"]["scale_fmt"] = json::array();
+  e = config_error(j);
+  EXPECT_NE(e.find("'scale_fmt' must be a string"), std::string::npos) << e;
+}
+
 // MODEL.md 4.2 layout: tensors that are missing or have the wrong block-scale shape, and the
 // Engram token map, each named in the one error.
 TEST(V41Checkpoint, MalformedTensorsAreNamed) {

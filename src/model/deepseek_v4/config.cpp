@@ -103,7 +103,9 @@ std::string list_str(const std::vector<int64_t>& v) {
 // model_type, or a key only V4.1 has (the flat inference/config.json layout).
 bool is_v41_config(const json& j) {
   if (j.contains("text_config")) return true;
-  const std::string mt = j.value("model_type", std::string());
+  // Not a string: not V4.1's marker; the V4 reader then names the field.
+  const auto it = j.find("model_type");
+  const std::string mt = it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
   if (mt == "deepseek_v41" || mt == "deepseek_v41_text") return true;
   for (const char* k : {"kv_source_layer_ids", "kv_source_layers", "index_source_layer_ids", "index_source_layers",
                         "engram_layer_ids"})
@@ -191,7 +193,8 @@ void parse_quantization(const Reader& root, Config& c) {
         root.fail("quantization_config.weight_block_size", "must be [B, B] with B > 0");
       c.weight_block = (*it)[0].get<int64_t>();
     }
-    std::string fmt = q->value("scale_fmt", std::string("ue8m0"));
+    const Reader qr{*q, root.src + ": quantization_config"};
+    const std::string fmt = qr.string_or({"scale_fmt"}, "ue8m0");
     if (fmt != "ue8m0") root.fail("quantization_config.scale_fmt", "must be \"ue8m0\", got \"" + fmt + "\"");
   }
 }
