@@ -34,6 +34,10 @@ struct EngineOptions {
   int64_t max_model_len = 0;          // 0 = the checkpoint's max_position_embeddings, capped by KV memory
   int64_t max_batch_tokens = 512;     // token budget of one step (prefill chunks + decode tokens)
   int64_t max_running = 32;           // sequences in one step at most
+  // Long prompts (at least long_prefill_token_threshold tokens left to prefill) are
+  // prefilled this many at a time, so the first answers before the second starts (0 = no limit).
+  int64_t max_long_partial_prefills = 1;
+  int64_t long_prefill_token_threshold = 64;
   int64_t prefix_cache_entries = 64;  // prefix-cache snapshots kept (finished sequences and checkpoints; 0 = off)
   // A checkpoint of the sequence state at every this many prompt tokens (0: only at the
   // requests' cache_points); a multiple of kv_block_tokens. Each costs kv_fixed_blocks_per_seq.

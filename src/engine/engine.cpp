@@ -385,6 +385,8 @@ EngineSetup prepare_engine(const EngineOptions& o) {
   copt.image_token_id = int32_t(cfg.image_token_id);
   copt.scheduler.max_batch_tokens = o.max_batch_tokens;
   copt.scheduler.max_running = o.max_running;
+  copt.scheduler.max_long_partial_prefills = o.max_long_partial_prefills;
+  copt.scheduler.long_prefill_token_threshold = o.long_prefill_token_threshold;
   copt.scheduler.prefix_cache_entries = o.prefix_cache_entries;
   copt.scheduler.prefix_cache_granularity = o.prefix_cache_granularity;
   if (!o.kv_cache_dir.empty() && o.prefix_cache_entries > 0) {

@@ -21,6 +21,8 @@ namespace {
 // Checked before any member is built, so a bad option throws without unwinding the KV tables.
 const SchedulerOptions& checked(const SchedulerOptions& o) {
   if (o.max_running < 1) throw std::invalid_argument("max_running must be >= 1");
+  if (o.max_long_partial_prefills < 0) throw std::invalid_argument("max_long_partial_prefills must be >= 0");
+  if (o.long_prefill_token_threshold < 1) throw std::invalid_argument("long_prefill_token_threshold must be >= 1");
   if (o.max_batch_tokens <= o.max_running)
     throw std::invalid_argument("max_batch_tokens (" + std::to_string(o.max_batch_tokens) +
                                 ") must exceed max_running (" + std::to_string(o.max_running) +
@@ -93,8 +95,14 @@ int64_t Scheduler::cached_blocks() const {
   return fixed + int64_t(pages.size());
 }
 
-// Decode tokens first (one per decoder), then what is left to running prefills, oldest first.
-std::vector<int64_t> Scheduler::plan_running() const {
+bool Scheduler::is_long_prefill(int64_t tokens_left) const {
+  return opt_.max_long_partial_prefills > 0 && tokens_left >= opt_.long_prefill_token_threshold;
+}
+
+// Decode tokens first (one per decoder), then what is left to running prefills, oldest first
+// (long ones up to their limit). *long_prefills: how many long prefills got tokens.
+std::vector<int64_t> Scheduler::plan_running(int64_t* long_prefills) const {
+  *long_prefills = 0;
   std::vector<int64_t> plan(running_.size(), 0);
   int64_t budget = opt_.max_batch_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i)
@@ -113,6 +121,10 @@ std::vector<int64_t> Scheduler::plan_running() const {
     }
   for (size_t i = 0; i < running_.size() && budget > 0; ++i)
     if (running_[i]->remaining() > 1) {
+      if (is_long_prefill(running_[i]->remaining())) {
+        if (*long_prefills >= opt_.max_long_partial_prefills) continue;
+        ++*long_prefills;
+      }
       plan[i] = cap_at_checkpoint(running_[i], running_[i]->num_computed, std::min(running_[i]->remaining(), budget));
       budget -= plan[i];
     }
@@ -250,8 +262,9 @@ void Scheduler::restore_snapshot(Request* r, const kv::PrefixCache::Hit& hit, bo
 }
 
 // Admits the head of the queue if its first chunk fits (free blocks plus what evicting
-// snapshots other than its hit frees); never preempts running requests for a newcomer.
-bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
+// snapshots other than its hit frees) and, when what it has left to prefill after its prefix
+// hit is long, if long_ok; never preempts running requests for a newcomer.
+bool Scheduler::admit(Request* r, int64_t budget_left, bool long_ok, int64_t* n_scheduled) {
   std::optional<kv::PrefixCache::Hit> hit;
   // A prompt_logprobs request needs every prompt row computed, so it starts from scratch.
   if (cache_.max_entries() > 0 && r->num_computed == 0 && r->params.prompt_logprobs < 0) {
@@ -262,6 +275,7 @@ bool Scheduler::admit(Request* r, int64_t budget_left, int64_t* n_scheduled) {
   std::optional<uint64_t> keep;
   if (hit) keep = hit->snapshot_id;
   const int64_t start = hit ? hit->n_tokens : 0;
+  if (!long_ok && is_long_prefill(r->num_tokens() - start)) return false;
   plan_checkpoints(r, start);
   const int64_t n = cap_at_checkpoint(r, start, std::min(r->num_tokens() - start, budget_left));
   const int64_t want = kv_.spec().blocks_for(start + n);
@@ -298,7 +312,8 @@ std::vector<ScheduledRequest> Scheduler::schedule() {
       due.erase(due.begin());
     }
   }
-  const std::vector<int64_t> plan = plan_running();
+  int64_t long_prefills = 0;
+  const std::vector<int64_t> plan = plan_running(&long_prefills);
   bool preempted = false;
   int64_t used = 0;
   // Oldest first; preemption only ever removes from the back, behind the cursor.
@@ -318,7 +333,9 @@ std::vector<ScheduledRequest> Scheduler::schedule() {
   while (!waiting_.empty() && used < opt_.max_batch_tokens && int64_t(running_.size()) < opt_.max_running) {
     Request* r = waiting_.front();
     int64_t n = 0;
-    if (!admit(r, opt_.max_batch_tokens - used, &n)) break;
+    const bool long_ok = long_prefills < opt_.max_long_partial_prefills;
+    if (!admit(r, opt_.max_batch_tokens - used, long_ok, &n)) break;
+    if (is_long_prefill(r->remaining())) ++long_prefills;
     out.push_back({r, n});
     used += n;
   }

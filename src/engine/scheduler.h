@@ -6,6 +6,8 @@
 //      remaining budget goes to running prefills oldest first (chunked prefill);
 //   2. then waiting requests, strictly FCFS (the head is never overtaken, so a long prompt
 //      cannot be starved by short ones), if no preemption happened this step.
+// Long prompts (options below) are prefilled max_long_partial_prefills at a time: a second
+// one waits for the step after the first one's last chunk.
 // KV blocks are reserved before a chunk is scheduled. When the pool is short: evict
 // prefix-cache snapshots (LRU), then preempt the newest running request (its state is
 // dropped; it goes back to the head of the queue and later recomputes prompt + output).
@@ -51,6 +53,13 @@ struct SchedulerOptions {
   // a request's cache_points); 0 = only at cache_points and finished sequences. A multiple of
   // the KV block: an aligned checkpoint then shares every page and costs only its fixed blocks.
   int64_t prefix_cache_granularity = 512;
+  // Long prompts are prefilled one at a time (vLLM's max_long_partial_prefills): on a CPU a
+  // step's time grows with its tokens, so two long prompts prefilled side by side both wait
+  // for both, while one after the other the first answers in about half the time and the
+  // second hardly later. A prompt is long while it has at least long_prefill_token_threshold
+  // tokens left to prefill; shorter ones join any step. 0 = no limit.
+  int64_t max_long_partial_prefills = 1;
+  int64_t long_prefill_token_threshold = 64;
 };
 
 struct ScheduledRequest {
@@ -109,9 +118,10 @@ class Scheduler {
   static constexpr uint64_t kSnapshotBit = uint64_t(1) << 63;
 
  private:
-  std::vector<int64_t> plan_running() const;
+  bool is_long_prefill(int64_t tokens_left) const;
+  std::vector<int64_t> plan_running(int64_t* long_prefills) const;
   bool reserve_running(Request* r, int64_t n_tokens, bool* preempted_self);
-  bool admit(Request* r, int64_t budget_left, int64_t* n_scheduled);
+  bool admit(Request* r, int64_t budget_left, bool long_ok, int64_t* n_scheduled);
   void preempt(Request* victim);
   bool evict_one_snapshot(std::optional<uint64_t> keep = std::nullopt);
   void drop_snapshot(uint64_t snap);

@@ -60,6 +60,82 @@ TEST(Scheduler, DecodesFirstThenChunkedPrefillShareTheBudget) {
   EXPECT_EQ(h.sinks[a]->reason(), FinishReason::kLength);
 }
 
+// Two long prompts that arrive together are prefilled one after the other (the first answers
+// a step earlier); short prompts still join the step; 0 lifts the limit.
+TEST(Scheduler, LongPromptsArePrefilledOneAtATime) {
+  auto options = [](int64_t max_long) {
+    SchedulerOptions o = opts(512, 8);
+    o.max_long_partial_prefills = max_long;
+    o.long_prefill_token_threshold = 64;
+    return o;
+  };
+  {
+    Harness h(10000, options(1));
+    const uint64_t a = h.submit(ramp(200), greedy(4));
+    const uint64_t b = h.submit(ramp(150), greedy(4));
+    const uint64_t c = h.submit(ramp(20), greedy(4));  // short, but behind b: FCFS
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, a), 200);
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), 0);
+    EXPECT_EQ(scheduled_tokens(*h.runner, c), 0);
+    EXPECT_EQ(h.sinks[a]->tokens().size(), 1u);  // a's first token after one step
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, a), 1);
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), 150);
+    EXPECT_EQ(scheduled_tokens(*h.runner, c), 20);  // a short prompt joins the long one
+    h.run();
+    for (uint64_t id : {a, b, c}) EXPECT_EQ(h.sinks[id]->tokens().size(), 4u);
+  }
+  {
+    // A long prompt chunked over steps keeps the next long one out until its last chunk.
+    SchedulerOptions o = options(1);
+    o.max_batch_tokens = 128;
+    Harness h(10000, o);
+    const uint64_t a = h.submit(ramp(200), greedy(2));
+    const uint64_t b = h.submit(ramp(100), greedy(2));
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, a), 128);
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), 0);
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, a), 72);  // a's last 72 tokens: still long
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), 0);
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, a), 1);
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), 100);
+    h.run();
+  }
+  {
+    Harness h(10000, options(0));
+    const uint64_t a = h.submit(ramp(200), greedy(4));
+    const uint64_t b = h.submit(ramp(150), greedy(4));
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, a), 200);
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), 150);
+    h.run();
+  }
+  {
+    // What counts is what is left after a prefix hit: the next turn of a cached conversation
+    // (200 tokens, 197 of them cached) joins a long prompt's step.
+    SchedulerOptions o = options(1);
+    o.prefix_cache_entries = 4;
+    Harness h(10000, o);
+    const uint64_t a = h.submit(ramp(190), greedy(8));
+    h.run();
+    std::vector<int32_t> turn2 = ramp(190);
+    for (int32_t t : h.sinks[a]->tokens()) turn2.push_back(t);
+    turn2.push_back(5);
+    turn2.push_back(9);
+    const uint64_t l = h.submit(ramp(300, 3), greedy(2));
+    const uint64_t b = h.submit(turn2, greedy(2));
+    h.core->step();
+    EXPECT_EQ(scheduled_tokens(*h.runner, l), 300);
+    EXPECT_EQ(scheduled_tokens(*h.runner, b), int64_t(turn2.size()) - 197);
+    h.run();
+  }
+  SchedulerOptions bad = options(-1);
+  EXPECT_THROW(Scheduler(bad, small_spec(), 100), std::invalid_argument);
+}
+
 TEST(Scheduler, ChunkingDoesNotChangeTheOutput) {
   std::vector<int32_t> want;
   for (int64_t budget : {8, 33, 1000}) {
@@ -351,8 +427,11 @@ TEST(Scheduler, PropertyRandomWorkloads) {
     const int64_t n_blocks = s.blocks_for(max_len) + int64_t(rng() % 60) * 16 / T;
     // Checkpoints every few blocks, or only at the requests' cache points.
     const int64_t granularity = T * int64_t(rng() % 4);
-    Harness h(n_blocks, opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 8), granularity), max_len,
-              1, T);
+    SchedulerOptions so = opts(24 + int64_t(rng() % 100), 1 + int64_t(rng() % 8), int64_t(rng() % 8), granularity);
+    // Long prefills one or two at a time, or unlimited (from the seed: the draws stay as they were).
+    so.max_long_partial_prefills = int64_t(seed % 3);
+    so.long_prefill_token_threshold = 8 + 16 * int64_t(seed % 4);
+    Harness h(n_blocks, so, max_len, 1, T);
     std::vector<uint64_t> live;
     std::map<uint64_t, std::vector<int32_t>> prompts;
     std::vector<std::vector<int32_t>> finished_tokens;  // prompt + output of finished requests

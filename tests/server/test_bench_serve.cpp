@@ -61,10 +61,10 @@ struct FakeServer {
   }
 };
 
-json bench(int port, int n, int out_len) {
+json bench(int port, int n, int out_len, const std::string& extra = "") {
   const std::string cmd = std::string(DI_CLI_PATH) + " bench-serve --url http://127.0.0.1:" + std::to_string(port) +
                           " --concurrency 2 --num-prompts " + std::to_string(n) + " --input-len 8 --output-len " +
-                          std::to_string(out_len) + " --json 2>&1";
+                          std::to_string(out_len) + " --json " + extra + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -96,4 +96,20 @@ TEST(BenchServe, UsageWinsOverChunkCounts) {
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["successful_requests"], 4) << r.dump();
   EXPECT_EQ(r["total_output_tokens"], 4 * 12);
+}
+
+TEST(BenchServe, DetailedListsEveryRequestsTimeline) {
+  FakeServer fake(true, 3);
+  const json r = bench(fake.port, 5, 12, "--detailed");
+  ASSERT_TRUE(r.is_object());
+  ASSERT_TRUE(r.contains("requests")) << r.dump();
+  ASSERT_EQ(r["requests"].size(), 5u);
+  for (const json& q : r["requests"]) {
+    EXPECT_TRUE(q["ok"].get<bool>()) << q.dump();
+    EXPECT_EQ(q["output_tokens"], 12);
+    EXPECT_GE(q["start_s"].get<double>(), 0.0);
+    EXPECT_GT(q["ttft_ms"].get<double>(), 0.0);
+    EXPECT_GE(q["e2el_ms"].get<double>(), q["ttft_ms"].get<double>());
+  }
+  EXPECT_FALSE(bench(fake.port, 2, 12).contains("requests"));  // only when asked
 }

@@ -1,5 +1,5 @@
 // deepinfer bench-serve --url http://127.0.0.1:8000 [--concurrency 8] [--num-prompts 64]
-//                       [--input-len 128] [--output-len 64] [--seed 0] [--api-key K] [--json]
+//                       [--input-len 128] [--output-len 64] [--seed 0] [--api-key K] [--json] [--detailed]
 //                       [--workload random|agent] [--turns 10] [--tool-result-len 200]
 // Online serving benchmark in the manner of `vllm bench serve` with the random dataset:
 // random token-id prompts sent to /v1/completions with streaming, ignore_eos and greedy
@@ -38,6 +38,7 @@ using Clock = std::chrono::steady_clock;
 struct Outcome {
   bool ok = false;
   std::string error;
+  double start = 0;  // seconds after the benchmark began
   double ttft = 0, latency = 0;
   int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
   std::vector<double> itl;
@@ -345,7 +346,7 @@ int run_agent(const Load& l, const json& model, long turns, long tool_len, uint6
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key",
              "--vocab-size", "--workload", "--turns", "--tool-result-len"},
-            {"--json"});
+            {"--json", "--detailed"});
   Load l;
   l.url = args.get_or("--url", "http://127.0.0.1:8000");
   l.concurrency = args.get_int("--concurrency", 8);
@@ -373,10 +374,22 @@ int run(const std::vector<std::string>& argv) {
   std::vector<std::thread> workers;
   for (long w = 0; w < std::min(l.concurrency, l.n); ++w)
     workers.emplace_back([&] {
-      for (long i; (i = next.fetch_add(1)) < l.n;) outcomes[size_t(i)] = run_one(l.url, l.headers, bodies[size_t(i)]);
+      for (long i; (i = next.fetch_add(1)) < l.n;) {
+        const double start = secs(Clock::now() - t0);
+        outcomes[size_t(i)] = run_one(l.url, l.headers, bodies[size_t(i)]);
+        outcomes[size_t(i)].start = start;
+      }
     });
   for (auto& t : workers) t.join();
-  const json r = report(l, outcomes, secs(Clock::now() - t0));
+  json r = report(l, outcomes, secs(Clock::now() - t0));
+  // Each request's timeline, in the order sent (where scheduling shows: who waited for whom).
+  if (args.has("--detailed")) {
+    json reqs = json::array();
+    for (const Outcome& o : outcomes)
+      reqs.push_back({{"ok", o.ok}, {"start_s", o.start}, {"ttft_ms", o.ttft * 1e3}, {"e2el_ms", o.latency * 1e3},
+                      {"output_tokens", o.output_tokens}});
+    r["requests"] = reqs;
+  }
   if (args.has("--json")) std::printf("%s\n", r.dump(2).c_str());
   else print_table(r);
   return r["failed_requests"].get<int64_t>() == 0 ? 0 : 1;
@@ -390,6 +403,7 @@ CommandRegistration reg("bench-serve", "online serving benchmark against a runni
                         "  --input-len N                prompt tokens per request (default 128)\n"
                         "  --output-len N               generated tokens per request (default 64)\n"
                         "  --seed N                     seed of the random prompts (default 0)\n"
+                        "  --detailed                   also each request's start, TTFT and latency (JSON)\n"
                         "  --api-key KEY                sent as a Bearer token\n"
                         "  --vocab-size N               prompt ids are drawn below N (default: the server's\n"
                         "                               vocab_size from /v1/models, else 32000)\n"

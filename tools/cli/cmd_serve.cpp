@@ -69,6 +69,9 @@ EngineOptions engine_options(const Args& args) {
   if (args.get("--max-model-len")) o.max_model_len = positive(args, "--max-model-len", 1);
   o.max_batch_tokens = positive(args, "--max-batch-tokens", 512);
   o.max_running = positive(args, "--max-num-seqs", 32);
+  o.max_long_partial_prefills = args.get_int("--max-long-partial-prefills", 1);
+  if (o.max_long_partial_prefills < 0) throw ArgError("--max-long-partial-prefills must be >= 0");
+  o.long_prefill_token_threshold = positive(args, "--long-prefill-token-threshold", 64);
   o.prefix_cache_entries = args.get_int("--prefix-cache-entries", 64);
   o.prefix_cache_granularity = args.get_int("--prefix-cache-granularity", 512);
   if (o.prefix_cache_granularity < 0 || o.prefix_cache_granularity % o.kv_block_tokens != 0)
@@ -89,6 +92,7 @@ EngineOptions engine_options(const Args& args) {
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
+                   "--max-long-partial-prefills", "--long-prefill-token-threshold",
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--header-timeout", "--speculative", "--num-draft-tokens"},
@@ -202,6 +206,10 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --max-model-len N            context length (default: the checkpoint's, capped by KV)\n"
                         "  --max-batch-tokens N         token budget of one engine step (default 512)\n"
                         "  --max-num-seqs N             sequences in one step at most (default 32)\n"
+                        "  --max-long-partial-prefills N  long prompts prefilled at a time; the next waits for\n"
+                        "                               the first's last chunk (default 1; 0 = no limit)\n"
+                        "  --long-prefill-token-threshold N  a prompt is long with N or more tokens left to\n"
+                        "                               prefill (default 64)\n"
                         "  --prefix-cache-entries N     prefix-cache snapshots kept (finished sequences and prompt\n"
                         "                               checkpoints), 0 = off (default 64)\n"
                         "  --prefix-cache-granularity N a checkpoint every N prompt tokens (a multiple of\n"
