@@ -29,6 +29,14 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
+// The next turn of a conversation: the last prompt, its output, and two new tokens.
+std::vector<int32_t> next_turn(std::vector<int32_t> prompt, const std::vector<int32_t>& output) {
+  prompt.insert(prompt.end(), output.begin(), output.end());
+  prompt.push_back(5);
+  prompt.push_back(9);
+  return prompt;
+}
+
 int64_t scheduled_tokens(const FakeRunner& r, uint64_t id) {
   for (const auto& [s, n] : r.last_step)
     if (s == id) return n;
@@ -121,10 +129,7 @@ TEST(Scheduler, LongPromptsArePrefilledOneAtATime) {
     Harness h(10000, o);
     const uint64_t a = h.submit(ramp(190), greedy(8));
     h.run();
-    std::vector<int32_t> turn2 = ramp(190);
-    for (int32_t t : h.sinks[a]->tokens()) turn2.push_back(t);
-    turn2.push_back(5);
-    turn2.push_back(9);
+    const std::vector<int32_t> turn2 = next_turn(ramp(190), h.sinks[a]->tokens());
     const uint64_t l = h.submit(ramp(300, 3), greedy(2));
     const uint64_t b = h.submit(turn2, greedy(2));
     h.core->step();
@@ -181,10 +186,7 @@ TEST(Scheduler, PrefixCacheServesAnExtendingPrompt) {
   Harness h(10000, opts(64, 4, 4));
   const uint64_t a = h.submit(ramp(40), greedy(8));
   h.run();
-  std::vector<int32_t> turn2 = ramp(40);
-  for (int32_t t : h.sinks[a]->tokens()) turn2.push_back(t);
-  turn2.push_back(5);
-  turn2.push_back(9);
+  const std::vector<int32_t> turn2 = next_turn(ramp(40), h.sinks[a]->tokens());
   const uint64_t b = h.submit(turn2, greedy(6));
   h.core->step();
   // 40 prompt + 7 fed outputs came from the snapshot; only the rest is computed.
