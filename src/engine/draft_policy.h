@@ -7,6 +7,9 @@
 // stops drafting and probes again with one draft after a cool-down that doubles with every
 // probe that still says no (so a useless drafter costs a vanishing fraction of the steps).
 // Deterministic: the same acceptance history gives the same draft lengths.
+// A request starts from a prior acceptance: the engine's recent acceptance over all requests
+// once it has seen enough drafts (AcceptanceHistory), so under a useless drafter a new request
+// does not pay to learn it again.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -18,11 +21,18 @@ class DraftPolicy {
   // max_k: the most drafts per step (0: never draft); fixed_k > 0: always draft that many
   // (no adaptation). draft_cost, verify_cost: per draft token, step_cost: per step that
   // drafts, in plain decode steps.
-  DraftPolicy(int64_t max_k, int64_t fixed_k, double draft_cost, double verify_cost, double step_cost = 0.0)
+  // prior: the acceptance assumed before any draft of this request was verified.
+  DraftPolicy(int64_t max_k, int64_t fixed_k, double draft_cost, double verify_cost, double step_cost = 0.0,
+              double prior = kDefaultPrior)
       : max_k_(std::max<int64_t>(0, max_k)),
         fixed_k_(std::min(fixed_k, max_k_)),
         per_token_(std::max(0.0, draft_cost) + std::max(0.0, verify_cost)),
-        per_step_(std::max(0.0, step_cost)) {}
+        per_step_(std::max(0.0, step_cost)),
+        prior_successes_(std::clamp(prior, 0.0, 1.0) * kPriorTrials) {}
+
+  // Before a request has a history of its own: an optimistic guess (drafters are trained to
+  // be right most of the time), which a few rejections correct.
+  static constexpr double kDefaultPrior = 0.6;
 
   // Draft length for the next step.
   int64_t next() {
@@ -50,7 +60,7 @@ class DraftPolicy {
     trials_ = kDecay * trials_ + trials;
   }
 
-  double acceptance() const { return (successes_ + kPriorSuccesses) / (trials_ + kPriorTrials); }
+  double acceptance() const { return (successes_ + prior_successes_) / (trials_ + kPriorTrials); }
 
   // Expected tokens per unit of cost with k drafts.
   double value(int64_t k) const {
@@ -68,12 +78,29 @@ class DraftPolicy {
     return best;
   }
 
-  static constexpr double kDecay = 0.9, kPriorSuccesses = 1.2, kPriorTrials = 2.0;
+  static constexpr double kDecay = 0.9, kPriorTrials = 2.0;
   static constexpr int64_t kFirstBackoff = 16, kMaxBackoff = 256;
   int64_t max_k_, fixed_k_;
   double per_token_, per_step_;
+  double prior_successes_;
   double successes_ = 0.0, trials_ = 0.0;
   int64_t cooldown_ = 0, backoff_ = kFirstBackoff;
+};
+
+// The engine's acceptance over its recent drafts (all requests; decayed counts, so it follows
+// a change of workload), the prior of new requests once it rests on enough drafts.
+class AcceptanceHistory {
+ public:
+  void observe(int64_t drafted, int64_t accepted) {
+    if (drafted <= 0) return;
+    successes_ = kDecay * successes_ + double(accepted);
+    trials_ = kDecay * trials_ + double(accepted) + (accepted < drafted ? 1.0 : 0.0);
+  }
+  double prior() const { return trials_ >= kMinTrials ? successes_ / trials_ : DraftPolicy::kDefaultPrior; }
+
+ private:
+  static constexpr double kDecay = 0.98, kMinTrials = 8.0;
+  double successes_ = 0.0, trials_ = 0.0;
 };
 
 }  // namespace deepinfer::engine

@@ -112,7 +112,8 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
   r->t_arrival = arrival;
   if (opt_.num_draft_tokens > 0 && !r->params.constraint)  // a constrained request samples token by token
     r->draft_policy = std::make_unique<DraftPolicy>(opt_.num_draft_tokens, opt_.adaptive_drafts ? 0 : opt_.num_draft_tokens,
-                                                    opt_.draft_cost, opt_.verify_cost, opt_.draft_step_cost);
+                                                    opt_.draft_cost, opt_.verify_cost, opt_.draft_step_cost,
+                                                    acceptance_history_.prior());
   scheduler_.add(r.get());
   requests_[id] = std::move(r);
   return {};
@@ -391,6 +392,7 @@ bool EngineCore::accept_drafts(Request& r, const ScheduledChunk& c, const float*
   r.drafted += K;
   r.accepted += accepted;
   r.draft_policy->observe(K, accepted);
+  acceptance_history_.observe(K, accepted);
   ++stats_.spec_verify_steps;
   stats_.spec_draft_tokens += uint64_t(K);
   stats_.spec_accepted_tokens += uint64_t(accepted);

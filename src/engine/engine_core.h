@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "deepinfer/engine.h"
+#include "engine/draft_policy.h"
 #include "engine/request_state.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -86,6 +87,7 @@ class EngineCore {
   std::vector<uint64_t> step_ids_;  // the requests of the current step
   std::vector<int32_t> scratch_;
   EngineStats stats_;
+  AcceptanceHistory acceptance_history_;  // the prior of new requests' draft policies
 };
 
 }  // namespace deepinfer::engine

@@ -84,7 +84,7 @@ struct SpecCore {
 
   // set: tiny-v4-c drafts with its MTP module, tiny-v41-a with its DSpark stages.
   SpecCore(int64_t drafts, int64_t budget = 512, int64_t n_blocks = 4000, int64_t cache = 0, const char* numerics = "reference",
-           const char* kernels = "cpu", const char* set = "tiny-v4-c") {
+           const char* kernels = "cpu", const char* set = "tiny-v4-c", bool adaptive = false) {
     auto mr = std::make_unique<ModelRunner>(v4::Model::load(model_dir(set)), 1, numerics, kernels);
     if (drafts > 0) mr->enable_drafting(mr->model().config().v41() ? "dspark" : "mtp");
     const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(mr->model().config()), 64);
@@ -97,7 +97,7 @@ struct SpecCore {
     o.scheduler.max_running = 8;
     o.scheduler.prefix_cache_entries = cache;
     o.num_draft_tokens = drafts;
-    o.adaptive_drafts = false;
+    o.adaptive_drafts = adaptive;
     core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(owned));
     core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
   }
@@ -130,7 +130,7 @@ struct Plain {
   std::vector<std::vector<std::vector<float>>> rows;
 };
 Plain plain_run(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const char* numerics = "reference",
-                const char* kernels = "cpu", const char* set = "tiny-v4-c") {
+                const char* kernels = "cpu", const char* set = "tiny-v4-c", bool adaptive = false) {
   SpecCore c(0, 512, 4000, 0, numerics, kernels, set);
   std::vector<uint64_t> ids;
   for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
@@ -339,6 +339,33 @@ TEST(DraftPolicy, FollowsAcceptance) {
   simulate(0.7, 0.05, 2000, &ds, &d);
   EXPECT_GT(ds, 1900);
   EXPECT_LT(d, 5 * 2000);
+}
+
+// Under a drafter that is always wrong, the first request learns it by drafting; the next
+// ones start from the engine's history and draft only on their probes.
+TEST(Speculative, LaterRequestsStartFromTheEnginesAcceptance) {
+  SpecCore c(3, 512, 4000, 0, "reference", "cpu", "tiny-v4-c", /*adaptive=*/true);
+  std::vector<std::vector<int32_t>> prompts, outputs;
+  for (int32_t salt = 0; salt < 3; ++salt) {
+    prompts.push_back(prompt(12 + 3 * salt, salt));  // the oracle is keyed by prompt length
+    SpecCore plain(0);
+    const uint64_t id = plain.submit(prompts.back(), greedy(40));
+    plain.run();
+    outputs.push_back(plain.sinks[id]->tokens());
+  }
+  c.runner->set_oracle(prompts, outputs);
+  c.runner->wrong_every = 1;  // every draft wrong
+  std::vector<uint64_t> drafted;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const uint64_t before = c.core->stats().spec_draft_tokens;
+    const uint64_t id = c.submit(prompts[i], greedy(40));
+    c.run();
+    EXPECT_EQ(c.sinks[id]->tokens(), outputs[i]);
+    drafted.push_back(c.core->stats().spec_draft_tokens - before);
+  }
+  EXPECT_GE(drafted[0], 8u);  // the default prior: drafts until the rejections say otherwise
+  EXPECT_LE(drafted[1], 2u);  // only the probes (one draft each, every 16+ steps)
+  EXPECT_LE(drafted[2], 2u);
 }
 
 // Rejection against a one-point draft: over many seeded draws the tokens follow the processed
