@@ -26,8 +26,6 @@ using namespace deepinfer::testing;
 
 namespace {
 
-std::string model_dir() { return std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model"; }
-
 class ServerTest : public TinyServerSuite<ServerTest> {};
 
 std::vector<int> ids(int n, int salt) {
