@@ -165,21 +165,12 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& p, const
     const float inv_t = 1.0f / p.temperature;
     for (float& v : x_) v *= inv_t;
     apply_filters(p);
-    if (draft >= 0 && draft < vocab_) {
-      // A draft proposed with certainty is accepted with its probability here; otherwise the
-      // token comes from this distribution without it. Together: exactly this distribution.
-      const float xd = x_[size_t(draft)];
-      const double pd = xd == kNegInf ? 0.0 : std::exp(double(xd) - log_normalizer());
-      if (rng_uniform(rng) < pd) {
-        r.token = draft;
-      } else {
-        x_[size_t(draft)] = kNegInf;
-        r.token = draw(rng);
-        x_[size_t(draft)] = xd;  // logprobs are the full distribution's
-      }
-    } else {
-      r.token = draw(rng);
-    }
+    // A draft is proposed with certainty, so rejection sampling against it accepts it with its
+    // probability here and otherwise draws from the rest of the distribution: in law the same
+    // as one draw from this distribution, accepted when it is the draft. That draw is the one
+    // plain decoding makes, so a seeded request samples the same tokens whatever was drafted
+    // (draft lengths follow the engine's history of other requests).
+    r.token = draw(rng);
   }
   if (accepted) *accepted = draft >= 0 && r.token == draft;
   if (p.logprobs >= 0) {

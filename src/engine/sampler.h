@@ -45,11 +45,9 @@ class Sampler {
 
   // Samples one token from `logits` [vocab]. Logprobs are filled when params.logprobs >= 0.
   // Speculative decoding: `draft` (>= 0) is a token a drafter proposed with certainty (a greedy
-  // draft); *accepted says whether the token is it. Greedy: accepted iff it is the argmax.
-  // Otherwise it is accepted with its probability under the processed distribution, and on
-  // rejection the token is drawn from that distribution without it: either way the token
-  // follows the processed distribution exactly (standard rejection sampling against a
-  // one-point draft distribution).
+  // draft); *accepted says whether the token is it. The token is the one sampling without a
+  // draft gives (same draw): it follows the processed distribution exactly and is the draft
+  // with the draft's probability, as rejection sampling against a one-point draft distribution.
   SampleResult sample(const float* logits, const SamplingParams& params, const PenaltyState& history, Rng& rng,
                       int32_t draft = -1, bool* accepted = nullptr);
 
