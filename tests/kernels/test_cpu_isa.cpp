@@ -5,6 +5,7 @@
 // against single calls.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -315,6 +316,51 @@ TEST(CpuIsa, ExtremeScalesAndZeros) {
       std::fill(z.data.begin(), z.data.end(), uint8_t(0x80));  // -0
       check_linear(*be, isa, 2, z, M, XKind::F32, rng);
       check_act_quant(*be, isa, 2, z, M, 128, rng);
+    }
+  }
+}
+
+// Every FP4 code under every scale byte decodes to the referee's weight bit for bit: row b of
+// the weight has scale byte b (subnormal products at 0-3, inf at 252-254, NaN at 255) and
+// column j code j % 16; a one-hot activation row reads one column, so each output is one
+// weight (or NaN where the row holds an inf, as in the referee). Decode and prefill paths.
+TEST(CpuIsa, Fp4EveryScaleByteAndCodeExact) {
+  const int64_t N = 256, K = 64;
+  Weight o;
+  o.w.format = WeightFormat::FP4_BLOCK;
+  o.w.rows = N;
+  o.w.cols = K;
+  o.w.scale_cols = K / 32;
+  o.data.resize(N * K / 2);
+  o.scale.resize(N * K / 32);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < K / 2; ++j) o.data[n * K / 2 + j] = uint8_t((2 * j) % 16 | ((2 * j + 1) % 16) << 4);
+    for (int64_t b = 0; b < K / 32; ++b) o.scale[n * K / 32 + b] = uint8_t(n);
+  }
+  o.w.data = o.data.data();
+  o.w.scale = o.scale.data();
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    // Decode: one call per column; prefill: 16 rows reading 16 columns of distinct codes.
+    for (int64_t call = 0; call < K + 1; ++call) {
+      const int64_t M = call < K ? 1 : 16;
+      std::vector<float> x(M * K, 0.0f);
+      for (int64_t m = 0; m < M; ++m) x[m * K + (M == 1 ? call : (m * 5 + 3) % K)] = 1.0f;
+      std::vector<float> want(M * N), got(M * N);
+      linear_f32_ref(x.data(), M, o.w, want.data());
+      be->linear_f32(x.data(), M, o.w, got.data());
+      int64_t finite = 0;
+      for (int64_t i = 0; i < M * N; ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << isa_name(isa) << " M=" << M << " scale byte " << i % N;
+          continue;
+        }
+        ++finite;
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << isa_name(isa) << " M=" << M << " scale byte " << i % N << ": got " << got[i] << " want " << want[i];
+      }
+      EXPECT_GT(finite, M * 240) << "most rows are finite";
     }
   }
 }

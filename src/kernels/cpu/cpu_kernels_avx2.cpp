@@ -7,9 +7,10 @@
 //                  built by sign-extending to 16 bits, shifting by 7 and clearing bit 14. The
 //                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
 //                  and that row's outputs become NaN (exactly what a NaN weight gives).
-//   e2m1 nibble -> vpermps from the eight magnitudes times the block scale (one multiply per
-//                  32 weights) plus the sign bit; each 32 columns decode as four vectors of the
-//                  even / odd columns of their halves (FP4 fp32 order, fp4_f32_order).
+//   e2m1 nibble -> a code times its power-of-two block scale is a bf16 value: two byte
+//                  lookups (vpshufb, tables per scale byte) give its two bytes; each 32 columns
+//                  decode as four vectors of columns 8v + (0, 2, 4, 6, 1, 3, 5, 7) (FP4 fp32
+//                  order, fp4_f32_order).
 // All products are fp32 FMA on the exact weights (code times block scale). Decode (M <= 8)
 // fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel;
 // both run the same per-output operation sequence (see "arithmetic" below).
@@ -39,9 +40,9 @@ inline float f32_of(uint32_t b) {
   std::memcpy(&f, &b, 4);
   return f;
 }
-// Block scales as broadcastable floats: e8m0(b) (2^(b - 127); 0 is 2^-127, 255 NaN), and
-// e8m0(b) * 2^8 for the FP8 decoder's fp16 route (the driver hands this file FP8 scale bytes
-// <= 246 only, where that is exact).
+// Block scales as broadcastable floats: e8m0(b) * 2^8 (e8m0(b) = 2^(b - 127); 255 is NaN)
+// for the FP8 decoder's fp16 route (the driver hands this file FP8 scale bytes <= 246 only,
+// where that is exact).
 struct ScaleTable {
   float v[256];
 };
@@ -54,8 +55,45 @@ constexpr ScaleTable make_scale_table(int extra_exp) {
   }
   return t;
 }
-constexpr ScaleTable kE8m0 = make_scale_table(0), kE8m0x256 = make_scale_table(8);
+constexpr ScaleTable kE8m0x256 = make_scale_table(8);
 DI_INLINE __m256 scale_vec(const ScaleTable& t, uint8_t b) { return _mm256_broadcast_ss(&t.v[b]); }
+
+// FP4 weights under a scale byte b, as byte tables for _mm256_shuffle_epi8. A code times
+// e8m0(b) is exact and has at most two significant bits (a power of two times 0.5 ... 6), so
+// its fp32 bits end in 16 zero bits: it is a bf16 value, and its top two bytes, looked up by
+// the 4-bit code, rebuild it. Row b holds the low bytes of the 16 codes' bf16, then their high
+// bytes. As _mm256_mul_ps would give: 2^-128 stays a subnormal, 6 * 2^127 is inf, a NaN scale
+// (255) gives the quiet NaN with the code's sign.
+struct Fp4Tables {
+  alignas(32) uint8_t v[256][32];
+};
+constexpr uint32_t fp4_scaled_bits(int code, int b) {
+  const uint32_t sign = code & 8 ? 0x80000000u : 0u;
+  const int i = code & 7;
+  if (b == 255) return sign | 0x7fc00000u;
+  if (i == 0) return sign;
+  // Magnitude i is 0.5 for i = 1, else (1 or 1.5) * 2^(i / 2 - 1): mantissa 1 + half / 2 times
+  // 2^e, e the unbiased exponent of the product.
+  const int e = (i == 1 ? -1 : i / 2 - 1) + (b - 127);
+  const uint32_t half = (i >= 2 && (i & 1)) ? 1u : 0u;
+  if (e > 127) return sign | 0x7f800000u;
+  if (e >= -126) return sign | uint32_t(e + 127) << 23 | half << 22;
+  return sign | (2u + half) << (e - 1 + 149);  // subnormal: (2 + half) * 2^(e - 1), in units of 2^-149
+}
+constexpr Fp4Tables make_fp4_tables() {
+  Fp4Tables t{};
+  for (int b = 0; b < 256; ++b)
+    for (int code = 0; code < 16; ++code) {
+      const uint32_t bits = fp4_scaled_bits(code, b);
+      t.v[b][code] = uint8_t(bits >> 16);
+      t.v[b][16 + code] = uint8_t(bits >> 24);
+    }
+  return t;
+}
+constexpr Fp4Tables kFp4Tables = make_fp4_tables();
+static_assert(fp4_scaled_bits(1, 0) == 0x00200000u && fp4_scaled_bits(15, 127) == 0xc0c00000u &&
+                  fp4_scaled_bits(7, 254) == 0x7f800000u && fp4_scaled_bits(3, 127) == 0x3fc00000u,
+              "FP4 table: 0.5 * 2^-127, -6, 6 * 2^127 (inf), 1.5");
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
@@ -230,28 +268,29 @@ struct Fp4Dec {
   DI_INLINE int64_t row_bytes() const { return c->K / 2; }
   DI_INLINE const void* scale_bytes(int64_t n) const { return c->W->scale + n * c->W->scale_cols; }
   DI_INLINE bool same_scale(int64_t n0, int64_t n1) const { return n0 == n1; }
-  // K is a multiple of 32 here: a chunk is one whole scale block.
-  DI_INLINE __m256 scale(const Row& r, int64_t k) const { return scale_vec(kE8m0, r.s[k / 32]); }
+  // K is a multiple of 32 here: a chunk is one whole scale block, whose byte tables f32()
+  // looks up itself (no scale vector).
+  DI_INLINE __m256 scale(const Row&, int64_t) const { return _mm256_setzero_ps(); }
   DI_INLINE bool row_nan(const Row&) const { return false; }
-  // The eight e2m1 magnitudes times the scale (exact: a power of two), looked up by the low
-  // three bits of each lane; the nibble's bit 3, moved to bit 31, is the sign. Vector 0 holds
-  // the low nibbles of bytes 0-7 (columns 0, 2, ..., 14), vector 1 their high nibbles
-  // (columns 1, 3, ..., 15), vectors 2 and 3 the same of bytes 8-15 (FP4 fp32 order).
-  DI_INLINE void f32(const Row& r, int64_t k, int64_t, __m256 s, __m256* w, __m256i&) const {
-    // Entry i holds the bits of magnitude i times the scale XOR i << 28, so XOR-ing the looked
-    // up entry with the lane's nibble shifted to bits 28-31 restores them and sets the sign.
-    const __m256 tab = _mm256_xor_ps(_mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), s),
-                                     _mm256_castsi256_ps(_mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28,
-                                                                           5 << 28, 6 << 28, 7 << 28)));
-    const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.p + k / 2)));
-    const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.p + k / 2 + 8)));
-    auto one = [&](__m256i nib) __attribute__((always_inline)) {
-      return _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, nib), _mm256_castsi256_ps(_mm256_slli_epi32(nib, 28)));
-    };
-    w[0] = one(lo);
-    w[1] = one(_mm256_srli_epi32(lo, 4));
-    w[2] = one(hi);
-    w[3] = one(_mm256_srli_epi32(hi, 4));
+  // The chunk's 16 bytes, broadcast to both halves, become its 32 codes: the low nibbles in
+  // half 0, the high ones in half 1 (one variable shift, one mask). The scale's tables turn
+  // them into the low and high bytes of each weight's bf16; interleaving those bytes, then
+  // putting each 16-bit value above 16 zero bits, gives the fp32 weights. Vector v holds
+  // columns 8v + (0, 2, 4, 6, 1, 3, 5, 7) (FP4 fp32 order).
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t, __m256, __m256* w, __m256i&) const {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2)));
+    const __m256i codes =
+        _mm256_and_si256(_mm256_srlv_epi32(bytes, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
+    const uint8_t* tab = kFp4Tables.v[r.s[k / 32]];
+    const __m256i lo_tab = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tab)));
+    const __m256i hi_tab = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tab + 16)));
+    const __m256i lo = _mm256_shuffle_epi8(lo_tab, codes), hi = _mm256_shuffle_epi8(hi_tab, codes);
+    const __m256i h0 = _mm256_unpacklo_epi8(lo, hi), h1 = _mm256_unpackhi_epi8(lo, hi);  // bf16 of columns 0-15, 16-31
+    const __m256i z = _mm256_setzero_si256();
+    w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, h0));
+    w[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, h0));
+    w[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, h1));
+    w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, h1));
   }
 };
 
@@ -498,17 +537,14 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   }
 }
 
-// Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 16
-// columns become their 8 even ones, then their 8 odd ones (the vectors Fp4Dec decodes).
+// Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 8
+// columns become columns 0, 2, 4, 6, 1, 3, 5, 7 (the vectors Fp4Dec decodes).
 void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
-  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t m = m0; m < m1; ++m)
-    for (int64_t k = 0; k < xs; k += 16) {
+    for (int64_t k = 0; k < xs; k += 8) {
       float* p = xf + m * xs + k;
-      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), split);      // evens, odds of 0-7
-      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8), split);  // of 8-15
-      _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
-      _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
+      _mm256_storeu_ps(p, _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), order));
     }
 }
 
