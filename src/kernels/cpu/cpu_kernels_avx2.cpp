@@ -358,6 +358,32 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   for (; n < n1; ++n) gemv_group<D, MR, 1>(c, d, n);
 }
 
+// More activation rows than fit the registers (or whose x rows overflow L1 when re-read for
+// every weight row): each group of weight rows runs for activation rows [0, MA), then for
+// [MA, MA + MB) while its weights are still in cache. Every output's operations unchanged.
+template <class D, int MA, int MB, int NRW>
+void gemv_range_split(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+  LinearCall hi = c;
+  hi.xf = c.xf + MA * c.xs;
+  hi.y = c.y + MA * c.N;
+  int64_t n = n0;
+  for (; n + NRW <= n1; n += NRW) {
+    if (!D::kSharedScale || d.same_scale(n, n + NRW - 1)) {
+      gemv_group<D, MA, NRW>(c, d, n);
+      gemv_group<D, MB, NRW>(hi, d, n);
+    } else {
+      for (int r = 0; r < NRW; ++r) {
+        gemv_group<D, MA, 1>(c, d, n + r);
+        gemv_group<D, MB, 1>(hi, d, n + r);
+      }
+    }
+  }
+  for (; n < n1; ++n) {
+    gemv_group<D, MA, 1>(c, d, n);
+    gemv_group<D, MB, 1>(hi, d, n);
+  }
+}
+
 template <class D>
 void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   // Each accumulator is one FMA chain: at least ~6 chains in flight, and accumulators plus
@@ -367,10 +393,13 @@ void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
     case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
     case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
     case 4: return gemv_range<D, 4, 2>(c, d, n0, n1);
-    case 5: return gemv_range<D, 5, 1>(c, d, n0, n1);
-    case 6: return gemv_range<D, 6, 1>(c, d, n0, n1);
-    case 7: return gemv_range<D, 7, 1>(c, d, n0, n1);
-    default: return gemv_range<D, 8, 1>(c, d, n0, n1);
+    // Five or more x rows overflow L1 at K = 2048 (each weight row re-reads all of them):
+    // groups of 2-3 weight rows share one pass over x; 7-8 rows run as two blocks of x rows
+    // per group of weight rows (the registers hold no more accumulators).
+    case 5: return gemv_range<D, 5, 2>(c, d, n0, n1);
+    case 6: return gemv_range<D, 6, 3>(c, d, n0, n1);
+    case 7: return gemv_range_split<D, 4, 3, 2>(c, d, n0, n1);
+    default: return gemv_range_split<D, 4, 4, 2>(c, d, n0, n1);
   }
 }
 
