@@ -9,7 +9,7 @@
 //                  and that row's outputs become NaN (exactly what a NaN weight gives).
 //   e2m1 nibble -> a code times its power-of-two block scale is a bf16 value: two byte
 //                  lookups (vpshufb, tables per scale byte) give its two bytes; each 32 columns
-//                  decode as four vectors of columns 8v + (0, 2, 4, 6, 1, 3, 5, 7) (FP4 fp32
+//                  decode as four vectors of the even / odd columns of their halves (FP4 fp32
 //                  order, fp4_f32_order).
 // All products are fp32 FMA on the exact weights (code times block scale). Decode (M <= 8)
 // fuses decode and dot products; prefill decodes fp32 tiles and runs a 3 x 4 microkernel;
@@ -272,15 +272,21 @@ struct Fp4Dec {
   // looks up itself (no scale vector).
   DI_INLINE __m256 scale(const Row&, int64_t) const { return _mm256_setzero_ps(); }
   DI_INLINE bool row_nan(const Row&) const { return false; }
-  // The chunk's 16 bytes, broadcast to both halves, become its 32 codes: the low nibbles in
-  // half 0, the high ones in half 1 (one variable shift, one mask). The scale's tables turn
-  // them into the low and high bytes of each weight's bf16; interleaving those bytes, then
-  // putting each 16-bit value above 16 zero bits, gives the fp32 weights. Vector v holds
-  // columns 8v + (0, 2, 4, 6, 1, 3, 5, 7) (FP4 fp32 order).
+  // The chunk's 16 bytes become its 32 codes, one per byte, in the order that puts columns
+  // 0, 2, ..., 14 in vector 0, 1, 3, ..., 15 in vector 1, then the same of 16-31 in vectors
+  // 2 and 3 (FP4 fp32 order) once the bytes are interleaved below: one byte shuffle spreads
+  // them (half 0 takes bytes 0-3 and 8-11 twice, half 1 bytes 4-7 and 12-15), a variable
+  // shift picks the low nibble of each first copy and the high nibble of each second. The
+  // scale's tables turn the codes into the low and high bytes of each weight's bf16;
+  // interleaving those bytes, then putting each 16-bit value above 16 zero bits, gives the
+  // fp32 weights.
   DI_INLINE void f32(const Row& r, int64_t k, int64_t, __m256, __m256* w, __m256i&) const {
     const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.p + k / 2)));
+    const __m256i spread = _mm256_shuffle_epi8(
+        bytes, _mm256_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 8, 9, 10, 11, 8, 9, 10, 11, 4, 5, 6, 7, 4, 5, 6, 7, 12, 13, 14, 15,
+                                12, 13, 14, 15));
     const __m256i codes =
-        _mm256_and_si256(_mm256_srlv_epi32(bytes, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
+        _mm256_and_si256(_mm256_srlv_epi32(spread, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi8(0x0f));
     const uint8_t* tab = kFp4Tables.v[r.s[k / 32]];
     const __m256i lo_tab = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tab)));
     const __m256i hi_tab = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tab + 16)));
@@ -566,14 +572,17 @@ void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
   }
 }
 
-// Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 8
-// columns become columns 0, 2, 4, 6, 1, 3, 5, 7 (the vectors Fp4Dec decodes).
+// Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 16
+// columns become their 8 even ones, then their 8 odd ones (the vectors Fp4Dec decodes).
 void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
-  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t m = m0; m < m1; ++m)
-    for (int64_t k = 0; k < xs; k += 8) {
+    for (int64_t k = 0; k < xs; k += 16) {
       float* p = xf + m * xs + k;
-      _mm256_storeu_ps(p, _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), order));
+      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), split);      // evens, odds of 0-7
+      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8), split);  // of 8-15
+      _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
+      _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
     }
 }
 
