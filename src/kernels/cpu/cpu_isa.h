@@ -110,10 +110,11 @@ struct IsaKernels {
   // without shuffles), so the driver rearranges rows [m0, m1) of xf (stride xs, a multiple
   // of 32) with this for BF16 weights.
   void (*bf16_pair_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
-  // Null, or: the kernels multiply FP4 weights in fp32 mode in FP4 fp32 order (each
-  // kFp4Chunk columns as eight vectors, lane i of vector j = column 8i + j: one shift and one
-  // lookup per vector), so the driver rearranges rows [m0, m1) of xf (stride a multiple of
-  // kFp4Chunk) with this for FP4 weights.
+  // Null, or: the kernels multiply FP4 weights in fp32 mode in their FP4 fp32 order (AVX-512:
+  // each kFp4Chunk columns as eight vectors, lane i of vector j = column 8i + j, one shift and
+  // one lookup per vector; AVX2: each 16 columns as their even ones, then their odd ones), so
+  // the driver rearranges rows [m0, m1) of xf (stride a multiple of kFp4Chunk) with this for
+  // FP4 weights.
   void (*fp4_f32_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
   // Null, or: the tiled products of bf16 mode run as fp32 FMAs in dot-product order (a bf16
   // dot product instruction is two FMAs, the odd column's first, so the bits are the same;
