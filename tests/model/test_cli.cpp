@@ -299,6 +299,34 @@ TEST(Cli, BenchJsonAndProfile) {
     EXPECT_NE(text.find(section), std::string::npos) << section << "\n" << text;
 }
 
+// `bench --speculative --spec-rounds N --json`: each variant's ratio is the median of N runs,
+// each against its own plain run, and the runs are listed beside it; the greedy output is
+// checked against plain decoding in every run.
+TEST(Cli, BenchSpeculativeRoundsReportTheMedian) {
+  const Result r = run("bench --model " + shared_model("tiny-v4-c") +
+                       " --prefill 8 --decode 12 --threads 2 --speculative mtp --num-draft-tokens 2 --spec-rounds 3 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const size_t at = r.output.rfind("\n{");  // the JSON line comes after the logs
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(at == std::string::npos ? 0 : at + 1));
+  const nlohmann::json& s = j.at("speculative");
+  EXPECT_EQ(s.at("spec_rounds").get<int64_t>(), 3);
+  EXPECT_TRUE(s.at("greedy_output_equal").get<bool>());
+  auto check = [](const nlohmann::json& runs, double reported, const std::string& what) {
+    ASSERT_EQ(runs.size(), 3u) << what;
+    std::vector<double> v = runs.get<std::vector<double>>();
+    for (double x : v) EXPECT_GT(x, 0.0) << what;
+    std::sort(v.begin(), v.end());
+    EXPECT_DOUBLE_EQ(reported, v[1]) << what;
+  };
+  check(s.at("speedup_runs"), s.at("speedup").get<double>(), "model drafts");
+  check(s.at("zero_acceptance_speedup_runs"), s.at("zero_acceptance_speedup").get<double>(), "every draft rejected");
+  for (const char* k : {"1", "2"})
+    check(s.at("full_acceptance_speedup_runs").at(k), s.at("full_acceptance_speedup").at(k).get<double>(),
+          std::string("every draft accepted, K=") + k);
+  EXPECT_FALSE(s.at("full_acceptance_speedup").contains("3"));  // no more than --num-draft-tokens
+  EXPECT_EQ(run("bench --model " + shared_model("tiny-v4-c") + " --speculative mtp --spec-rounds 0").code, 2);
+}
+
 // Corrupt weights (a NaN e4m3 code in a shared expert's w2) never become tokens:
 // `logits` names the non-finite rows and exits 1, `generate` fails at the first position,
 // and --verify-weights refuses the checkpoint at load, naming the tensor and element.

@@ -29,6 +29,13 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The middle value (the mean of the two middle ones for an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // Best-of-5 triad a = b + s*c over arrays far larger than the caches; counts 3 streams.
 double triad_bandwidth_gb_s(ThreadPool* pool) {
   const int64_t n = int64_t(1) << 25;  // 32 Mi floats = 128 MiB per array
@@ -120,11 +127,13 @@ struct Run {
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
-                   "--num-draft-tokens"},
+                   "--num-draft-tokens", "--spec-rounds"},
             {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel"});
   if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
+  const int64_t spec_rounds = args.get_int("--spec-rounds", 1);
+  if (spec_rounds < 1 || spec_rounds > 99) throw ArgError("--spec-rounds must be 1..99");
   const auto depths = parse_depths(args.get_or("--depths", "0"));
   Compute compute = compute_args(args);
   auto model = load_model_arg(args);
@@ -229,38 +238,46 @@ int run(const std::vector<std::string>& argv) {
     const SpecDecodeResult plain = spec_decode(*model, compute.num, prompt, n_decode, plain_opt);
     double plain_sum = tok_s(plain);
     int plain_runs = 1;
-    auto against_plain = [&](const SpecDecodeOptions& o, SpecDecodeResult* out) {
-      const double base = tok_s(spec_decode(*model, compute.num, prompt, n_decode, plain_opt));
-      plain_sum += base;
-      ++plain_runs;
-      profile::reset();
-      const int64_t profile_t0 = profile::now_ns();
-      *out = spec_decode(*model, compute.num, prompt, n_decode, o);
-      if (profile::enabled()) {
-        std::fprintf(stderr, "speculative profile (%s drafts, K=%lld, %lld verify steps; %% of the time):\n",
-                     o.drafts == SpecDecodeOptions::Drafts::kOracle  ? "all-accepted"
-                     : o.drafts == SpecDecodeOptions::Drafts::kWrong ? "all-rejected"
-                                                                      : "model",
-                     (long long)o.max_drafts, (long long)out->verify_steps);
-        profile::report(stderr, profile::now_ns() - profile_t0);
+    // spec_rounds pairs (a plain run, then the variant); the ratio is the pairs' median, so
+    // one pair that a stall of the machine hit moves it little. *out: the last variant run.
+    auto against_plain = [&](const SpecDecodeOptions& o, SpecDecodeResult* out, nlohmann::json* ratios) {
+      std::vector<double> r;
+      for (int64_t round = 0; round < spec_rounds; ++round) {
+        const double base = tok_s(spec_decode(*model, compute.num, prompt, n_decode, plain_opt));
+        plain_sum += base;
+        ++plain_runs;
+        profile::reset();
+        const int64_t profile_t0 = profile::now_ns();
+        *out = spec_decode(*model, compute.num, prompt, n_decode, o);
+        if (profile::enabled()) {
+          std::fprintf(stderr, "speculative profile (%s drafts, K=%lld, %lld verify steps; %% of the time):\n",
+                       o.drafts == SpecDecodeOptions::Drafts::kOracle  ? "all-accepted"
+                       : o.drafts == SpecDecodeOptions::Drafts::kWrong ? "all-rejected"
+                                                                        : "model",
+                       (long long)o.max_drafts, (long long)out->verify_steps);
+          profile::report(stderr, profile::now_ns() - profile_t0);
+        }
+        if (out->tokens != plain.tokens) throw std::runtime_error("bench: speculative decoding changed the greedy output");
+        r.push_back(tok_s(*out) / base);
       }
-      if (out->tokens != plain.tokens) throw std::runtime_error("bench: speculative decoding changed the greedy output");
-      return tok_s(*out) / base;
+      *ratios = r;
+      return median(r);
     };
     SpecDecodeOptions o;
     o.oracle = &plain.tokens;
     o.max_drafts = max_drafts;
     SpecDecodeResult mtp, wrong;
-    const double mtp_speedup = against_plain(o, &mtp);
+    nlohmann::json mtp_runs, wrong_runs, full_runs = nlohmann::json::object();
+    const double mtp_speedup = against_plain(o, &mtp, &mtp_runs);
     o.drafts = SpecDecodeOptions::Drafts::kWrong;
-    const double wrong_speedup = against_plain(o, &wrong);
+    const double wrong_speedup = against_plain(o, &wrong, &wrong_runs);
     nlohmann::json full = nlohmann::json::object();
     o.drafts = SpecDecodeOptions::Drafts::kOracle;
     o.adaptive = false;
     for (int64_t k = 1; k <= std::min<int64_t>(5, max_drafts); ++k) {
       o.max_drafts = k;
       SpecDecodeResult r;
-      full[std::to_string(k)] = against_plain(o, &r);
+      full[std::to_string(k)] = against_plain(o, &r, &full_runs[std::to_string(k)]);
       log_info("speculative: every draft accepted, K=%lld: %.2f tok/s (%.2fx plain)", (long long)k, tok_s(r),
                double(full[std::to_string(k)]));
     }
@@ -284,6 +301,10 @@ int run(const std::vector<std::string>& argv) {
             {"greedy_output_equal", mtp.tokens == plain.tokens},
             {"full_acceptance_speedup", full},
             {"zero_acceptance_speedup", wrong_speedup},
+            {"spec_rounds", spec_rounds},
+            {"speedup_runs", mtp_runs},
+            {"zero_acceptance_speedup_runs", wrong_runs},
+            {"full_acceptance_speedup_runs", full_runs},
             {"zero_acceptance_verify_steps", wrong.verify_steps},
             {"cost_model", {{"draft", draft_cost}, {"verify_per_token", cost.verify_per_token}}},
             {"n_decode", n_decode}};
@@ -373,6 +394,8 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
                         "  --profile                    time of each forward section in prefill and decode, on stderr\n"
+                        "  --spec-rounds N              with --speculative: each variant N times, each time against a\n"
+                        "                               plain run just before it; the median ratio (default 1)\n"
                         "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
                         DI_USAGE_VERIFY);
 
