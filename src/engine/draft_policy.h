@@ -6,12 +6,15 @@
 // rejected drafts) and picks the K with the best tokens per cost; when that is K = 0 it
 // stops drafting and probes again with one draft after a cool-down that doubles with every
 // probe that still says no (so a useless drafter costs a vanishing fraction of the steps).
+// The first cool-down is long enough that a useless probe costs at most ~2% of the steps it
+// waited (16 steps, more for a costly drafter: an MTP draft that reads the whole head).
 // Deterministic: the same acceptance history gives the same draft lengths.
 // A request starts from a prior acceptance: the engine's recent acceptance over all requests
 // once it has seen enough drafts (AcceptanceHistory), so under a useless drafter a new request
 // does not pay to learn it again.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace deepinfer::engine {
@@ -28,7 +31,10 @@ class DraftPolicy {
         fixed_k_(std::min(fixed_k, max_k_)),
         per_token_(std::max(0.0, draft_cost) + std::max(0.0, verify_cost)),
         per_step_(std::max(0.0, step_cost)),
-        prior_successes_(std::clamp(prior, 0.0, 1.0) * kPriorTrials) {}
+        first_backoff_(std::max(kFirstBackoff, int64_t(std::min(std::ceil((per_step_ + per_token_) / kProbeShare),
+                                                                 double(kMaxBackoff))))),
+        prior_successes_(std::clamp(prior, 0.0, 1.0) * kPriorTrials),
+        backoff_(first_backoff_) {}
 
   // Before a request has a history of its own: an optimistic guess (drafters are trained to
   // be right most of the time), which a few rejections correct.
@@ -47,10 +53,13 @@ class DraftPolicy {
       cooldown_ = backoff_;
       backoff_ = std::min<int64_t>(backoff_ * 2, kMaxBackoff);
     } else {
-      backoff_ = kFirstBackoff;
+      backoff_ = first_backoff_;
     }
     return k;
   }
+
+  // The cool-down after the first "no" (then doubled while probes fail).
+  int64_t first_backoff() const { return first_backoff_; }
 
   // The outcome of a verify step: `drafted` drafts, the first `accepted` of them taken.
   void observe(int64_t drafted, int64_t accepted) {
@@ -79,12 +88,14 @@ class DraftPolicy {
   }
 
   static constexpr double kDecay = 0.9, kPriorTrials = 2.0;
+  static constexpr double kProbeShare = 0.02;  // a probe's cost / the steps before it
   static constexpr int64_t kFirstBackoff = 16, kMaxBackoff = 256;
   int64_t max_k_, fixed_k_;
   double per_token_, per_step_;
+  int64_t first_backoff_;
   double prior_successes_;
   double successes_ = 0.0, trials_ = 0.0;
-  int64_t cooldown_ = 0, backoff_ = kFirstBackoff;
+  int64_t cooldown_ = 0, backoff_;
 };
 
 // The engine's acceptance over its recent drafts (all requests; decayed counts, so it follows

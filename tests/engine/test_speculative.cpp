@@ -349,6 +349,38 @@ TEST(DraftPolicy, FollowsAcceptance) {
   EXPECT_LT(d, 5 * 2000);
 }
 
+// A useless probe costs at most ~2% of the steps it waited for: a cheap drafter probes after
+// 16 steps, a costly one (an MTP draft that reads the whole head: ~0.8 plain steps per drafted
+// and verified token) after 40, so over a 64-token bench it probes once, not twice (it drafted
+// at steps 16 and 49 before).
+TEST(DraftPolicy, CostlyDraftersProbeLessOften) {
+  auto drafts_in = [](double draft_cost, int64_t steps, std::vector<int64_t>* at) {
+    DraftPolicy p(5, 0, draft_cost, 0.16);
+    int64_t drafted = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t k = p.next();
+      if (k == 0) continue;
+      drafted += k;
+      at->push_back(s);
+      p.observe(k, 0);  // never accepted
+    }
+    return drafted;
+  };
+  std::vector<int64_t> cheap_at, costly_at;
+  // The cheap one drafts while the optimistic prior says so (steps 0-3), then probes after
+  // cool-downs of 16 and 32 steps; the costly one never pays at the prior, and probes at 40.
+  drafts_in(0.05, 64, &cheap_at);
+  EXPECT_EQ(cheap_at, (std::vector<int64_t>{0, 1, 2, 3, 20, 53}));
+  EXPECT_EQ(drafts_in(0.63, 64, &costly_at), 1);
+  EXPECT_EQ(costly_at, (std::vector<int64_t>{40}));
+  EXPECT_EQ(DraftPolicy(5, 0, 0.63, 0.16).first_backoff(), 40);  // ceil(0.79 / 0.02)
+  EXPECT_EQ(DraftPolicy(5, 0, 0.05, 0.16).first_backoff(), 16);
+  EXPECT_EQ(DraftPolicy(5, 0, 100.0, 0.16).first_backoff(), 256);  // capped
+  // Over a long run the useless drafter's probes stay under 2% of the steps' cost.
+  costly_at.clear();
+  EXPECT_LE(double(drafts_in(0.63, 2000, &costly_at)) * 0.79, 0.02 * 2000);
+}
+
 // Under a drafter that is always wrong, the first request learns it by drafting; the next
 // ones start from the engine's history and draft only on their probes.
 TEST(Speculative, LaterRequestsStartFromTheEnginesAcceptance) {
