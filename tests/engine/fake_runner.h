@@ -102,6 +102,11 @@ class FakeRunner final : public Runner {
         snaps[op.snap] = fork(seqs.at(op.seq), op);
         ++checkpoints;
         break;
+      case StateOp::Kind::kLoadSnapshot:
+      case StateOp::Kind::kUndo:
+        // Disk-cache loads and speculative undo need a real state: the tests that reach them
+        // run the model runner. Loud here, so a test cannot pass on an ignored op.
+        throw std::logic_error("FakeRunner: state op not modelled (disk-cache load or speculative undo)");
     }
   }
 
