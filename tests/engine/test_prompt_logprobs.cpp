@@ -55,7 +55,9 @@ void expect_rows_match(const Harness& h, const std::vector<int32_t>& prompt, con
     }
     }
     // The best alternative is the row's maximum.
-    if (n_top > 0) EXPECT_NEAR(g.top[0].logprob, *std::max_element(lp.begin(), lp.end()), 1e-5);
+    if (n_top > 0) {
+      EXPECT_NEAR(g.top[0].logprob, *std::max_element(lp.begin(), lp.end()), 1e-5);
+    }
   }
 }
 

@@ -184,7 +184,9 @@ TEST(Speculative, GreedyOutputIsPlainDecodingWhateverTheDrafts) {
         c.run();
         const EngineStats s = c.core->stats();
         EXPECT_GT(s.spec_verify_steps, 0u);
-        if (wrong == 0) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+        if (wrong == 0) {
+          EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+        }
         if (wrong > 0) {
           EXPECT_GT(s.spec_accepted_tokens, 0u);
           EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
@@ -225,7 +227,9 @@ TEST(Speculative, DsparkGreedyOutputIsPlainDecoding) {
         c.run();
         const EngineStats s = c.core->stats();
         EXPECT_GT(s.spec_verify_steps, 0u);
-        if (wrong == 0) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+        if (wrong == 0) {
+          EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+        }
         expect_plain_outputs(c, ids, plain, kn);
       }
     }
@@ -295,7 +299,9 @@ TEST(Speculative, SampledAndStoppedRequests) {
     const uint64_t id = c.submit(p, sp);
     c.run();
     EXPECT_EQ(c.sinks[id]->tokens(), want) << "rep " << rep;
-    if (rep > 0) EXPECT_GT(c.core->stats().spec_accepted_tokens, 0u);
+    if (rep > 0) {
+      EXPECT_GT(c.core->stats().spec_accepted_tokens, 0u);
+    }
   }
   // Greedy with the 6th generated token as a stop token: every draft right, yet the output
   // ends at that token.
