@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "model_cli.h"
 #include "spec_decode.h"
+#include "summary.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -28,13 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// The middle value (the mean of the two middle ones for an even count).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Best-of-5 triad a = b + s*c over arrays far larger than the caches; counts 3 streams.
 double triad_bandwidth_gb_s(ThreadPool* pool) {
@@ -261,7 +255,7 @@ int run(const std::vector<std::string>& argv) {
         r.push_back(tok_s(*out) / base);
       }
       *ratios = r;
-      return median(r);
+      return summarize(r).median;
     };
     SpecDecodeOptions o;
     o.oracle = &plain.tokens;

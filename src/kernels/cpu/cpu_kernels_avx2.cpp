@@ -349,45 +349,29 @@ void gemv_group(const LinearCall& c, const D& d, int64_t n) {
   }
 }
 
-// Groups of NRW rows; a group whose rows do not share their scales (an FP8 block edge
-// inside it) goes row by row.
-template <class D, int MR, int NRW>
+// Groups of NRW weight rows; a group whose rows do not share their scales (an FP8 block
+// edge inside it) goes row by row. MB > 0: more activation rows than fit the registers (or
+// whose x rows overflow L1 when re-read for every weight row): each group runs for activation
+// rows [0, MA), then for [MA, MA + MB) while its weights are still in cache. Every output's
+// operations are the same either way.
+template <class D, int MA, int NRW, int MB = 0>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  for (; n + NRW <= n1; n += NRW) {
-    if (!D::kSharedScale || d.same_scale(n, n + NRW - 1)) {
-      gemv_group<D, MR, NRW>(c, d, n);
-    } else {
-      for (int r = 0; r < NRW; ++r) gemv_group<D, MR, 1>(c, d, n + r);
-    }
-  }
-  for (; n < n1; ++n) gemv_group<D, MR, 1>(c, d, n);
-}
-
-// More activation rows than fit the registers (or whose x rows overflow L1 when re-read for
-// every weight row): each group of weight rows runs for activation rows [0, MA), then for
-// [MA, MA + MB) while its weights are still in cache. Every output's operations unchanged.
-template <class D, int MA, int MB, int NRW>
-void gemv_range_split(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   LinearCall hi = c;
   hi.xf = c.xf + MA * c.xs;
   hi.y = c.y + MA * c.N;
+  auto group = [&]<int R>(int64_t n) {
+    gemv_group<D, MA, R>(c, d, n);
+    if constexpr (MB > 0) gemv_group<D, MB, R>(hi, d, n);
+  };
   int64_t n = n0;
   for (; n + NRW <= n1; n += NRW) {
     if (!D::kSharedScale || d.same_scale(n, n + NRW - 1)) {
-      gemv_group<D, MA, NRW>(c, d, n);
-      gemv_group<D, MB, NRW>(hi, d, n);
+      group.template operator()<NRW>(n);
     } else {
-      for (int r = 0; r < NRW; ++r) {
-        gemv_group<D, MA, 1>(c, d, n + r);
-        gemv_group<D, MB, 1>(hi, d, n + r);
-      }
+      for (int r = 0; r < NRW; ++r) group.template operator()<1>(n + r);
     }
   }
-  for (; n < n1; ++n) {
-    gemv_group<D, MA, 1>(c, d, n);
-    gemv_group<D, MB, 1>(hi, d, n);
-  }
+  for (; n < n1; ++n) group.template operator()<1>(n);
 }
 
 template <class D>
@@ -404,8 +388,8 @@ void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
     // per group of weight rows (the registers hold no more accumulators).
     case 5: return gemv_range<D, 5, 2>(c, d, n0, n1);
     case 6: return gemv_range<D, 6, 3>(c, d, n0, n1);
-    case 7: return gemv_range_split<D, 4, 3, 2>(c, d, n0, n1);
-    default: return gemv_range_split<D, 4, 4, 2>(c, d, n0, n1);
+    case 7: return gemv_range<D, 4, 2, 3>(c, d, n0, n1);
+    default: return gemv_range<D, 4, 2, 4>(c, d, n0, n1);
   }
 }
 
