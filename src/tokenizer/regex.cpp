@@ -14,6 +14,14 @@ namespace {
 constexpr std::size_t kNoMatch = std::numeric_limits<std::size_t>::max();
 constexpr int kInfinite = -1;
 constexpr std::size_t kMaxProgramSize = 200000;
+// The parser, the compiler and the matcher's look-ahead recurse once per nesting level, so a
+// hostile tokenizer.json could exhaust the stack with "((((...": group nesting and stacked
+// quantifiers (a?????) are capped far above what any real pre-tokenizer pattern uses.
+constexpr int kMaxGroupNesting = 128;
+constexpr int kMaxStackedQuantifiers = 8;
+// Oniguruma's default retry limit per match attempt: a pattern such as (?:a??){40}b backtracks
+// exponentially, and past this many backtracking steps one attempt is an error, not a hang.
+constexpr uint64_t kDefaultBacktrackLimit = 10'000'000;
 constexpr CategoryMask kAllCategories = (CategoryMask{1} << unicode_tables::kCategoryCount) - 1;
 
 // ---- character classes ----------------------------------------------------------------
@@ -151,6 +159,15 @@ struct Node {
 };
 using NodeP = std::unique_ptr<Node>;
 
+// A pattern for an error message: quoted, and cut short when long (a hostile one can be huge).
+std::string quoted_pattern(std::string_view p) {
+  constexpr std::size_t kShown = 160;
+  if (p.size() <= kShown) return "\"" + std::string(p) + "\"";
+  std::size_t cut = kShown;
+  while (cut > 0 && (static_cast<unsigned char>(p[cut]) & 0xC0) == 0x80) --cut;  // not inside a code point
+  return "\"" + std::string(p.substr(0, cut)) + "\"... (" + std::to_string(p.size()) + " bytes)";
+}
+
 NodeP make(Node::Kind k) {
   auto n = std::make_unique<Node>();
   n->kind = k;
@@ -283,8 +300,8 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error("regex: " + what + " at offset " + std::to_string(i_) + " in pattern \"" +
-                             std::string(src_) + "\"");
+    throw std::runtime_error("regex: " + what + " at offset " + std::to_string(i_) + " in pattern " +
+                             quoted_pattern(src_));
   }
   bool eof() const { return i_ >= p_.size(); }
   char32_t peek(std::size_t k = 0) const { return i_ + k < p_.size() ? p_[i_ + k] : 0; }
@@ -353,7 +370,7 @@ class Parser {
   }
 
   NodeP parse_quantifiers(NodeP atom) {
-    for (;;) {
+    for (int stacked = 0;; ++stacked) {
       if (eof()) return atom;
       int lo, hi;
       bool interval = false;
@@ -369,6 +386,7 @@ class Parser {
       } else {
         return atom;
       }
+      if (stacked == kMaxStackedQuantifiers) fail("more than " + std::to_string(kMaxStackedQuantifiers) + " stacked quantifiers");
       NodeP r = make(Node::Kind::kRepeat);
       r->min = lo;
       r->max = hi;
@@ -607,6 +625,11 @@ class Parser {
 
   NodeP parse_group() {
     // i_ is just past '('.
+    if (++depth_ > kMaxGroupNesting) fail("groups nested more than " + std::to_string(kMaxGroupNesting) + " deep");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     if (peek() != '?') {
       NodeP n = parse_alt();
       expect_close();
@@ -727,6 +750,7 @@ class Parser {
   std::u32string p_;
   std::size_t i_ = 0;
   bool icase_ = false;
+  int depth_ = 0;  // groups open at i_
   std::vector<CharClass>& classes_;
 };
 
@@ -758,6 +782,7 @@ struct FirstSet {
 }  // namespace
 
 struct Regex::Program {
+  std::string pattern;  // for error messages
   std::vector<Inst> code;
   std::vector<CharClass> classes;
   FirstSet first;
@@ -935,6 +960,14 @@ struct Frame {
 
 thread_local std::vector<Frame> tl_stack;
 thread_local uint64_t tl_work = 0;  // regex_work(): instructions run + characters tested
+thread_local uint64_t tl_backtrack_limit = kDefaultBacktrackLimit;
+thread_local uint64_t tl_backtracks_left = 0;  // of the current match attempt
+
+[[noreturn]] void backtrack_limit_exceeded(const Regex::Program& P) {
+  throw std::runtime_error("regex: a match attempt took more than " + std::to_string(tl_backtrack_limit) +
+                           " backtracking steps (the pattern backtracks exponentially on this text): " +
+                           quoted_pattern(P.pattern));
+}
 
 inline bool word_at(const RegexSubject& s, std::size_t pos) {
   return pos >= s.begin && pos < s.end && is_regex_word(s.cps[pos]);
@@ -1036,6 +1069,7 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
     for (;;) {
       ++work;
       if (st.size() == base) return kNoMatch;
+      if (--tl_backtracks_left == 0) backtrack_limit_exceeded(P);
       Frame& f = st.back();
       if (f.kind == Frame::kPlain) {
         pc = f.pc;
@@ -1070,6 +1104,7 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
 }  // namespace
 
 Regex::Regex(std::string_view pattern) : pattern_(pattern), prog_(std::make_unique<Program>()) {
+  prog_->pattern = pattern;
   Parser parser(pattern, prog_->classes);
   NodeP root = parser.parse();
   prog_->compile(*root);
@@ -1081,6 +1116,12 @@ Regex::Regex(std::string_view pattern) : pattern_(pattern), prog_(std::make_uniq
 
 uint64_t regex_work() { return tl_work; }
 
+uint64_t set_regex_backtrack_limit(uint64_t limit) {
+  const uint64_t old = tl_backtrack_limit;
+  tl_backtrack_limit = limit == 0 ? kDefaultBacktrackLimit : limit;
+  return old;
+}
+
 Regex::~Regex() = default;
 Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
@@ -1088,6 +1129,7 @@ Regex& Regex::operator=(Regex&&) noexcept = default;
 std::size_t Regex::match_at(const RegexSubject& s, std::size_t pos) const {
   std::vector<Frame>& st = tl_stack;
   st.clear();
+  tl_backtracks_left = tl_backtrack_limit;
   const std::size_t r = run(*prog_, s, 0, pos, st);
   return r;
 }
@@ -1106,6 +1148,7 @@ bool Regex::search(const RegexSubject& s, std::size_t from, std::size_t& match_b
       const bool maybe = c < 128 ? ((P.first.ascii[c >> 6] >> (c & 63)) & 1u) : ((P.first.cats >> s.cats[start]) & 1u);
       if (!maybe) continue;
     }
+    tl_backtracks_left = tl_backtrack_limit;
     const std::size_t e = run(P, s, 0, start, st);
     if (e != kNoMatch) {
       match_begin = start;

@@ -14,8 +14,9 @@
 // sign), the only non-ASCII characters whose simple case folding is ASCII.
 // Not supported (std::runtime_error at compile time): back-references, look-behind,
 // extended mode (?x), POSIX brackets [[:alpha:]],
-// class intersection (&&), nested classes, and unbounded repetition of a
-// sub-expression that can match the empty string.
+// class intersection (&&), nested classes, unbounded repetition of a
+// sub-expression that can match the empty string, groups nested more than 128 deep and
+// more than 8 stacked quantifiers (a?????????).
 //
 // Matching semantics are Perl-style leftmost-first with backtracking, like Oniguruma.
 // Character tests are O(1) for ASCII and use the precomputed general category of each
@@ -44,6 +45,12 @@ struct RegexSubject {
 // of cost, so tests can check that work grows linearly with the input instead of timing it.
 uint64_t regex_work();
 
+// Backtracking steps one match attempt (one start position) may take on this thread before
+// search() / match_at() throw std::runtime_error instead of running on: patterns like
+// (?:a|a){40}b are exponential in a backtracking engine, as in Oniguruma, whose default
+// limit (10 million) this is. 0 restores the default. Returns the previous limit.
+uint64_t set_regex_backtrack_limit(uint64_t limit);
+
 class Regex {
  public:
   // Compiles a pattern given as UTF-8. Throws std::runtime_error on a syntax error or an
@@ -55,6 +62,7 @@ class Regex {
 
   // Leftmost match starting at or after `from` (begin <= from <= end). On success returns
   // true and sets [match_begin, match_end). Thread-safe (scratch state is thread-local).
+  // Throws std::runtime_error when an attempt passes the backtracking limit (above).
   bool search(const RegexSubject& s, std::size_t from, std::size_t& match_begin, std::size_t& match_end) const;
 
   // Anchored match attempt at exactly `pos`; returns the end or SIZE_MAX when none.

@@ -2,7 +2,8 @@
 # Builds every tests/fuzz/fuzz_*.cpp as a libFuzzer target (clang, with ASan + UBSan) and runs
 # each for FUZZ_SECONDS (default 20) on its seed corpus tests/fuzz/corpus/<name>/ (name =
 # file name without fuzz_). A harness lists the project sources it needs on a first-line
-# comment "// fuzz-sources: a.cpp b.cpp". Exits non-zero on the first crash or leak.
+# comment "// fuzz-sources: a.cpp b.cpp". Exits non-zero on the first crash, leak or hang
+# (one input running past 30 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${FUZZ_SECONDS:-20}"
@@ -19,7 +20,7 @@ for harness in tests/fuzz/fuzz_*.cpp; do
   corpus="$out/corpus_$name"
   mkdir -p "$corpus"
   [ -d "tests/fuzz/corpus/$name" ] && cp -n tests/fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
-  if ! "$out/fuzz_$name" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=0 \
+  if ! "$out/fuzz_$name" "$corpus" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=0 \
        > "$out/fuzz_$name.log" 2>&1; then
     tail -40 "$out/fuzz_$name.log"
     echo "fuzz $name: FAILED (log: $out/fuzz_$name.log)"

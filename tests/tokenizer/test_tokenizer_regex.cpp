@@ -130,6 +130,55 @@ TEST(TokenizerRegex, RejectsUnsupportedOrBrokenPatterns) {
   }
 }
 
+// A tokenizer.json is checkpoint input: a hostile pattern must fail with an error, never
+// overflow the stack (the parser, compiler and look-ahead recurse once per nesting level).
+TEST(TokenizerRegex, HostileNestingIsAnErrorNotACrash) {
+  const auto nest = [](const std::string& open, int depth) {
+    return [&] {
+      std::string p;
+      for (int i = 0; i < depth; ++i) p += open;
+      return p + "a" + std::string(depth, ')');
+    }();
+  };
+  for (const std::string open : {"(", "(?:", "(?=", "(?>", "(?i:"}) {
+    EXPECT_NO_THROW(Regex{nest(open, 128)}) << open;
+    EXPECT_THROW(Regex{nest(open, 129)}, std::runtime_error) << open;
+    EXPECT_THROW(Regex{nest(open, 100000)}, std::runtime_error) << open;
+  }
+  EXPECT_EQ(find_all(nest("(?:", 128) + "+", "aa b"), (V{"aa"}));
+  // Stacked quantifiers: a?? is one (lazy ?), a??? two, ... up to 8.
+  EXPECT_NO_THROW(Regex{"a" + std::string(16, '?')});
+  EXPECT_THROW(Regex{"a" + std::string(17, '?')}, std::runtime_error);
+  EXPECT_THROW(Regex{"a" + std::string(200000, '?')}, std::runtime_error);
+  try {
+    Regex{std::string(5000, '(')};
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400u) << "the message quotes a long pattern in full";
+  }
+}
+
+// Exponential backtracking (as in Oniguruma) ends at the per-attempt limit with an error.
+TEST(TokenizerRegex, ExponentialBacktrackingStopsAtTheLimit) {
+  const std::string text(30, 'a');
+  const uint64_t before = regex_work();
+  EXPECT_THROW(find_all("(?:a|a){40}b", text), std::runtime_error);
+  const uint64_t spent = regex_work() - before;
+  EXPECT_GT(spent, 10'000'000u);  // it ran up to the default limit...
+  EXPECT_LT(spent, 100'000'000u);  // ...and stopped there (2^30 attempts otherwise)
+  // The pattern the fuzzer found (a 492-fold repeat of a nullable lazy body behind \s+).
+  EXPECT_THROW(find_all("\\s+(?!\\Sb{2 )p?????{492} \u00b1p4", "=b    cd \u4e00"), std::runtime_error);
+  // A lower limit is per thread and per attempt; 0 restores the default.
+  EXPECT_EQ(set_regex_backtrack_limit(1000), 10'000'000u);
+  const uint64_t before_low = regex_work();
+  EXPECT_THROW(find_all("(?:a|a){40}b", text), std::runtime_error);
+  EXPECT_LT(regex_work() - before_low, 20'000u);
+  // Linear patterns are untouched by it: every attempt backtracks a few steps at most.
+  EXPECT_EQ(find_all("(?:a|b)+c|a", std::string(100, 'a')).size(), 100u);
+  EXPECT_EQ(set_regex_backtrack_limit(0), 1000u);
+  EXPECT_THROW(find_all("(?:a|a){40}b", text), std::runtime_error);
+}
+
 TEST(TokenizerRegex, DeepSeekPatternSplitsLikeTokenizers) {
   const std::string p3 =
       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
