@@ -22,10 +22,11 @@ struct WeightMatrix {
   const uint8_t* scale = nullptr;  // FP8_BLOCK / FP4_BLOCK only
   int64_t block = 0;               // FP8_BLOCK: square block edge B; FP4_BLOCK: 32
   int64_t scale_cols = 0;          // row stride of the scale tensor
-  // BF16 only, optional, owned by whoever made the matrix (the model's weights): a per-row
-  // memo of the fast kernels' exact-range check, filled in on first use: 0 not checked yet,
-  // 1 every value is 0 or of magnitude within [2^-40, 2^40], 2 some value is not. Read and
-  // written with relaxed atomic builtins; threads that race write the same value.
+  // BF16 and FP8_BLOCK, optional, owned by whoever made the matrix (the model's weights): a
+  // per-row memo of a check the fast kernels make, filled in on first use: 0 not checked yet,
+  // 1 passed, 2 failed. BF16: every value is 0 or of magnitude within [2^-40, 2^40]; FP8: no
+  // NaN code (0x7f / 0xff) in the row. Read and written with relaxed atomic builtins; threads
+  // that race write the same value.
   uint8_t* row_check = nullptr;
 
   bool valid() const { return data != nullptr; }

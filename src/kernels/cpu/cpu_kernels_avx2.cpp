@@ -6,7 +6,9 @@
 //   e4m3 byte b -> fp16 bits sign | (b & 0x7f) << 7 = e4m3 * 2^-8 exactly (subnormals too),
 //                  built by sign-extending to 16 bits, shifting by 7 and clearing bit 14. The
 //                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
-//                  and that row's outputs become NaN (exactly what a NaN weight gives).
+//                  and that row's outputs become NaN (exactly what a NaN weight gives); the
+//                  model's row_check memo lets rows known clean skip the test. One-row GEMVs
+//                  put the block scale on x where that is exact (Fp8Dec::x_scalable).
 //   e2m1 nibble -> a code times its power-of-two block scale is a bf16 value: two byte
 //                  lookups (vpshufb, tables per scale byte) give its two bytes; each 32 columns
 //                  decode as four vectors of the even / odd columns of their halves (FP4 fp32
@@ -148,6 +150,7 @@ DI_INLINE void prefetch_line(const void* p) { _mm_prefetch(static_cast<const cha
 // The plain formats: no block scales, no NaN codes.
 struct Unscaled {
   static constexpr bool kSharedScale = true;
+  static constexpr bool kXScale = false, kNanMemo = false;
   DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }
   template <class R>
   DI_INLINE __m256 scale(const R&, int64_t) const {
@@ -204,6 +207,10 @@ struct Bf16Dec : Unscaled {
 struct Fp8Dec {
   static constexpr int CH = 32, NF = 4;
   static constexpr bool kSharedScale = true;
+  // kXScale: a one-row GEMV may put the block scale on x instead (x_scalable()); kNanMemo:
+  // W.row_check, where present, records the rows seen free of NaN codes (1) or not (2), and
+  // the GEMV skips the per-chunk NaN test on rows known clean.
+  static constexpr bool kXScale = true, kNanMemo = true;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -238,22 +245,77 @@ struct Fp8Dec {
     w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
-  // nan collects 0xff bytes where a code is a NaN (0x7f / 0xff).
-  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256 f, __m256* w, __m256i& nan) const {
+  // The codes times 2^-8 (exact), without the block scale. Nans: nan collects 0xff bytes where
+  // a code is a NaN (0x7f / 0xff); without, the row is known free of them.
+  template <bool Nans = true>
+  DI_INLINE void codes(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
     alignas(32) uint8_t buf[128];
     const uint8_t* p = nv == CH ? r.p + k : staged(r.p + k, nv, buf);
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))),
-                                                 _mm256_set1_epi8(char(0xff))));
+    if constexpr (Nans)
+      nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))),
+                                                   _mm256_set1_epi8(char(0xff))));
     half(_mm256_castsi256_si128(b), w);
     half(_mm256_extracti128_si256(b, 1), w + 2);
+  }
+  template <bool Nans = true>
+  DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256 f, __m256* w, __m256i& nan) const {
+    codes<Nans>(r, k, nv, w, nan);
     for (int v = 0; v < 4; ++v) w[v] = _mm256_mul_ps(w[v], f);
   }
+  // Whether x * f, f = 2^(b - 119) the factor of any scale byte b of rows [n0, n1), is exact
+  // (a normal float, or x is 0, inf or NaN) for every value of activation row 0: then
+  // (x * f) * code' is the exact product x * (code' * f) that the weights give (code' * f is
+  // exact too: b >= 10 keeps every nonzero weight normal), so an FMA on either gives the same
+  // bits, and a group of rows sharing a scale block multiplies x once per chunk instead of
+  // every row's weights. x * f is normal iff 2^(-7-b) <= |x| < 2^(247-b).
+  bool x_scalable(int64_t n0, int64_t n1) const {
+    const WeightMatrix& W = *c->W;
+    int bmin = 255, bmax = 0;
+    for (int64_t rb = n0 / B; rb <= (n1 - 1) / B; ++rb)
+      for (int64_t j = 0; j < (c->K + B - 1) / B; ++j) {
+        const int b = W.scale[rb * W.scale_cols + j];
+        bmin = b < bmin ? b : bmin;
+        bmax = b > bmax ? b : bmax;
+      }
+    if (bmin < 10 || bmax > 246) return false;
+    // Smallest nonzero and largest finite |x|, as bits (their order is the values' order).
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    __m256i lo = _mm256_set1_epi32(0x7f800000), hi = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k < c->K; k += 8) {
+      __m256i a = _mm256_and_si256(_mm256_castps_si256(load_x_row0(k)), abs);
+      if (c->K - k < 8) a = _mm256_and_si256(a, lane_mask(c->K - k));
+      const __m256i finite = _mm256_cmpgt_epi32(inf, a);
+      const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+      hi = _mm256_max_epi32(hi, _mm256_and_si256(a, finite));
+      lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(inf, a, _mm256_andnot_si256(zero, finite)));
+    }
+    alignas(32) int32_t l[8], h[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l), lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(h), hi);
+    int32_t lmin = l[0], hmax = h[0];
+    for (int i = 1; i < 8; ++i) {
+      lmin = l[i] < lmin ? l[i] : lmin;
+      hmax = h[i] > hmax ? h[i] : hmax;
+    }
+    // Thresholds as float bits: 2^e is (e + 127) << 23 for normal e; past the float range
+    // the test holds for every finite x.
+    const int e_lo = -7 - bmin, e_hi = 247 - bmax;  // e_lo in [-253, -17], e_hi in [1, 237]
+    const bool lo_ok = lmin == 0x7f800000 || e_lo < -149 ||
+                       (e_lo < -126 ? lmin >= (1 << (e_lo + 149)) : lmin >= ((e_lo + 127) << 23));
+    const bool hi_ok = e_hi > 127 || hmax < ((e_hi + 127) << 23);
+    return lo_ok && hi_ok;
+  }
+
+ private:
+  DI_INLINE __m256 load_x_row0(int64_t k) const { return _mm256_loadu_ps(c->xf + k); }
 };
 
 struct Fp4Dec {
   static constexpr int CH = 32, NF = 4;
   static constexpr bool kSharedScale = false;
+  static constexpr bool kXScale = false, kNanMemo = false;
   struct Row {
     const uint8_t* p;
     const uint8_t* s;
@@ -307,8 +369,13 @@ DI_INLINE bool any_nan(__m256i nan) { return !_mm256_testz_si256(nan, nan); }
 
 // ------------------------------------------------------------------------------ decode (GEMV)
 
-template <class D, int MR, int NRW>
-void gemv_group(const LinearCall& c, const D& d, int64_t n) {
+// XS (one activation row, D::kXScale): the group's shared block scale goes onto x, once per
+// chunk, and the weights stay bare codes (see Fp8Dec::x_scalable: the same exact products).
+// Nans = false: the rows are known free of NaN codes (D::kNanMemo). Returns whether the
+// group's NaN flag went up (its NaN rows' outputs are then NaN).
+template <class D, int MR, int NRW, bool XS = false, bool Nans = true>
+bool gemv_group(const LinearCall& c, const D& d, int64_t n) {
+  static_assert(!XS || (MR == 1 && D::kXScale && D::kSharedScale));
   constexpr int NV = D::NF;
   typename D::Row row[NRW];
   for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
@@ -319,11 +386,28 @@ void gemv_group(const LinearCall& c, const D& d, int64_t n) {
   __m256i nan = _mm256_setzero_si256();  // the group's: rows are rescanned when it is set
   auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
     __m256 s = D::kSharedScale && nv > 0 ? d.scale(row[0], k) : _mm256_setzero_ps();
+    if constexpr (XS) {
+      __m256 xv[NV];
+      for (int v = 0; v < NV; ++v) xv[v] = nv > 0 ? _mm256_mul_ps(load_x(c, 0, k + 8 * v), s) : load_x(c, 0, k + 8 * v);
+      for (int r = 0; r < NRW; ++r) {
+        __m256 w[NV];
+        if (nv > 0) {
+          d.template codes<Nans>(row[r], k, nv, w, nan);
+        } else {
+          for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
+        }
+        for (int v = 0; v < NV; ++v) acc[0][r] = _mm256_fmadd_ps(xv[v], w[v], acc[0][r]);
+      }
+      return;
+    }
     for (int r = 0; r < NRW; ++r) {
       __m256 w[NV];
       if (nv > 0) {
         if (!D::kSharedScale) s = d.scale(row[r], k);
-        d.f32(row[r], k, nv, s, w, nan);
+        if constexpr (Nans)
+          d.f32(row[r], k, nv, s, w, nan);
+        else
+          d.template f32<false>(row[r], k, nv, s, w, nan);
       } else {
         for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
       }
@@ -342,36 +426,60 @@ void gemv_group(const LinearCall& c, const D& d, int64_t n) {
     step(k, D::CH);
   }
   for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
-  const bool any = any_nan(nan);
+  const bool any = Nans && any_nan(nan);
   for (int r = 0; r < NRW; ++r) {
     const bool has_nan = any && d.row_nan(row[r]);
     for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
   }
+  return any;
 }
 
 // Groups of NRW weight rows; a group whose rows do not share their scales (an FP8 block
 // edge inside it) goes row by row. MB > 0: more activation rows than fit the registers (or
 // whose x rows overflow L1 when re-read for every weight row): each group runs for activation
 // rows [0, MA), then for [MA, MA + MB) while its weights are still in cache. Every output's
-// operations are the same either way.
+// operations are the same either way. With a NaN memo (D::kNanMemo and W.row_check), groups
+// of rows all seen clean skip the NaN test; the others record what they find.
 template <class D, int MA, int NRW, int MB = 0>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   LinearCall hi = c;
   hi.xf = c.xf + MA * c.xs;
   hi.y = c.y + MA * c.N;
-  auto group = [&]<int R>(int64_t n) {
-    gemv_group<D, MA, R>(c, d, n);
-    if constexpr (MB > 0) gemv_group<D, MB, R>(hi, d, n);
+  uint8_t* memo = D::kNanMemo ? c.W->row_check : nullptr;
+  bool xs = false;
+  if constexpr (D::kXScale && MA == 1 && MB == 0) xs = d.x_scalable(n0, n1);
+  auto group = [&]<int R, bool Nans>(int64_t n) {
+    bool any;
+    if constexpr (D::kXScale && MA == 1 && MB == 0)
+      any = xs ? gemv_group<D, MA, R, true, Nans>(c, d, n) : gemv_group<D, MA, R, false, Nans>(c, d, n);
+    else
+      any = gemv_group<D, MA, R, false, Nans>(c, d, n);
+    if constexpr (MB > 0) any = gemv_group<D, MB, R, false, Nans>(hi, d, n) || any;
+    return any;
+  };
+  auto run = [&]<int R>(int64_t n) {
+    if constexpr (D::kNanMemo) {
+      if (memo) {
+        bool clean = true;
+        for (int r = 0; r < R; ++r) clean = clean && __atomic_load_n(memo + n + r, __ATOMIC_RELAXED) == 1;
+        if (clean) return (void)group.template operator()<R, false>(n);
+        const bool any = group.template operator()<R, true>(n);
+        for (int r = 0; r < R; ++r)
+          __atomic_store_n(memo + n + r, uint8_t(any && d.row_nan(d.row(n + r)) ? 2 : 1), __ATOMIC_RELAXED);
+        return;
+      }
+    }
+    group.template operator()<R, true>(n);
   };
   int64_t n = n0;
   for (; n + NRW <= n1; n += NRW) {
     if (!D::kSharedScale || d.same_scale(n, n + NRW - 1)) {
-      group.template operator()<NRW>(n);
+      run.template operator()<NRW>(n);
     } else {
-      for (int r = 0; r < NRW; ++r) group.template operator()<1>(n + r);
+      for (int r = 0; r < NRW; ++r) run.template operator()<1>(n + r);
     }
   }
-  for (; n < n1; ++n) group.template operator()<1>(n);
+  for (; n < n1; ++n) run.template operator()<1>(n);
 }
 
 template <class D>

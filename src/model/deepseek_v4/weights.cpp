@@ -60,6 +60,8 @@ class Binder {
         w.scale = s.data;
         w.block = B;
         w.scale_cols = s.shape[1];
+        row_checks_->push_back(std::make_unique<uint8_t[]>(size_t(rows)));  // zeroed: none checked yet
+        w.row_check = row_checks_->back().get();
         return w;
       }
       case DType::I8:

@@ -106,7 +106,7 @@ struct Weights {
   std::vector<LayerWeights> layers;
   std::vector<MtpWeights> mtp;
   DsparkWeights dspark;  // V4.1 checkpoints with a DSpark drafter (stages empty otherwise)
-  // Storage of the BF16 matrices' row_check memos (see WeightMatrix), one byte per row.
+  // Storage of the BF16 and FP8 matrices' row_check memos (see WeightMatrix), one byte per row.
   std::vector<std::unique_ptr<uint8_t[]>> row_checks;
 };
 
