@@ -782,7 +782,7 @@ struct FirstSet {
 }  // namespace
 
 struct Regex::Program {
-  std::string pattern;  // for error messages
+  std::string pattern;  // as given (also for error messages)
   std::vector<Inst> code;
   std::vector<CharClass> classes;
   FirstSet first;
@@ -1103,7 +1103,7 @@ std::size_t run(const Regex::Program& P, const RegexSubject& s, int32_t pc, std:
 
 }  // namespace
 
-Regex::Regex(std::string_view pattern) : pattern_(pattern), prog_(std::make_unique<Program>()) {
+Regex::Regex(std::string_view pattern) : prog_(std::make_unique<Program>()) {
   prog_->pattern = pattern;
   Parser parser(pattern, prog_->classes);
   NodeP root = parser.parse();
@@ -1113,6 +1113,8 @@ Regex::Regex(std::string_view pattern) : pattern_(pattern), prog_(std::make_uniq
   prog_->can_be_empty = prog_->first_of(*root, f);
   prog_->first = f;
 }
+
+const std::string& Regex::pattern() const { return prog_->pattern; }
 
 uint64_t regex_work() { return tl_work; }
 

@@ -68,12 +68,11 @@ class Regex {
   // Anchored match attempt at exactly `pos`; returns the end or SIZE_MAX when none.
   std::size_t match_at(const RegexSubject& s, std::size_t pos) const;
 
-  const std::string& pattern() const { return pattern_; }
+  const std::string& pattern() const;
 
   struct Program;  // compiled form (regex.cpp)
 
  private:
-  std::string pattern_;
   std::unique_ptr<Program> prog_;
 };
 

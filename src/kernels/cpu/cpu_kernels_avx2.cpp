@@ -371,10 +371,10 @@ DI_INLINE bool any_nan(__m256i nan) { return !_mm256_testz_si256(nan, nan); }
 
 // XS (one activation row, D::kXScale): the group's shared block scale goes onto x, once per
 // chunk, and the weights stay bare codes (see Fp8Dec::x_scalable: the same exact products).
-// Nans = false: the rows are known free of NaN codes (D::kNanMemo). Returns whether the
-// group's NaN flag went up (its NaN rows' outputs are then NaN).
+// Nans = false: the rows are known free of NaN codes (D::kNanMemo). Returns the rows that
+// hold a NaN code (bit r for row n + r; their outputs are NaN).
 template <class D, int MR, int NRW, bool XS = false, bool Nans = true>
-bool gemv_group(const LinearCall& c, const D& d, int64_t n) {
+uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   static_assert(!XS || (MR == 1 && D::kXScale && D::kSharedScale));
   constexpr int NV = D::NF;
   typename D::Row row[NRW];
@@ -427,11 +427,13 @@ bool gemv_group(const LinearCall& c, const D& d, int64_t n) {
   }
   for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
   const bool any = Nans && any_nan(nan);
+  uint32_t nan_rows = 0;
   for (int r = 0; r < NRW; ++r) {
     const bool has_nan = any && d.row_nan(row[r]);
+    nan_rows |= uint32_t(has_nan) << r;
     for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
   }
-  return any;
+  return nan_rows;
 }
 
 // Groups of NRW weight rows; a group whose rows do not share their scales (an FP8 block
@@ -448,14 +450,14 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   uint8_t* memo = D::kNanMemo ? c.W->row_check : nullptr;
   bool xs = false;
   if constexpr (D::kXScale && MA == 1 && MB == 0) xs = d.x_scalable(n0, n1);
-  auto group = [&]<int R, bool Nans>(int64_t n) {
-    bool any;
+  auto group = [&]<int R, bool Nans>(int64_t n) {  // the rows holding a NaN code, as gemv_group
+    uint32_t nan_rows;
     if constexpr (D::kXScale && MA == 1 && MB == 0)
-      any = xs ? gemv_group<D, MA, R, true, Nans>(c, d, n) : gemv_group<D, MA, R, false, Nans>(c, d, n);
+      nan_rows = xs ? gemv_group<D, MA, R, true, Nans>(c, d, n) : gemv_group<D, MA, R, false, Nans>(c, d, n);
     else
-      any = gemv_group<D, MA, R, false, Nans>(c, d, n);
-    if constexpr (MB > 0) any = gemv_group<D, MB, R, false, Nans>(hi, d, n) || any;
-    return any;
+      nan_rows = gemv_group<D, MA, R, false, Nans>(c, d, n);
+    if constexpr (MB > 0) gemv_group<D, MB, R, false, Nans>(hi, d, n);  // same rows, same answer
+    return nan_rows;
   };
   auto run = [&]<int R>(int64_t n) {
     if constexpr (D::kNanMemo) {
@@ -463,9 +465,8 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
         bool clean = true;
         for (int r = 0; r < R; ++r) clean = clean && __atomic_load_n(memo + n + r, __ATOMIC_RELAXED) == 1;
         if (clean) return (void)group.template operator()<R, false>(n);
-        const bool any = group.template operator()<R, true>(n);
-        for (int r = 0; r < R; ++r)
-          __atomic_store_n(memo + n + r, uint8_t(any && d.row_nan(d.row(n + r)) ? 2 : 1), __ATOMIC_RELAXED);
+        const uint32_t nan_rows = group.template operator()<R, true>(n);
+        for (int r = 0; r < R; ++r) __atomic_store_n(memo + n + r, uint8_t(nan_rows >> r & 1 ? 2 : 1), __ATOMIC_RELAXED);
         return;
       }
     }
