@@ -472,10 +472,54 @@ TEST(CpuIsa, Fp8ShortcutsChangeNothing) {
             EXPECT_EQ(0, std::memcmp(one.data(), memo_out.data(), N * sizeof(float))) << what << " pass " << pass;
           }
           EXPECT_TRUE(std::isnan(memo_out[7])) << what;
-          if (isa == Isa::Avx2)
+          if (isa == Isa::Avx2) {
             for (int64_t r = 0; r < N; ++r) EXPECT_EQ(memo[r], r == 7 ? 2 : 1) << what << " row " << r;
+          }
         }
   }
+}
+
+// Calls of 3 to 8 activation rows (a speculative verify chunk, a few decoding sequences) run
+// multi-row GEMV paths (AVX2: x copied interleaved, some rows in two passes): every output
+// has the bits of its row computed alone, with K tails, rows crossing FP8 scale blocks, a
+// NaN code, and the FP8 NaN memo filled by the multi-row call and then used by it.
+TEST(CpuIsa, MultiRowGemvEqualsOneRowCalls) {
+  std::mt19937 rng(42);
+  for (Isa isa : supported_isas())
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      auto be = make_cpu_backend_isa(&pool, isa);
+      for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+        for (int64_t K : {96, 200, 256}) {
+          if (f == WeightFormat::FP4_BLOCK && K % 32 != 0) continue;
+          const int64_t N = 261;
+          Weight o = make_weight(f, N, K, rng);
+          if (f == WeightFormat::FP8_BLOCK) o.data[7 * K + K - 1] = 0xff;  // a NaN code in row 7's last column
+          for (int64_t M = 3; M <= 8; ++M) {
+            const std::vector<float> x = make_x(M, K, XKind::F32, rng);
+            std::vector<float> many(M * N), one(N);
+            be->linear_f32(x.data(), M, o.w, many.data());
+            const std::string what = label(isa, f, M, N, K, threads, "multi-row");
+            for (int64_t m = 0; m < M; ++m) {
+              be->linear_f32(x.data() + m * K, 1, o.w, one.data());
+              EXPECT_EQ(0, std::memcmp(one.data(), many.data() + m * N, N * sizeof(float))) << what << " row " << m;
+            }
+            if (f != WeightFormat::FP8_BLOCK) continue;
+            EXPECT_TRUE(std::isnan(many[7]) && std::isnan(many[(M - 1) * N + 7])) << what;
+            std::vector<uint8_t> memo(N, 0);
+            WeightMatrix w = o.w;
+            w.row_check = memo.data();
+            std::vector<float> memo_out(M * N);
+            for (int pass = 0; pass < 2; ++pass) {
+              be->linear_f32(x.data(), M, w, memo_out.data());
+              EXPECT_EQ(0, std::memcmp(many.data(), memo_out.data(), M * N * sizeof(float))) << what << " pass " << pass;
+            }
+            if (isa == Isa::Avx2) {  // every AVX2 FP8 GEMV keeps the memo
+              for (int64_t r = 0; r < N; ++r) EXPECT_EQ(memo[r], r == 7 ? 2 : 1) << what << " row " << r;
+            }
+          }
+        }
+    }
 }
 
 // Output rows are split over threads; each output's arithmetic must not depend on the split.
