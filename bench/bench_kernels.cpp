@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   std::printf("cpu features: %s\ndispatch: %s, threads: %d\n", cpu_features_description().c_str(),
               isa_name(cpu_dispatch_isa()), pool().size());
   for (const Shape& s : kShapes)
-    for (int64_t M : {1, 2, 3, 4, 5, 6, 8, 128, 512}) {
+    for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 128, 512}) {
       if (M > 8 && !s.prefill) continue;
       for (bool aq : {true, false}) {
         if (aq && (s.format == WeightFormat::BF16 || s.format == WeightFormat::F32)) continue;

@@ -591,9 +591,9 @@ void gemv_interleaved(const LinearCall& c, const D& d, int64_t n0, int64_t n1, v
 }
 
 // The interleaved path where it measured faster than gemv_range (2 threads, weights streamed
-// from memory, K = 2048; 10-38% for BF16, 9-28% for FP8): BF16 / F32 at 3, 4, 6 and 8 rows,
-// FP8 at 4 to 8. FP4's costly decode is better shared by gemv_range's wider row groups.
-// Returns false where gemv_range is the better one.
+// from memory, K = 2048: BF16 5-45%, FP8 7-36%): BF16 / F32 at 3, 4, 6 and 8 rows, FP8 at 4
+// to 8. FP4's costly decode is better shared by gemv_range's wider row groups; elsewhere the
+// other row splits tried were no faster. Returns false where gemv_range is the one.
 template <class D>
 bool gemv_interleaved_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   if constexpr (D::NF == 2) {  // F32 / BF16: two weight vectors per chunk, next to no decoding
