@@ -590,10 +590,11 @@ void gemv_interleaved(const LinearCall& c, const D& d, int64_t n0, int64_t n1, v
   for_row_groups<D, NRW>(c, d, n0, n1, group);
 }
 
-// The interleaved path where it measured faster than gemv_range (2 threads, weights streamed
-// from memory, K = 2048: BF16 5-45%, FP8 7-36%): BF16 / F32 at 3, 4, 6 and 8 rows, FP8 at 4
-// to 8. FP4's costly decode is better shared by gemv_range's wider row groups; elsewhere the
-// other row splits tried were no faster. Returns false where gemv_range is the one.
+// The interleaved path where it measured at least as fast as gemv_range (2 threads, weights
+// streamed from memory, K = 2048; bench_kernels' BF16 head: M = 6 +42%, 8 +7%, 3-4 on par;
+// FP8 2048 x 2048: M = 4-8 +4-22%): BF16 / F32 at 3, 4, 6 and 8 rows, FP8 at 4 to 8. FP4's
+// costly decode is better shared by gemv_range's wider row groups; at the other row counts
+// the splits tried were slower. Returns false where gemv_range is the one.
 template <class D>
 bool gemv_interleaved_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   if constexpr (D::NF == 2) {  // F32 / BF16: two weight vectors per chunk, next to no decoding
