@@ -151,6 +151,11 @@ class Engine {
   std::shared_ptr<RequestStream> submit(GenerateRequest request) { return submit(std::move(request), nullptr); }
   // The same, and every event of the request also wakes `waiter` (null: none).
   virtual std::shared_ptr<RequestStream> submit(GenerateRequest request, std::shared_ptr<StreamWaiter> waiter) = 0;
+  // Several requests in one hand-over: the engine thread sees all of them before its next step,
+  // so they are scheduled together (one prefill chunk, then decoded side by side) instead of the
+  // first starting alone. Streams in the order of `requests`.
+  virtual std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> requests,
+                                                                 std::shared_ptr<StreamWaiter> waiter) = 0;
   virtual EngineStats stats() const = 0;
 };
 

@@ -140,6 +140,8 @@ class Batch {
         throw std::invalid_argument((requests.size() > 1 ? "request " + std::to_string(i) + ": " : std::string()) +
                                     st.message);
     }
+    std::vector<GenerateRequest> gens;
+    gens.reserve(requests.size());
     for (RequestIn& r : requests) {
       Slot slot;
       slot.logprobs = r.params.logprobs >= 0;
@@ -149,9 +151,12 @@ class Batch {
         if (chat_thinking && r.skip_special_tokens) slot.hidden = &session_->chat_hidden;
       }
       if (chat_thinking) slot.parser = std::make_unique<chat::OutputParser>(*session_->family, *chat_thinking);
-      slot.stream = session_->engine->submit(GenerateRequest{std::move(r.prompt), std::move(r.params)}, waiter_);
+      gens.push_back(GenerateRequest{std::move(r.prompt), std::move(r.params)});
       slots_.push_back(std::move(slot));
     }
+    // One hand-over, so the engine's first step already holds all of them.
+    auto streams = session_->engine->submit_all(std::move(gens), waiter_);
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i].stream = std::move(streams[i]);
   }
 
   ~Batch() { cancel(); }

@@ -42,9 +42,10 @@ def test_prompts_are_batched_and_batch_invariant(tiny_float, tiny_sequences):
     together = tiny_float.generate(prompts, GREEDY8)
     steps = idle_stats(tiny_float)["steps_total"] - steps0
     assert [o.outputs[0].token_ids for o in together] == alone
-    # 348 prompt tokens fit one 512-token step; then the four decode side by side: one step per
-    # token, not four (run one after another they take 4 x 8).
-    assert steps <= 8 + 2, steps
+    # One call hands the four over together: 348 prompt tokens fit one 512-token step, which also
+    # gives each its first token; then they decode side by side, one step per token (run one
+    # after another they would take 4 x 8).
+    assert steps == 8, steps
 
 
 def test_n_outputs_use_seed_plus_index(tiny_float):

@@ -129,6 +129,27 @@ class EngineImpl final : public Engine {
     return stream;
   }
 
+  std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> requests,
+                                                         std::shared_ptr<StreamWaiter> waiter) override {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    std::vector<Inbox::Submit> batch;
+    streams.reserve(requests.size());
+    batch.reserve(requests.size());
+    const auto now = Clock::now();
+    for (GenerateRequest& r : requests) {
+      const uint64_t id = next_id_.fetch_add(1);
+      auto stream = std::make_shared<Stream>(id, inbox_, waiter);
+      streams.push_back(stream);
+      batch.push_back({id, std::move(r), std::move(stream), now});
+    }
+    {
+      std::lock_guard<std::mutex> lk(inbox_->mu);
+      for (auto& b : batch) inbox_->submits.push_back(std::move(b));
+    }
+    inbox_->cv.notify_all();
+    return streams;
+  }
+
   EngineStats stats() const override {
     std::lock_guard<std::mutex> lk(stats_mu_);
     return published_;

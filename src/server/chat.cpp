@@ -117,8 +117,7 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   }
   const std::vector<std::string> stops = ro.sampling.stop;
   const bool logprobs = ro.sampling.logprobs >= 0;
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (auto& g : gens) streams.push_back(b.engine->submit(std::move(g), waiter));
+  std::vector<std::shared_ptr<RequestStream>> streams = b.engine->submit_all(std::move(gens), waiter);
   const std::string id = random_id("chatcmpl-");
   const int64_t created = unix_time();
   auto envelope = [bp, id, created](const char* object) {

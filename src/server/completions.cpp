@@ -166,8 +166,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
       if (!s.ok()) throw ApiError(s);
       gens.push_back(std::move(g));
     }
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (auto& g : gens) streams.push_back(b.engine->submit(std::move(g), waiter));
+  std::vector<std::shared_ptr<RequestStream>> streams = b.engine->submit_all(std::move(gens), waiter);
   const std::string id = random_id("cmpl-");
   const int64_t created = unix_time();
   auto envelope = [bp, id, created](json choices) {

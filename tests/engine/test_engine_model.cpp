@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/engine.h"
@@ -434,12 +435,17 @@ TEST(EngineModel, KvMemoryIsTheArenaWhileManySequencesAndSnapshotsLive) {
   EXPECT_EQ(m.runner->arena_bytes(), arena);
 }
 
-TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
+// The public, threaded Engine on the tiny model: one compute thread, 2000 KV blocks.
+std::unique_ptr<Engine> threaded_tiny_engine() {
   EngineOptions o;
   o.model_dir = model_dir();
   o.threads = 1;
   o.num_kv_blocks = 2000;
-  auto eng = Engine::create(o);
+  return Engine::create(o);
+}
+
+TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
+  auto eng = threaded_tiny_engine();
   EXPECT_EQ(eng->info().vocab_size, 1024);
   EXPECT_EQ(eng->info().max_model_len, (2000 - eng->info().kv_fixed_blocks_per_seq) * 64);
   auto s = eng->submit(GenerateRequest{prompt(20, 1), greedy(16)});
@@ -476,6 +482,42 @@ TEST(EngineModel, ThreadedEngineStreamsAndCancels) {
   const EngineStats st = eng->stats();
   EXPECT_EQ(st.requests_finished_abort, 1u);
   EXPECT_GE(st.generation_tokens_total, 17u);
+}
+
+// Requests handed over together are scheduled together: one step prefills all four prompts
+// (132 tokens) and gives each its first token, then they decode side by side - 8 steps for 8
+// tokens each, whatever the timing of the engine thread. Submitted one at a time, the first
+// could start alone and the others join a step or more later.
+TEST(EngineModel, ThreadedEngineSchedulesASubmitAllTogether) {
+  auto eng = threaded_tiny_engine();
+  const std::vector<int> lengths = {1, 7, 40, 84};
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t steps0 = eng->stats().steps_total;
+    std::vector<GenerateRequest> reqs;
+    for (size_t i = 0; i < lengths.size(); ++i) reqs.push_back(GenerateRequest{prompt(lengths[i], 70 + i), greedy(8)});
+    auto streams = eng->submit_all(std::move(reqs), nullptr);
+    ASSERT_EQ(streams.size(), lengths.size());
+    for (size_t i = 0; i < streams.size(); ++i) {
+      for (;;) {
+        auto ev = streams[i]->next(std::chrono::seconds(30));
+        ASSERT_TRUE(ev);
+        if (ev->finished) {
+          EXPECT_EQ(ev->finish_reason, FinishReason::kLength);
+          EXPECT_EQ(ev->usage.prompt_tokens, lengths[i]);
+          EXPECT_EQ(ev->usage.completion_tokens, 8);
+          break;
+        }
+      }
+    }
+    // The engine publishes its counters after the step that finished the requests.
+    EngineStats st;
+    for (int wait = 0; wait < 3000; ++wait) {
+      st = eng->stats();
+      if (st.requests_running == 0 && st.requests_waiting == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(st.steps_total - steps0, 8u) << "round " << round;
+  }
 }
 
 // DeepSeek-V4.1 through the public Engine: streams, and a prompt holding the image placeholder
