@@ -210,6 +210,26 @@ TEST_P(DecodeNoAlloc, ForwardBatchOfThree) {
   std::printf("forward_batch (3 sequences): %.1f allocations per decode step\n", double(n) / kMeasuredSteps);
 }
 
+// The kernels' per-thread scratch: when a call needs more than any before it, every thread of
+// the pool grows to it at once, not whichever threads happen to run the call's rows. Here the
+// first call has one weight row, so the calling thread runs it alone; the calls after it
+// spread 3000 rows over all three threads and must not allocate.
+TEST(DecodeNoAllocScratch, EveryThreadGrowsWhenTheLargestNeedRises) {
+  ThreadPool pool(3);
+  auto be = kernels::make_cpu_backend(&pool);
+  const int64_t K = 1000, N = 3000, M = 16;
+  std::vector<float> w(size_t(N * K)), x(size_t(M * K)), y(size_t(M * N));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 13) - 6) / 8.0f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 7) - 3) / 4.0f;
+  WeightMatrix one_row{WeightFormat::F32, 1, K, reinterpret_cast<const uint8_t*>(w.data())};
+  WeightMatrix many_rows{WeightFormat::F32, N, K, reinterpret_cast<const uint8_t*>(w.data())};
+  be->linear_f32(x.data(), M, one_row, y.data());
+  const int64_t n = allocations_in([&] {
+    for (int64_t rows : {M, int64_t(3), int64_t(8), M}) be->linear_f32(x.data(), rows, many_rows, y.data());
+  });
+  EXPECT_EQ(n, 0);
+}
+
 // The counter itself: an allocation in the measured region is seen.
 TEST(DecodeNoAllocCounter, SeesAnAllocation) {
   const int64_t n = allocations_in([] {

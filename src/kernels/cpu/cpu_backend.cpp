@@ -366,7 +366,7 @@ class SimdBackend final : public Backend {
   void run(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y) const {
     cpu::LinearCall c;
     if (!prepare(x, M, W, act_block, y, tl_act, c)) return;
-    const RowsJob job{&k_, &c, k_.scratch_bytes(c)};
+    const RowsJob job{&k_, &c, work_bytes(k_.scratch_bytes(c))};
     const int64_t grain = c.M <= k_.gemv_max_m ? gemv_grain(k_, c) : k_.gemm_grain;
     parallel_for_balanced(pool_, c.N, grain, kPiecesPerThread, [&job](int64_t n0, int64_t n1, int) {
       void* scratch = job.scratch ? tl_work.get(job.scratch) : nullptr;
@@ -502,7 +502,7 @@ class SimdBackend final : public Backend {
       ms.start[i + 1] = ms.start[i] + c.N * ms.row_cost[i];
       scratch = std::max(scratch, k_.scratch_bytes(c));
     }
-    const ManyJob job{&k_, &ms, scratch};
+    const ManyJob job{&k_, &ms, work_bytes(scratch)};
     parallel_for_balanced(pool_, ms.start.back(), 1, kPiecesPerThread, [&job](int64_t b0, int64_t b1, int) {
       job.share(b0, b1, job.scratch ? tl_work.get(job.scratch) : nullptr);
     });
@@ -585,10 +585,25 @@ class SimdBackend final : public Backend {
     }
   }
 
+  // The thread scratch a call asks for: nothing when it needs none, else the most any call has
+  // needed so far, which every thread of the pool grows to as soon as it rises. Which thread
+  // runs which rows changes from call to call (a thread that finishes early takes others'
+  // rows), so growing on first use let a decode step allocate whenever a thread first met,
+  // say, an expert two tokens of the batch chose. Called by the thread that owns the pool.
+  size_t work_bytes(size_t need) const {
+    if (need == 0) return 0;
+    if (need > work_hw_) {
+      work_hw_ = need;
+      parallel_for(pool_, pool_ ? pool_->size() : 1, 1, [need](int64_t, int64_t, int) { tl_work.get(need); });
+    }
+    return work_hw_;
+  }
+
   ThreadPool* pool_;
   const cpu::IsaKernels& k_;
   ScalarBackend scalar_;
   bool avx512_attention_, avx2_attention_;
+  mutable size_t work_hw_ = 0;  // work_bytes()
 };
 thread_local SimdBackend::ManyScratch SimdBackend::tl_many;
 
