@@ -479,10 +479,11 @@ TEST(CpuIsa, Fp8ShortcutsChangeNothing) {
   }
 }
 
-// Calls of 3 to 8 activation rows (a speculative verify chunk, a few decoding sequences) run
-// multi-row GEMV paths (AVX2: x copied interleaved, some rows in two passes): every output
-// has the bits of its row computed alone, with K tails, rows crossing FP8 scale blocks, a
-// NaN code, and the FP8 NaN memo filled by the multi-row call and then used by it.
+// Calls of 2 to 8 activation rows (a speculative verify chunk, a few decoding sequences) run
+// multi-row GEMV paths (AVX2: x copied interleaved, some rows in two passes; FP8 at two rows
+// with the block scales put on x): every output has the bits of its row computed alone, with
+// K tails, rows crossing FP8 scale blocks, a NaN code, and the FP8 NaN memo filled by the
+// multi-row call and then used by it.
 TEST(CpuIsa, MultiRowGemvEqualsOneRowCalls) {
   std::mt19937 rng(42);
   for (Isa isa : supported_isas())
@@ -495,7 +496,7 @@ TEST(CpuIsa, MultiRowGemvEqualsOneRowCalls) {
           const int64_t N = 261;
           Weight o = make_weight(f, N, K, rng);
           if (f == WeightFormat::FP8_BLOCK) o.data[7 * K + K - 1] = 0xff;  // a NaN code in row 7's last column
-          for (int64_t M = 3; M <= 8; ++M) {
+          for (int64_t M = 2; M <= 8; ++M) {
             const std::vector<float> x = make_x(M, K, XKind::F32, rng);
             std::vector<float> many(M * N), one(N);
             be->linear_f32(x.data(), M, o.w, many.data());

@@ -264,12 +264,12 @@ struct Fp8Dec {
     for (int v = 0; v < 4; ++v) w[v] = _mm256_mul_ps(w[v], f);
   }
   // Whether x * f, f = 2^(b - 119) the factor of any scale byte b of rows [n0, n1), is exact
-  // (a normal float, or x is 0, inf or NaN) for every value of activation row 0: then
+  // (a normal float, or x is 0, inf or NaN) for every value of activation rows [0, M): then
   // (x * f) * code' is the exact product x * (code' * f) that the weights give (code' * f is
   // exact too: b >= 10 keeps every nonzero weight normal), so an FMA on either gives the same
   // bits, and a group of rows sharing a scale block multiplies x once per chunk instead of
   // every row's weights. x * f is normal iff 2^(-7-b) <= |x| < 2^(247-b).
-  bool x_scalable(int64_t n0, int64_t n1) const {
+  bool x_scalable(int64_t n0, int64_t n1, int64_t M) const {
     const WeightMatrix& W = *c->W;
     int bmin = 255, bmax = 0;
     for (int64_t rb = n0 / B; rb <= (n1 - 1) / B; ++rb)
@@ -282,15 +282,15 @@ struct Fp8Dec {
     // Smallest nonzero and largest finite |x|, as bits (their order is the values' order).
     const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
     __m256i lo = _mm256_set1_epi32(0x7f800000), hi = _mm256_setzero_si256();
-    int64_t k = 0;
-    for (; k < c->K; k += 8) {
-      __m256i a = _mm256_and_si256(_mm256_castps_si256(load_x_row0(k)), abs);
-      if (c->K - k < 8) a = _mm256_and_si256(a, lane_mask(c->K - k));
-      const __m256i finite = _mm256_cmpgt_epi32(inf, a);
-      const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
-      hi = _mm256_max_epi32(hi, _mm256_and_si256(a, finite));
-      lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(inf, a, _mm256_andnot_si256(zero, finite)));
-    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < c->K; k += 8) {
+        __m256i a = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(c->xf + m * c->xs + k)), abs);
+        if (c->K - k < 8) a = _mm256_and_si256(a, lane_mask(c->K - k));
+        const __m256i finite = _mm256_cmpgt_epi32(inf, a);
+        const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+        hi = _mm256_max_epi32(hi, _mm256_and_si256(a, finite));
+        lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(inf, a, _mm256_andnot_si256(zero, finite)));
+      }
     alignas(32) int32_t l[8], h[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(l), lo);
     _mm256_store_si256(reinterpret_cast<__m256i*>(h), hi);
@@ -307,9 +307,6 @@ struct Fp8Dec {
     const bool hi_ok = e_hi > 127 || hmax < ((e_hi + 127) << 23);
     return lo_ok && hi_ok;
   }
-
- private:
-  DI_INLINE __m256 load_x_row0(int64_t k) const { return _mm256_loadu_ps(c->xf + k); }
 };
 
 struct Fp4Dec {
@@ -387,11 +384,13 @@ DI_INLINE void chunk_weights(const D& d, const typename D::Row& row, int64_t k, 
 
 // XS (one activation row, D::kXScale): the group's shared block scale goes onto x, once per
 // chunk, and the weights stay bare codes (see Fp8Dec::x_scalable: the same exact products).
-// Nans = false: the rows are known free of NaN codes (D::kNanMemo). Returns the rows that
-// hold a NaN code (bit r for row n + r; their outputs are NaN).
-template <class D, int MR, int NRW, bool XS = false, bool Nans = true>
+// Pre (D::kXScale): x arrives with the block scales already on it (prescale_rows), the weights
+// stay bare codes. Nans = false: the rows are known free of NaN codes (D::kNanMemo). Returns
+// the rows that hold a NaN code (bit r for row n + r; their outputs are NaN).
+template <class D, int MR, int NRW, bool XS = false, bool Nans = true, bool Pre = false>
 uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   static_assert(!XS || (MR == 1 && D::kXScale && D::kSharedScale));
+  static_assert(!Pre || (!XS && D::kXScale && D::kSharedScale));
   constexpr int NV = D::NF;
   typename D::Row row[NRW];
   for (int r = 0; r < NRW; ++r) row[r] = d.row(n + r);
@@ -418,7 +417,15 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     }
     for (int r = 0; r < NRW; ++r) {
       __m256 w[NV];
-      chunk_weights<D, Nans>(d, row[r], k, nv, s, w, nan);
+      if constexpr (Pre) {
+        if (nv > 0) {
+          d.template codes<Nans>(row[r], k, nv, w, nan);
+        } else {
+          for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
+        }
+      } else {
+        chunk_weights<D, Nans>(d, row[r], k, nv, s, w, nan);
+      }
       for (int v = 0; v < NV; ++v)
         for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(load_x(c, m, k + 8 * v), w[v], acc[m][r]);
     }
@@ -476,17 +483,42 @@ DI_INLINE void for_row_groups(const LinearCall& c, const D& d, int64_t n0, int64
   for (; n < n1; ++n) run.template operator()<1>(n);
 }
 
+// MR activation rows with the block scales put on x (Fp8Dec::x_scalable holds for all of
+// them): per block of B weight rows, x times each column block's scale factor goes into the
+// thread's scratch once, and the rows' weights stay bare codes, so no chunk multiplies weights
+// by their scale (the same exact products, so the same bits as the scaled path).
+template <class D, int MR, int NRW>
+void gemv_prescaled(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
+  LinearCall cp = c;
+  float* xp = static_cast<float*>(scratch);
+  cp.xf = xp;
+  auto group = [&]<int R, bool Nans>(int64_t n) { return gemv_group<D, MR, R, false, Nans, true>(cp, d, n); };
+  const int64_t B = c.W->block;
+  for (int64_t a = n0; a < n1;) {
+    const int64_t b = min64(n1, (a / B + 1) * B);  // the rows of a's scale block
+    const typename D::Row r = d.row(a);
+    for (int64_t k = 0; k < c.xs; k += 8) {  // x is zero past K: so is x'
+      const __m256 f = k < c.K ? d.scale(r, k) : _mm256_setzero_ps();
+      for (int m = 0; m < MR; ++m) _mm256_storeu_ps(xp + m * c.xs + k, _mm256_mul_ps(load_x(c, m, k), f));
+    }
+    for_row_groups<D, NRW>(c, d, a, b, group);
+    a = b;
+  }
+}
+
 // Groups of NRW weight rows (for_row_groups). MB > 0: more activation rows than fit the
 // registers (or whose x rows overflow L1 when re-read for every weight row): each group runs
 // for activation rows [0, MA), then for [MA, MA + MB) while its weights are still in cache.
 // Every output's operations are the same either way.
 template <class D, int MA, int NRW, int MB = 0>
-void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
+  if constexpr (D::kXScale && MA == 2 && MB == 0)
+    if (scratch && d.x_scalable(n0, n1, MA)) return gemv_prescaled<D, MA, NRW>(c, d, n0, n1, scratch);
   LinearCall hi = c;
   hi.xf = c.xf + MA * c.xs;
   hi.y = c.y + MA * c.N;
   bool xs = false;
-  if constexpr (D::kXScale && MA == 1 && MB == 0) xs = d.x_scalable(n0, n1);
+  if constexpr (D::kXScale && MA == 1 && MB == 0) xs = d.x_scalable(n0, n1, 1);
   auto group = [&]<int R, bool Nans>(int64_t n) {  // the rows holding a NaN code, as gemv_group
     uint32_t nan_rows;
     if constexpr (D::kXScale && MA == 1 && MB == 0)
@@ -500,21 +532,21 @@ void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
 }
 
 template <class D>
-void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
+void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   // Each accumulator is one FMA chain: at least ~6 chains in flight, and accumulators plus
   // one row's decoded weights within the 16 ymm registers.
   switch (c.M) {
-    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1);
-    case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
-    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
-    case 4: return gemv_range<D, 4, 2>(c, d, n0, n1);
+    case 1: return gemv_range<D, 1, 4>(c, d, n0, n1, scratch);
+    case 2: return gemv_range<D, 2, 4>(c, d, n0, n1, scratch);
+    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1, scratch);
+    case 4: return gemv_range<D, 4, 2>(c, d, n0, n1, scratch);
     // Five or more x rows overflow L1 at K = 2048 (each weight row re-reads all of them):
     // groups of 2-3 weight rows share one pass over x; 7-8 rows run as two blocks of x rows
     // per group of weight rows (the registers hold no more accumulators).
-    case 5: return gemv_range<D, 5, 2>(c, d, n0, n1);
-    case 6: return gemv_range<D, 6, 3>(c, d, n0, n1);
-    case 7: return gemv_range<D, 4, 2, 3>(c, d, n0, n1);
-    default: return gemv_range<D, 4, 2, 4>(c, d, n0, n1);
+    case 5: return gemv_range<D, 5, 2>(c, d, n0, n1, scratch);
+    case 6: return gemv_range<D, 6, 3>(c, d, n0, n1, scratch);
+    case 7: return gemv_range<D, 4, 2, 3>(c, d, n0, n1, scratch);
+    default: return gemv_range<D, 4, 2, 4>(c, d, n0, n1, scratch);
   }
 }
 
@@ -698,7 +730,7 @@ template <class D>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   const D d(c);
   if (c.M <= kGemvMaxM) {
-    if (!gemv_interleaved_rows(c, d, n0, n1, scratch)) gemv_rows<D>(c, d, n0, n1);
+    if (!gemv_interleaved_rows(c, d, n0, n1, scratch)) gemv_rows<D>(c, d, n0, n1, scratch);
     return;
   }
   gemm_rows<D>(c, d, n0, n1, scratch);
@@ -714,7 +746,8 @@ void rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
 }
 
 size_t scratch_bytes(const LinearCall& c) {
-  if (c.M <= 2) return 0;
+  if (c.M <= 1) return 0;
+  if (c.M == 2) return size_t(2 * c.xs) * sizeof(float);  // FP8's prescaled x (gemv_prescaled)
   return c.M <= kGemvMaxM ? interleaved_scratch_bytes(c.M, c.xs) : size_t(tile_rows(c.xs) * c.xs) * sizeof(float);
 }
 
