@@ -448,6 +448,7 @@ class SimdBackend final : public Backend {
     c.xs = xs;
     c.m_rows = m_rows;
     c.use_bf16 = use_bf16;
+    if (k_.call_setup) k_.call_setup(c);
     return true;
   }
 
@@ -480,6 +481,7 @@ class SimdBackend final : public Backend {
         c.W = &W;
         c.N = W.rows;
         c.y = j.y;
+        if (k_.call_setup && !c.x_range) k_.call_setup(c);  // the same x: a range found stays true
         ms.calls.push_back(c);
         continue;
       }

@@ -38,6 +38,11 @@ struct LinearCall {
   // Decided per activation row by the driver (a call's rows all agree), and the kernels
   // decide per weight row, so each output's arithmetic depends on its own two rows only.
   bool use_bf16 = false;
+  // x_range: the smallest nonzero and the largest finite |x| over the call's M rows, as float
+  // bits (x_abs_lo is the bits of +inf when no value is nonzero and finite), set by
+  // IsaKernels::call_setup where the kernels use them; otherwise each thread finds them.
+  bool x_range = false;
+  uint32_t x_abs_lo = 0, x_abs_hi = 0;
 };
 
 // Exact-product range of use_bf16 (biased fp32 exponents of 2^-40 and 2^40).
@@ -137,6 +142,9 @@ struct IsaKernels {
   // Null, or swiglu_ref with exp in vectors (within one unit in the last place of it).
   void (*swiglu)(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                  float* out) = nullptr;
+  // Null, or: what the kernels compute once per call from its prepared rows, before the rows
+  // are split over threads (AVX2: LinearCall's x range, for FP8 calls of one or two rows).
+  void (*call_setup)(LinearCall& c) = nullptr;
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

@@ -204,6 +204,31 @@ struct Bf16Dec : Unscaled {
   }
 };
 
+// Smallest nonzero and largest finite |x| over activation rows [0, M) of a call, as float bits
+// (their order is the values' order); lo is the bits of +inf when every value is 0, inf or NaN.
+void x_abs_range(const LinearCall& c, int64_t M, int32_t& lo_bits, int32_t& hi_bits) {
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  __m256i lo = _mm256_set1_epi32(0x7f800000), hi = _mm256_setzero_si256();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < c.K; k += 8) {
+      __m256i a = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(c.xf + m * c.xs + k)), abs);
+      if (c.K - k < 8) a = _mm256_and_si256(a, lane_mask(c.K - k));
+      const __m256i finite = _mm256_cmpgt_epi32(inf, a);
+      const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+      hi = _mm256_max_epi32(hi, _mm256_and_si256(a, finite));
+      lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(inf, a, _mm256_andnot_si256(zero, finite)));
+    }
+  alignas(32) int32_t l[8], h[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(h), hi);
+  lo_bits = l[0];
+  hi_bits = h[0];
+  for (int i = 1; i < 8; ++i) {
+    lo_bits = l[i] < lo_bits ? l[i] : lo_bits;
+    hi_bits = h[i] > hi_bits ? h[i] : hi_bits;
+  }
+}
+
 struct Fp8Dec {
   static constexpr int CH = 32, NF = 4;
   static constexpr bool kSharedScale = true;
@@ -279,25 +304,12 @@ struct Fp8Dec {
         bmax = b > bmax ? b : bmax;
       }
     if (bmin < 10 || bmax > 246) return false;
-    // Smallest nonzero and largest finite |x|, as bits (their order is the values' order).
-    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    __m256i lo = _mm256_set1_epi32(0x7f800000), hi = _mm256_setzero_si256();
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < c->K; k += 8) {
-        __m256i a = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(c->xf + m * c->xs + k)), abs);
-        if (c->K - k < 8) a = _mm256_and_si256(a, lane_mask(c->K - k));
-        const __m256i finite = _mm256_cmpgt_epi32(inf, a);
-        const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
-        hi = _mm256_max_epi32(hi, _mm256_and_si256(a, finite));
-        lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(inf, a, _mm256_andnot_si256(zero, finite)));
-      }
-    alignas(32) int32_t l[8], h[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(l), lo);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(h), hi);
-    int32_t lmin = l[0], hmax = h[0];
-    for (int i = 1; i < 8; ++i) {
-      lmin = l[i] < lmin ? l[i] : lmin;
-      hmax = h[i] > hmax ? h[i] : hmax;
+    int32_t lmin, hmax;
+    if (c->x_range && M == c->M) {
+      lmin = int32_t(c->x_abs_lo);
+      hmax = int32_t(c->x_abs_hi);
+    } else {
+      x_abs_range(*c, M, lmin, hmax);
     }
     // Thresholds as float bits: 2^e is (e + 127) << 23 for normal e; past the float range
     // the test holds for every finite x.
@@ -745,6 +757,17 @@ void rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   }
 }
 
+// The FP8 paths that put block scales on x (one or two rows: Fp8Dec::x_scalable) check x's
+// range against each row range's scales; the range itself is found once per call here.
+void call_setup(LinearCall& c) {
+  if (c.W->format != WeightFormat::FP8_BLOCK || c.M > 2) return;
+  int32_t lo, hi;
+  x_abs_range(c, c.M, lo, hi);
+  c.x_abs_lo = uint32_t(lo);
+  c.x_abs_hi = uint32_t(hi);
+  c.x_range = true;
+}
+
 size_t scratch_bytes(const LinearCall& c) {
   if (c.M <= 1) return 0;
   if (c.M == 2) return size_t(2 * c.xs) * sizeof(float);  // FP8's prescaled x (gemv_prescaled)
@@ -1064,6 +1087,7 @@ constexpr IsaKernels kKernels = {
     .hc_collapse = hc_collapse,
     .dot_f64 = dot_f64,
     .swiglu = swiglu,
+    .call_setup = call_setup,
 };
 
 }  // namespace
