@@ -354,6 +354,9 @@ class SimdBackend final : public Backend {
   bool bf16_pair_order(const WeightMatrix& W) const {
     return W.format == WeightFormat::BF16 && k_.bf16_pair_order != nullptr;
   }
+  bool fp8_reordered(const WeightMatrix& W) const {
+    return W.format == WeightFormat::FP8_BLOCK && k_.fp8_f32_order != nullptr;
+  }
 
   // Row grain of a GEMV-sized call: the kernels' row group, or 1 where they stream one
   // row at a time (so a short, wide matrix such as the 24-row mHC mixer splits evenly).
@@ -430,6 +433,7 @@ class SimdBackend final : public Backend {
     if (lane_order && cls == kBf16Row) k_.fp4_lane_order(xb, 0, M, xs);
     if (bf16_pair_order(W)) k_.bf16_pair_order(xf, 0, M, xs);  // every row: bf16 rows fall back to it
     if (W.format == WeightFormat::FP4_BLOCK && k_.fp4_f32_order) k_.fp4_f32_order(xf, 0, M, xs);  // likewise
+    if (fp8_reordered(W)) k_.fp8_f32_order(xf, 0, M, xs);
     const bool use_bf16 = k_.bf16 && cls == kBf16Row;
     if (want_xd && use_bf16) {
       if (M * K >= (int64_t(1) << 16))
@@ -475,7 +479,7 @@ class SimdBackend final : public Backend {
       // Products of one input (a MoE expert's w1 and w3, attention projections) share the
       // prepared activations when their preparation would be the same.
       const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32,
-                        fp4_reordered(W), bf16_pair_order(W)};
+                        fp4_reordered(W), bf16_pair_order(W), fp8_reordered(W)};
       if (!ms.calls.empty() && key == last_key) {
         cpu::LinearCall c = ms.calls.back();
         c.W = &W;
@@ -513,11 +517,11 @@ class SimdBackend final : public Backend {
  private:
   // What prepare() reads: two calls with the same key get the same prepared rows and row
   // class (the weight enters only through its width, whether it is F32, which never takes
-  // the bf16 kernels, whether its xb / xf are in an FP4 order and its xf in BF16 pair order).
+  // the bf16 kernels, whether its xb / xf are in an FP4 order and its xf in BF16 pair order or FP8 order).
   struct PrepKey {
     const float* x = nullptr;
     int64_t M = 0, K = 0, act_block = 0;
-    bool plain_f32 = false, fp4_order = false, pair_order = false;
+    bool plain_f32 = false, fp4_order = false, pair_order = false, fp8_order = false;
     bool operator==(const PrepKey&) const = default;
   };
 

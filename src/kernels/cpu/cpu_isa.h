@@ -81,7 +81,7 @@ struct IsaKernels {
   int64_t m_align;      // GEMM path: m_rows = M rounded up to this
   int64_t gemv_max_m;   // M at or below: fused decode + dot per weight row; above: decoded tiles
   int64_t act_align;    // act_block must be a multiple of this for prep_act_quant
-  int fp8_max_scale;    // FP8 weights with a larger scale byte go to Scalar (AVX2: 246)
+  int fp8_max_scale;    // FP8 weights with a larger scale byte go to Scalar (AVX2: 134)
   int64_t gemv_grain;   // row grain for splitting N over threads
   bool plain_m1_rowwise;  // F32 / BF16 GEMV at M = 1 walks one weight row at a time (grain 1)
   int64_t gemm_grain;
@@ -121,6 +121,10 @@ struct IsaKernels {
   // the driver rearranges rows [m0, m1) of xf (stride a multiple of kFp4Chunk) with this for
   // FP4 weights.
   void (*fp4_f32_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
+  // Null, or: the kernels multiply FP8 weights in their FP8 fp32 order (AVX2: each 32 columns
+  // as four vectors, vector j holding columns j, j + 4, ..., j + 28), so the driver rearranges
+  // rows [m0, m1) of xf (stride a multiple of 32) with this for FP8 weights.
+  void (*fp8_f32_order)(float* xf, int64_t m0, int64_t m1, int64_t xs) = nullptr;
   // Null, or: the tiled products of bf16 mode run as fp32 FMAs in dot-product order (a bf16
   // dot product instruction is two FMAs, the odd column's first, so the bits are the same;
   // FMAs issue on twice the ports), so the driver fills LinearCall::xd from rows [m0, m1) of

@@ -2,13 +2,16 @@
 // dispatcher's CPU check. See cpu_isa.h for the rules of this file (no shared templates or
 // inline functions, no static initialisers that run code).
 //
-// Weight decoding goes through fp16, whose exact conversion (vcvtph2ps) handles subnormals:
-//   e4m3 byte b -> fp16 bits sign | (b & 0x7f) << 7 = e4m3 * 2^-8 exactly (subnormals too),
-//                  built by sign-extending to 16 bits, shifting by 7 and clearing bit 14. The
-//                  NaN codes (0x7f / 0xff) would decode as 480: a per-row flag catches them
+// Weight decoding:
+//   e4m3 byte b -> fp32 bits sign | (b & 0x7f) << 20 = e4m3 * 2^-120 exactly (the e4m3
+//                  subnormals land on fp32 subnormals), made by shifts and a mask on 4 codes
+//                  per 32-bit lane: each 32 columns decode as four vectors, vector j holding
+//                  columns j, j + 4, ..., j + 28 (FP8 fp32 order, fp8_f32_order). The NaN
+//                  codes (0x7f / 0xff) would decode as numbers: a per-row flag catches them
 //                  and that row's outputs become NaN (exactly what a NaN weight gives); the
-//                  model's row_check memo lets rows known clean skip the test. One-row GEMVs
-//                  put the block scale on x where that is exact (Fp8Dec::x_scalable).
+//                  model's row_check memo lets rows known clean skip the test. One- and
+//                  two-row GEMVs put the block scale on x where that is exact
+//                  (Fp8Dec::x_scalable).
 //   e2m1 nibble -> a code times its power-of-two block scale is a bf16 value: two byte
 //                  lookups (vpshufb, tables per scale byte) give its two bytes; each 32 columns
 //                  decode as four vectors of the even / odd columns of their halves (FP4 fp32
@@ -42,9 +45,9 @@ inline float f32_of(uint32_t b) {
   std::memcpy(&f, &b, 4);
   return f;
 }
-// Block scales as broadcastable floats: e8m0(b) * 2^8 (e8m0(b) = 2^(b - 127); 255 is NaN)
-// for the FP8 decoder's fp16 route (the driver hands this file FP8 scale bytes <= 246 only,
-// where that is exact).
+// Block scales as broadcastable floats: e8m0(b) * 2^120 (e8m0(b) = 2^(b - 127); 255 is NaN)
+// for the FP8 decoder, whose codes come out times 2^-120 (the driver hands this file FP8
+// scale bytes <= 134 only, where that factor is a finite float).
 struct ScaleTable {
   float v[256];
 };
@@ -57,7 +60,7 @@ constexpr ScaleTable make_scale_table(int extra_exp) {
   }
   return t;
 }
-constexpr ScaleTable kE8m0x256 = make_scale_table(8);
+constexpr ScaleTable kE8m0x2p120 = make_scale_table(120);
 DI_INLINE __m256 scale_vec(const ScaleTable& t, uint8_t b) { return _mm256_broadcast_ss(&t.v[b]); }
 
 // FP4 weights under a scale byte b, as byte tables for _mm256_shuffle_epi8. A code times
@@ -206,13 +209,14 @@ struct Bf16Dec : Unscaled {
 
 // Smallest nonzero and largest finite |x| over activation rows [0, M) of a call, as float bits
 // (their order is the values' order); lo is the bits of +inf when every value is 0, inf or NaN.
+// The last chunk's columns past K need not be at its end (FP8 fp32 order): the whole stride is
+// read, its padding being zeros.
 void x_abs_range(const LinearCall& c, int64_t M, int32_t& lo_bits, int32_t& hi_bits) {
   const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
   __m256i lo = _mm256_set1_epi32(0x7f800000), hi = _mm256_setzero_si256();
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < c.K; k += 8) {
-      __m256i a = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(c.xf + m * c.xs + k)), abs);
-      if (c.K - k < 8) a = _mm256_and_si256(a, lane_mask(c.K - k));
+    for (int64_t k = 0; k < c.xs; k += 8) {
+      const __m256i a = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(c.xf + m * c.xs + k)), abs);
       const __m256i finite = _mm256_cmpgt_epi32(inf, a);
       const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
       hi = _mm256_max_epi32(hi, _mm256_and_si256(a, finite));
@@ -254,24 +258,22 @@ struct Fp8Dec {
   DI_INLINE const void* scale_bytes(int64_t) const { return nullptr; }  // one line per 128 rows
   // Rows n0 and n1 lie in one scale block.
   DI_INLINE bool same_scale(int64_t n0, int64_t n1) const { return n0 / B == n1 / B; }
-  // B is a multiple of 32: a chunk lies in one scale block. The fp16 route below yields
-  // code * 2^-8, so the factor is the scale times 2^8 (exact for the bytes <= 246 this path
-  // takes; the driver sends larger scales to Scalar).
+  // B is a multiple of 32: a chunk lies in one scale block. codes() yields code * 2^-120,
+  // so the factor is the scale times 2^120 (finite for the bytes <= 134 this path takes; the
+  // driver sends larger scales to Scalar).
   DI_INLINE __m256 scale(const Row& r, int64_t k) const {
-    return scale_vec(kE8m0x256, r.s[bshift >= 0 ? k >> bshift : k / B]);
+    return scale_vec(kE8m0x2p120, r.s[bshift >= 0 ? k >> bshift : k / B]);
   }
   DI_INLINE bool row_nan(const Row& r) const {
     for (int64_t k = 0; k < c->K; ++k)
       if ((r.p[k] & 0x7f) == 0x7f) return true;
     return false;
   }
-  static DI_INLINE void half(__m128i b, __m256* w) {
-    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(short(0xbfff)));
-    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  }
-  // The codes times 2^-8 (exact), without the block scale. Nans: nan collects 0xff bytes where
-  // a code is a NaN (0x7f / 0xff); without, the row is known free of them.
+  // The codes times 2^-120 (exact), without the block scale, in FP8 fp32 order: byte j of
+  // each 32-bit lane shifted to the top (sign in bit 31), then an arithmetic shift by 4 puts
+  // exponent and mantissa under fp32's (bits 26-20) and the mask clears the sign's copies and
+  // the neighbours' bits. Nans: nan collects 0xff bytes where a code is a NaN (0x7f / 0xff);
+  // without, the row is known free of them.
   template <bool Nans = true>
   DI_INLINE void codes(const Row& r, int64_t k, int64_t nv, __m256* w, __m256i& nan) const {
     alignas(32) uint8_t buf[128];
@@ -280,20 +282,23 @@ struct Fp8Dec {
     if constexpr (Nans)
       nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(b, _mm256_set1_epi8(char(0x80))),
                                                    _mm256_set1_epi8(char(0xff))));
-    half(_mm256_castsi256_si128(b), w);
-    half(_mm256_extracti128_si256(b, 1), w + 2);
+    const __m256i m = _mm256_set1_epi32(int(0x87f00000u));
+    w[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(b, 24), 4), m));
+    w[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(b, 16), 4), m));
+    w[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(b, 8), 4), m));
+    w[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(b, 4), m));
   }
   template <bool Nans = true>
   DI_INLINE void f32(const Row& r, int64_t k, int64_t nv, __m256 f, __m256* w, __m256i& nan) const {
     codes<Nans>(r, k, nv, w, nan);
     for (int v = 0; v < 4; ++v) w[v] = _mm256_mul_ps(w[v], f);
   }
-  // Whether x * f, f = 2^(b - 119) the factor of any scale byte b of rows [n0, n1), is exact
+  // Whether x * f, f = 2^(b - 7) the factor of any scale byte b of rows [n0, n1), is exact
   // (a normal float, or x is 0, inf or NaN) for every value of activation rows [0, M): then
   // (x * f) * code' is the exact product x * (code' * f) that the weights give (code' * f is
   // exact too: b >= 10 keeps every nonzero weight normal), so an FMA on either gives the same
   // bits, and a group of rows sharing a scale block multiplies x once per chunk instead of
-  // every row's weights. x * f is normal iff 2^(-7-b) <= |x| < 2^(247-b).
+  // every row's weights. x * f is normal iff 2^(-119-b) <= |x| < 2^(135-b).
   bool x_scalable(int64_t n0, int64_t n1, int64_t M) const {
     const WeightMatrix& W = *c->W;
     int bmin = 255, bmax = 0;
@@ -303,7 +308,7 @@ struct Fp8Dec {
         bmin = b < bmin ? b : bmin;
         bmax = b > bmax ? b : bmax;
       }
-    if (bmin < 10 || bmax > 246) return false;
+    if (bmin < 10 || bmax > 134) return false;
     int32_t lmin, hmax;
     if (c->x_range && M == c->M) {
       lmin = int32_t(c->x_abs_lo);
@@ -313,7 +318,7 @@ struct Fp8Dec {
     }
     // Thresholds as float bits: 2^e is (e + 127) << 23 for normal e; past the float range
     // the test holds for every finite x.
-    const int e_lo = -7 - bmin, e_hi = 247 - bmax;  // e_lo in [-253, -17], e_hi in [1, 237]
+    const int e_lo = -119 - bmin, e_hi = 135 - bmax;  // e_lo in [-253, -129], e_hi in [1, 125]
     const bool lo_ok = lmin == 0x7f800000 || e_lo < -149 ||
                        (e_lo < -126 ? lmin >= (1 << (e_lo + 149)) : lmin >= ((e_lo + 127) << 23));
     const bool hi_ok = e_hi > 127 || hmax < ((e_hi + 127) << 23);
@@ -509,8 +514,10 @@ void gemv_prescaled(const LinearCall& c, const D& d, int64_t n0, int64_t n1, voi
   for (int64_t a = n0; a < n1;) {
     const int64_t b = min64(n1, (a / B + 1) * B);  // the rows of a's scale block
     const typename D::Row r = d.row(a);
-    for (int64_t k = 0; k < c.xs; k += 8) {  // x is zero past K: so is x'
-      const __m256 f = k < c.K ? d.scale(r, k) : _mm256_setzero_ps();
+    // x is zero past K, and so is x' (f is finite); in FP8 fp32 order the last chunk's columns
+    // past K are not at its end, so every position takes its chunk's scale.
+    for (int64_t k = 0; k < c.xs; k += 8) {
+      const __m256 f = d.scale(r, k);
       for (int m = 0; m < MR; ++m) _mm256_storeu_ps(xp + m * c.xs + k, _mm256_mul_ps(load_x(c, m, k), f));
     }
     for_row_groups<D, NRW>(c, d, a, b, group);
@@ -674,15 +681,14 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
     const int64_t nv = min64(D::CH, K - k);
     __m256 w[D::NF];
     d.f32(r, k, nv, d.scale(r, k), w, nan);
-    if (nv == D::CH) {  // (a masked store is microcoded on AMD: only for the last partial chunk)
-      for (int v = 0; v < D::NF; ++v) _mm256_storeu_ps(dst + k + 8 * v, w[v]);
-    } else {
-      for (int v = 0; v < D::NF; ++v) _mm256_maskstore_ps(dst + k + 8 * v, lane_mask(nv - 8 * v), w[v]);
-    }
+    // A partial chunk decodes its missing columns as zeros and is stored whole (Kp, a multiple
+    // of 32, has room): in the FP4 / FP8 fp32 orders its columns past K are not at its end.
+    for (int v = 0; v < D::NF; ++v) _mm256_storeu_ps(dst + k + 8 * v, w[v]);
   }
+  const int64_t Kc = (K + D::CH - 1) / D::CH * D::CH;
   if (any_nan(nan))
-    for (int64_t k = 0; k < K; ++k) dst[k] = f32_of(0x7fc00000u);
-  for (int64_t k = K; k < Kp; ++k) dst[k] = 0.0f;
+    for (int64_t k = 0; k < Kc; ++k) dst[k] = f32_of(0x7fc00000u);
+  for (int64_t k = Kc; k < Kp; ++k) dst[k] = 0.0f;
 }
 
 template <int MR, int NR>
@@ -850,6 +856,19 @@ void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
       const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8), split);  // of 8-15
       _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
       _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
+    }
+}
+
+// FP8 fp32 order (Fp8Dec::codes): each 32 columns c become [c0 c4 .. c28, c1 c5 .. c29, c2 ..,
+// c3 .. c31]: a transpose of the chunk seen as 8 rows of 4.
+void fp8_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = 0; k < xs; k += 32) {
+      float* p = xf + m * xs + k;
+      float t[32];
+      for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 8; ++i) t[8 * j + i] = p[4 * i + j];
+      std::memcpy(p, t, sizeof t);
     }
 }
 
@@ -1071,7 +1090,7 @@ constexpr IsaKernels kKernels = {
     .m_align = kMR,
     .gemv_max_m = kGemvMaxM,
     .act_align = 8,
-    .fp8_max_scale = 246,
+    .fp8_max_scale = 134,
     .gemv_grain = 8,
     .plain_m1_rowwise = false,
     .gemm_grain = kNR,
@@ -1082,6 +1101,7 @@ constexpr IsaKernels kKernels = {
     .rows = rows,
     .index_dots = index_dots,
     .fp4_f32_order = fp4_f32_order,
+    .fp8_f32_order = fp8_f32_order,
     .index_combine = index_combine,
     .hc_expand = hc_expand,
     .hc_collapse = hc_collapse,
