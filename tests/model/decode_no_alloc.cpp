@@ -230,6 +230,36 @@ TEST(DecodeNoAllocScratch, EveryThreadGrowsWhenTheLargestNeedRises) {
   EXPECT_EQ(n, 0);
 }
 
+// The indexer's scores and sink attention run on the pool's workers; a worker's first share
+// must not allocate either (which worker first gets one depends on the key count and, in the
+// model's balanced loops, on timing). The caller's own buffers are warmed by a short call.
+TEST(DecodeNoAllocScratch, IndexerAndAttentionAllocateNothingOnAFreshThread) {
+  ThreadPool pool(3);
+  auto be = kernels::make_cpu_backend(&pool);
+  const int64_t H = 64, D = 128, S = 600;
+  std::vector<float> q(static_cast<size_t>(H * D)), w(static_cast<size_t>(H)), keys(static_cast<size_t>(S * D)),
+      scores(static_cast<size_t>(S));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 11) - 5) / 8.0f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 5) + 1) / 16.0f;
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = float(int(i % 13) - 6) / 8.0f;
+  std::vector<const float*> key_ptrs(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) key_ptrs[size_t(s)] = &keys[size_t(s * D)];
+  be->index_scores(q.data(), w.data(), H, D, key_ptrs.data(), 8, true, scores.data());  // the caller alone
+  EXPECT_EQ(allocations_in([&] { be->index_scores(q.data(), w.data(), H, D, key_ptrs.data(), S, true, scores.data()); }),
+            0);
+  // One head per thread, head size 40 (not the SIMD kernels' multiple of 16: the plain kernel).
+  struct Heads {
+    const kernels::Backend* be;
+    const float* q;
+    const float* const* keys;
+    float* out;
+    void operator()(int i) const { be->sink_attention(q + 40 * i, keys, 600, 40, 0.125f, 0.0f, false, out + 40 * i); }
+  } heads{be.get(), q.data(), key_ptrs.data(), nullptr};
+  std::vector<float> out(3 * 40);
+  heads.out = out.data();
+  EXPECT_EQ(allocations_in([&] { pool.run(3, 1, [&heads](int64_t i, int64_t, int) { heads(int(i)); }); }), 0);
+}
+
 // The counter itself: an allocation in the measured region is seen.
 TEST(DecodeNoAllocCounter, SeesAnAllocation) {
   const int64_t n = allocations_in([] {

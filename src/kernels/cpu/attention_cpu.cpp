@@ -12,8 +12,12 @@ void sink_attention_fast(const float* q, const float* const* keys, int64_t n_key
                          float sink, bool round_probs, float* out) {
   constexpr int64_t kTile = 64;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  thread_local std::vector<float> tile_sum;
-  tile_sum.resize(size_t(dim));
+  // A tile's weighted sum of values: on the stack for head sizes up to 1024 (the model's
+  // threads call this, and a first call on a thread must not allocate), else on the heap.
+  constexpr int64_t kStackDim = 1024;
+  float stack_sum[kStackDim];
+  std::vector<float> heap_sum(dim > kStackDim ? size_t(dim) : 0);
+  float* tile_sum = dim > kStackDim ? heap_sum.data() : stack_sum;
   float score[kTile];
   for (int64_t c = 0; c < dim; ++c) out[c] = 0.0f;
   float m = neg_inf, den = 0.0f;
@@ -35,16 +39,16 @@ void sink_attention_fast(const float* q, const float* const* keys, int64_t n_key
     const float m_new = m > tile_max ? m : tile_max;
     const float alpha = m == neg_inf ? 0.0f : std::exp(m - m_new);
     float psum = 0.0f;
-    for (int64_t c = 0; c < dim; ++c) tile_sum[size_t(c)] = 0.0f;
+    for (int64_t c = 0; c < dim; ++c) tile_sum[c] = 0.0f;
     for (int64_t j = t0; j < t1; ++j) {
       if (!keys[j]) continue;
       const float p = std::exp(score[j - t0] - m_new);
       psum += p;
       const float pv = round_probs ? round_bf16(p) : p;
-      for (int64_t c = 0; c < dim; ++c) tile_sum[size_t(c)] += pv * keys[j][c];
+      for (int64_t c = 0; c < dim; ++c) tile_sum[c] += pv * keys[j][c];
     }
     den = den * alpha + psum;
-    for (int64_t c = 0; c < dim; ++c) out[c] = out[c] * alpha + tile_sum[size_t(c)];
+    for (int64_t c = 0; c < dim; ++c) out[c] = out[c] * alpha + tile_sum[c];
     m = m_new;
   }
   if (m == neg_inf) return;  // no valid key: only the sink, whose value is zero

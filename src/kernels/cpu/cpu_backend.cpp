@@ -143,14 +143,24 @@ struct IndexJob {
 
   float R(float x) const { return round ? round_bf16(x) : x; }
   void operator()(int64_t s0, int64_t s1) const {
-    constexpr int64_t kBlock = 64;  // keys per index_dots call
-    thread_local std::vector<double> dots;  // grow-only per thread
-    dots.resize(size_t(kBlock * n_heads));
-    for (int64_t b = s0; b < s1; b += kBlock) {
-      const int64_t nb = std::min(kBlock, s1 - b);
-      k->index_dots(qT, n_heads, dim, keys + b, nb, dots.data());
+    // The dots of up to 64 keys at a time, on the stack: a worker thread's first share must
+    // not allocate (which thread first gets one depends on the key count and the timing).
+    // Each key's score depends on its own dots only, so the block size changes no bit.
+    constexpr int64_t kDots = 4096;  // 64 keys of 64 heads
+    double stack_dots[kDots];
+    std::vector<double> heap_dots;  // more than kDots heads: one key at a time, on the heap
+    double* dots = stack_dots;
+    int64_t block = std::min<int64_t>(64, kDots / n_heads);
+    if (block == 0) {
+      block = 1;
+      heap_dots.resize(size_t(n_heads));
+      dots = heap_dots.data();
+    }
+    for (int64_t b = s0; b < s1; b += block) {
+      const int64_t nb = std::min(block, s1 - b);
+      k->index_dots(qT, n_heads, dim, keys + b, nb, dots);
       if (k->index_combine && n_heads <= cpu::kIndexCombineMaxHeads) {
-        k->index_combine(dots.data(), w, n_heads, nb, round, scores + b);
+        k->index_combine(dots, w, n_heads, nb, round, scores + b);
         continue;
       }
       for (int64_t s = 0; s < nb; ++s) {
