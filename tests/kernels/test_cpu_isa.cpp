@@ -433,12 +433,13 @@ TEST(CpuIsa, Bf16RowCheckMemoChangesNothing) {
     }
 }
 
-// FP8 GEMV shortcuts change no bit: a one-row call and a two-row call (where AVX2 may put the
-// block scales on x) give the same outputs as that row inside a three-row call (never scaled
-// there), for x of ordinary, tiny (subnormal products), huge, infinite and zero values and
-// scale bytes from the subnormal-weight range to 246 (AVX2 takes bytes up to 134: 125-134
-// are its large ones; above, the call goes to Scalar); and a row_check memo (filled on the
-// first call: 2 for a row holding a NaN code, 1 otherwise) gives the same bits as no memo.
+// FP8 GEMV shortcuts change no bit: calls of 1, 2, 3, 5 and 8 rows (GEMV paths; at one and two
+// rows AVX2 may put the block scales on x) give the same outputs as that row inside a nine-row
+// call (the tiled path, never scaled), for x of ordinary, tiny (subnormal products), huge,
+// infinite and zero values and scale bytes from the subnormal-weight range to 246 (AVX2 takes
+// bytes up to 134: 125-134 are its large ones; above, the call goes to Scalar); and a
+// row_check memo (filled on the first call: 2 for a row holding a NaN code, 1 otherwise)
+// gives the same bits as no memo.
 TEST(CpuIsa, Fp8ShortcutsChangeNothing) {
   std::mt19937 rng(41);
   const float inf = std::numeric_limits<float>::infinity();
@@ -457,18 +458,19 @@ TEST(CpuIsa, Fp8ShortcutsChangeNothing) {
           if (kind == 3) x[9] = -inf;                       // stays inf either way
           if (kind == 4) std::fill(x.begin(), x.end(), 0.0f);
           if (kind == 5) for (auto& v : x) v *= 0x1p-120f;  // every value tiny
-          std::vector<float> x3(x);
-          x3.insert(x3.end(), x.begin(), x.end());
-          x3.insert(x3.end(), x.begin(), x.end());
-          std::vector<float> one(N), two(2 * N), three(3 * N), memo_out(N);
-          be->linear_f32(x.data(), 1, o.w, one.data());
-          be->linear_f32(x3.data(), 2, o.w, two.data());
-          be->linear_f32(x3.data(), 3, o.w, three.data());
+          std::vector<float> x9;
+          for (int m = 0; m < 9; ++m) x9.insert(x9.end(), x.begin(), x.end());
+          std::vector<float> nine(9 * N), many(8 * N), memo_out(N);
+          be->linear_f32(x9.data(), 9, o.w, nine.data());
           const std::string what = std::string(isa_name(isa)) + " scales " + std::to_string(lo) + "-" +
                                    std::to_string(hi) + " x kind " + std::to_string(kind) + " K " + std::to_string(K);
-          for (int m = 0; m < 2; ++m)
-            EXPECT_EQ(0, std::memcmp(three.data(), two.data() + m * N, N * sizeof(float))) << what << " two, row " << m;
-          EXPECT_EQ(0, std::memcmp(one.data(), three.data(), N * sizeof(float))) << what;
+          for (int64_t M : {8, 5, 3, 2, 1}) {
+            be->linear_f32(x9.data(), M, o.w, many.data());
+            for (int64_t m = 0; m < M; ++m)
+              EXPECT_EQ(0, std::memcmp(nine.data(), many.data() + m * N, N * sizeof(float)))
+                  << what << " M " << M << ", row " << m;
+          }
+          const std::vector<float> one(many.begin(), many.begin() + N);  // the one-row call's
           std::vector<uint8_t> memo(N, 0);
           WeightMatrix w = o.w;
           w.row_check = memo.data();
@@ -486,9 +488,9 @@ TEST(CpuIsa, Fp8ShortcutsChangeNothing) {
 
 // Calls of 2 to 8 activation rows (a speculative verify chunk, a few decoding sequences) run
 // multi-row GEMV paths (AVX2: x copied interleaved, some rows in two passes; FP8 at two rows
-// with the block scales put on x): every output has the bits of its row computed alone, with
-// K tails, rows crossing FP8 scale blocks, a NaN code, and the FP8 NaN memo filled by the
-// multi-row call and then used by it.
+// with the block scales put on x, a block of weight rows at a time): every output has the bits
+// of its row computed alone, with K tails, rows crossing FP8 scale blocks, a NaN code, and the
+// FP8 NaN memo filled by the multi-row call and then used by it.
 TEST(CpuIsa, MultiRowGemvEqualsOneRowCalls) {
   std::mt19937 rng(42);
   for (Isa isa : supported_isas())
