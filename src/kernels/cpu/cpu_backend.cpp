@@ -527,7 +527,8 @@ class SimdBackend final : public Backend {
  private:
   // What prepare() reads: two calls with the same key get the same prepared rows and row
   // class (the weight enters only through its width, whether it is F32, which never takes
-  // the bf16 kernels, whether its xb / xf are in an FP4 order and its xf in BF16 pair order or FP8 order).
+  // the bf16 kernels, whether its xb / xf are in an FP4 order and its xf in BF16 pair order
+  // or in FP8 order).
   struct PrepKey {
     const float* x = nullptr;
     int64_t M = 0, K = 0, act_block = 0;
