@@ -119,14 +119,9 @@ class EngineImpl final : public Engine {
 
   using Engine::submit;
   std::shared_ptr<RequestStream> submit(GenerateRequest request, std::shared_ptr<StreamWaiter> waiter) override {
-    const uint64_t id = next_id_.fetch_add(1);
-    auto stream = std::make_shared<Stream>(id, inbox_, std::move(waiter));
-    {
-      std::lock_guard<std::mutex> lk(inbox_->mu);
-      inbox_->submits.push_back({id, std::move(request), stream, Clock::now()});
-    }
-    inbox_->cv.notify_all();
-    return stream;
+    std::vector<GenerateRequest> one;
+    one.push_back(std::move(request));
+    return submit_all(std::move(one), std::move(waiter)).front();
   }
 
   std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> requests,

@@ -383,6 +383,16 @@ DI_INLINE bool any_nan(__m256i nan) { return !_mm256_testz_si256(nan, nan); }
 
 // ------------------------------------------------------------------------------ decode (GEMV)
 
+// A row's chunk at k as bare codes (D::kXScale: the block scale is on x), zeros when nv <= 0.
+template <class D, bool Nans>
+DI_INLINE void chunk_codes(const D& d, const typename D::Row& row, int64_t k, int64_t nv, __m256* w, __m256i& nan) {
+  if (nv > 0) {
+    d.template codes<Nans>(row, k, nv, w, nan);
+  } else {
+    for (int v = 0; v < D::NF; ++v) w[v] = _mm256_setzero_ps();
+  }
+}
+
 // The exact weights of a row's chunk at k (nv columns; zeros when nv <= 0, past K) into w,
 // given the group's shared scale s where D::kSharedScale. Nans: collect NaN codes in nan.
 template <class D, bool Nans>
@@ -401,7 +411,7 @@ DI_INLINE void chunk_weights(const D& d, const typename D::Row& row, int64_t k, 
 
 // XS (one activation row, D::kXScale): the group's shared block scale goes onto x, once per
 // chunk, and the weights stay bare codes (see Fp8Dec::x_scalable: the same exact products).
-// Pre (D::kXScale): x arrives with the block scales already on it (prescale_rows), the weights
+// Pre (D::kXScale): x arrives with the block scales already on it (gemv_prescaled), the weights
 // stay bare codes. Nans = false: the rows are known free of NaN codes (D::kNanMemo). Returns
 // the rows that hold a NaN code (bit r for row n + r; their outputs are NaN).
 template <class D, int MR, int NRW, bool XS = false, bool Nans = true, bool Pre = false>
@@ -423,26 +433,17 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
       for (int v = 0; v < NV; ++v) xv[v] = nv > 0 ? _mm256_mul_ps(load_x(c, 0, k + 8 * v), s) : load_x(c, 0, k + 8 * v);
       for (int r = 0; r < NRW; ++r) {
         __m256 w[NV];
-        if (nv > 0) {
-          d.template codes<Nans>(row[r], k, nv, w, nan);
-        } else {
-          for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
-        }
+        chunk_codes<D, Nans>(d, row[r], k, nv, w, nan);
         for (int v = 0; v < NV; ++v) acc[0][r] = _mm256_fmadd_ps(xv[v], w[v], acc[0][r]);
       }
       return;
     }
     for (int r = 0; r < NRW; ++r) {
       __m256 w[NV];
-      if constexpr (Pre) {
-        if (nv > 0) {
-          d.template codes<Nans>(row[r], k, nv, w, nan);
-        } else {
-          for (int v = 0; v < NV; ++v) w[v] = _mm256_setzero_ps();
-        }
-      } else {
+      if constexpr (Pre)
+        chunk_codes<D, Nans>(d, row[r], k, nv, w, nan);
+      else
         chunk_weights<D, Nans>(d, row[r], k, nv, s, w, nan);
-      }
       for (int v = 0; v < NV; ++v)
         for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(load_x(c, m, k + 8 * v), w[v], acc[m][r]);
     }
