@@ -224,14 +224,15 @@ void ModelRunner::enable_drafting(const std::string& mode) {
     if (model_->drafter() != v4::Model::Drafter::kDspark)
       throw std::invalid_argument(c.v41() ? "--speculative dspark: this DeepSeek-V4.1 checkpoint has no DSpark drafter "
                                             "(num_nextn_predict_layers and dspark_block_size)"
-                                          : "--speculative dspark: DSpark drafting runs on DeepSeek-V4.1 checkpoints; "
-                                            "this one drafts with MTP (--speculative mtp)");
+                                          : "--speculative dspark: this checkpoint has no DSpark stages (no dspark_* keys "
+                                            "in config.json); it drafts with MTP (--speculative mtp) if it has a module");
     drafting_ = true;
     return;
   }
   if (mode != "mtp") throw std::invalid_argument("--speculative must be auto, mtp, dspark or off, not '" + mode + "'");
-  if (c.v41())
-    throw std::invalid_argument("--speculative mtp: DeepSeek-V4.1 checkpoints draft with DSpark, not MTP");
+  if (c.v41() || c.has_dspark())
+    throw std::invalid_argument("--speculative mtp: this checkpoint ships DSpark stages, not an MTP module "
+                                "(--speculative dspark)");
   if (c.n_mtp_layers < 1)
     throw std::invalid_argument("--speculative mtp: this checkpoint has no MTP module (num_nextn_predict_layers is 0)");
   if (c.ratio(c.n_layers) != 0)

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "deepinfer/engine.h"
@@ -23,7 +24,11 @@ using namespace deepinfer::engine::testing;
 
 namespace {
 
-std::string model_dir(const char* set = "tiny-v4-c") { return std::string(DI_SHARED_DIR) + "/golden/" + set + "/model"; }
+// A shared golden set's checkpoint, or one that setup generates into models/golden (tiny-0731).
+std::string model_dir(const char* set = "tiny-v4-c") {
+  const std::string shared = std::string(DI_SHARED_DIR) + "/golden/" + set + "/model";
+  return std::filesystem::exists(shared) ? shared : std::string(DI_GOLDEN_MODELS_DIR) + "/" + set + "/model";
+}
 
 std::vector<int32_t> prompt(int64_t n, int32_t salt) {
   std::vector<int32_t> v{0};
@@ -86,7 +91,7 @@ struct SpecCore {
   SpecCore(int64_t drafts, int64_t budget = 512, int64_t n_blocks = 4000, int64_t cache = 0, const char* numerics = "reference",
            const char* kernels = "cpu", const char* set = "tiny-v4-c", bool adaptive = false) {
     auto mr = std::make_unique<ModelRunner>(v4::Model::load(model_dir(set)), 1, numerics, kernels);
-    if (drafts > 0) mr->enable_drafting(mr->model().config().v41() ? "dspark" : "mtp");
+    if (drafts > 0) mr->enable_drafting(mr->model().drafter() == v4::Model::Drafter::kDspark ? "dspark" : "mtp");
     const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(mr->model().config()), 64);
     auto owned = std::make_unique<ScriptedDrafts>(std::move(mr));
     runner = owned.get();
@@ -205,71 +210,83 @@ TEST(Speculative, GreedyOutputIsPlainDecodingWhateverTheDrafts) {
   }
 }
 
-// DeepSeek-V4.1 with its DSpark drafter (tiny-v41-a: blocks of 3; Engram history, ratio-2
-// groups and shared top-k runtime all undone on rejection): the DSpark drafts, and the true
-// continuation with every 2nd position wrong, give plain decoding's tokens and logits, alone
-// and batched, in both numerics; ref kernels bit for bit.
+// The DSpark drafters: DeepSeek-V4.1's (tiny-v41-a: blocks of 3; Engram history, ratio-2
+// groups and shared top-k runtime all undone on rejection) and the V4-Flash-0731 layout's
+// (tiny-0731: three stages of ordinary V4 blocks, blocks of 5, taps after layers 3-5; CSA and
+// HCA compressor state undone on rejection). Their drafts, and the true continuation with
+// every 2nd position wrong, give plain decoding's tokens and logits, alone and batched, in
+// both numerics; ref kernels bit for bit.
 TEST(Speculative, DsparkGreedyOutputIsPlainDecoding) {
-  const std::vector<std::vector<int32_t>> prompts = {prompt(33, 4), prompt(6, 5), prompt(58, 6)};
-  const int64_t n = 24;
-  for (const char* numerics : {"reference", "float"})
-    for (const char* kn : {"cpu", "ref"}) {
-      const Plain plain = plain_run(prompts, n, numerics, kn, "tiny-v41-a");
-      for (int64_t wrong : {-1, 2, 0}) {
-        SCOPED_TRACE(std::string(numerics) + " " + kn + " wrong_every " + std::to_string(wrong));
-        SpecCore c(3, 512, 4000, 0, numerics, kn, "tiny-v41-a");
-        ASSERT_EQ(c.runner->max_draft_tokens(), 3);
-        c.runner->use_model = wrong < 0;
-        c.runner->wrong_every = std::max<int64_t>(wrong, 0);
-        c.runner->set_oracle(prompts, plain.tokens);
-        std::vector<uint64_t> ids;
-        for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
-        c.run();
-        const EngineStats s = c.core->stats();
-        EXPECT_GT(s.spec_verify_steps, 0u);
-        if (wrong == 0) {
-          EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+  struct Set {
+    const char* name;
+    int64_t block;
+  };
+  for (const Set set : {Set{"tiny-v41-a", 3}, Set{"tiny-0731", 5}}) {
+    const std::vector<std::vector<int32_t>> prompts = {prompt(33, 4), prompt(6, 5), prompt(58, 6)};
+    const int64_t n = 24;
+    for (const char* numerics : {"reference", "float"})
+      for (const char* kn : {"cpu", "ref"}) {
+        const Plain plain = plain_run(prompts, n, numerics, kn, set.name);
+        for (int64_t wrong : {-1, 2, 0}) {
+          SCOPED_TRACE(std::string(set.name) + " " + numerics + " " + kn + " wrong_every " + std::to_string(wrong));
+          SpecCore c(set.block, 512, 4000, 0, numerics, kn, set.name);
+          ASSERT_EQ(c.runner->max_draft_tokens(), set.block);
+          c.runner->use_model = wrong < 0;
+          c.runner->wrong_every = std::max<int64_t>(wrong, 0);
+          c.runner->set_oracle(prompts, plain.tokens);
+          std::vector<uint64_t> ids;
+          for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
+          c.run();
+          const EngineStats s = c.core->stats();
+          EXPECT_GT(s.spec_verify_steps, 0u);
+          if (wrong == 0) {
+            EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+          }
+          expect_plain_outputs(c, ids, plain, kn);
         }
-        expect_plain_outputs(c, ids, plain, kn);
       }
-    }
+  }
 }
 
 // Speculation with a KV pool so small that requests are preempted and recompute, and with the
 // prefix cache on (finished sequences, whose last chunk was a verify, become snapshots that
 // later requests fork): still plain decoding's tokens.
 TEST(Speculative, PreemptionAndPrefixReuseKeepPlainTokens) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 4; ++i) prompts.push_back(prompt(50 + 4 * i, i + 10));
-  const int64_t n = 40;
-  const Plain plain = plain_run(prompts, n);
-  const v4::Config cfg = v4::load_config(model_dir() + "/config.json");
-  const int64_t fixed = kv::KvSpec::make(kv_layout_of(cfg), 64).fixed_blocks;
-  SpecCore c(3, 128, 2 * fixed + 2, 2);  // two admitted, not both grown past 64 tokens
-  c.runner->wrong_every = 3;
-  c.runner->set_oracle(prompts, plain.tokens);
-  std::vector<uint64_t> ids;
-  for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
-  c.run();
-  EXPECT_GT(c.core->stats().preemptions_total, 0u);
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(c.sinks[ids[i]]->tokens(), plain.tokens[i]);
+  // tiny-v4-c drafts with MTP, tiny-0731 with its DSpark stages (the V4 refresh layout).
+  for (const char* set : {"tiny-v4-c", "tiny-0731"}) {
+    SCOPED_TRACE(set);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) prompts.push_back(prompt(50 + 4 * i, i + 10));
+    const int64_t n = 40;
+    const Plain plain = plain_run(prompts, n, "reference", "cpu", set);
+    const v4::Config cfg = v4::load_config(model_dir(set) + "/config.json");
+    const int64_t fixed = kv::KvSpec::make(kv_layout_of(cfg), 64).fixed_blocks;
+    SpecCore c(3, 128, 2 * fixed + 2, 2, "reference", "cpu", set);  // two admitted, not both grown past 64 tokens
+    c.runner->wrong_every = 3;
+    c.runner->set_oracle(prompts, plain.tokens);
+    std::vector<uint64_t> ids;
+    for (const auto& p : prompts) ids.push_back(c.submit(p, greedy_n(n)));
+    c.run();
+    EXPECT_GT(c.core->stats().preemptions_total, 0u);
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(c.sinks[ids[i]]->tokens(), plain.tokens[i]);
 
-  // A follow-up that extends a finished sequence (its last chunk a verify with rejections)
-  // hits its snapshot and matches a cold run.
-  SpecCore roomy(3, 512, 4000, 16);
-  roomy.runner->wrong_every = 3;
-  std::vector<int32_t> full = prompts[0];
-  full.insert(full.end(), plain.tokens[0].begin(), plain.tokens[0].end());
-  roomy.runner->oracle[int64_t(prompts[0].size())] = full;
-  roomy.submit(prompts[0], greedy_n(n));
-  roomy.run();
-  std::vector<int32_t> follow = full;
-  follow.push_back(7);
-  const Plain cold = plain_run({follow}, 12);
-  const uint64_t f = roomy.submit(follow, greedy_n(12));
-  roomy.run();
-  EXPECT_EQ(roomy.sinks[f]->tokens(), cold.tokens[0]);
-  EXPECT_GT(roomy.core->stats().prefix_cache_hits, 0u);
+    // A follow-up that extends a finished sequence (its last chunk a verify with rejections)
+    // hits its snapshot and matches a cold run.
+    SpecCore roomy(3, 512, 4000, 16, "reference", "cpu", set);
+    roomy.runner->wrong_every = 3;
+    std::vector<int32_t> full = prompts[0];
+    full.insert(full.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+    roomy.runner->oracle[int64_t(prompts[0].size())] = full;
+    roomy.submit(prompts[0], greedy_n(n));
+    roomy.run();
+    std::vector<int32_t> follow = full;
+    follow.push_back(7);
+    const Plain cold = plain_run({follow}, 12, "reference", "cpu", set);
+    const uint64_t f = roomy.submit(follow, greedy_n(12));
+    roomy.run();
+    EXPECT_EQ(roomy.sinks[f]->tokens(), cold.tokens[0]);
+    EXPECT_GT(roomy.core->stats().prefix_cache_hits, 0u);
+  }
 }
 
 // Sampled requests speculate too: a seeded request gives the tokens plain decoding gives

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "dspark_steps.h"
 #include "golden.h"
 #include "model/deepseek_v4/model.h"
 
@@ -44,37 +45,8 @@ DraftCase draft_case(const std::string& seq) {
   return c;
 }
 
-// Runs the backbone over tokens[0..p] (chunk tokens at a time), keeps its taps, takes the
-// greedy next token and drafts a whole block.
-struct Drafted {
-  int32_t y = -1;
-  std::vector<int32_t> drafts;
-  DsparkTrace trace;
-};
-Drafted draft_after(const Model& m, std::vector<int32_t> tokens, const Numerics& num, int64_t chunk) {
-  const Config& c = m.config();
-  const int64_t V = c.vocab_size, n = int64_t(tokens.size()), width = m.draft_input_width();
-  auto st = m.new_sequence();
-  DrafterState ds;
-  std::vector<float> logits(size_t(chunk * V)), taps;
-  Drafted out;
-  for (int64_t i = 0; i < n; i += chunk) {
-    const int64_t S = std::min(chunk, n - i);
-    m.forward(tokens.data() + i, S, st, num, logits.data(), &taps);
-    ds.keep(taps.data(), i, S, width, c.window);
-    if (i + S < n) {  // draft now and then on the way: the rings catch up in pieces
-      std::vector<int32_t> seen(tokens.begin(), tokens.begin() + i + S + 1);
-      m.draft_dspark(st, ds, seen, 1, num);
-    }
-    if (i + S == n) {
-      const float* last = logits.data() + (S - 1) * V;
-      out.y = int32_t(std::max_element(last, last + V) - last);
-    }
-  }
-  tokens.push_back(out.y);
-  out.drafts = m.draft_dspark(st, ds, tokens, c.dspark_block_size, num, &out.trace);
-  return out;
-}
+using deepinfer::testing::draft_after;
+using deepinfer::testing::Drafted;
 
 }  // namespace
 

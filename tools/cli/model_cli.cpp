@@ -156,10 +156,10 @@ int64_t speculative_args(const Args& args, const v4::Model& m) {
   if (mode != "mtp" && mode != "dspark") throw ArgError("--speculative must be auto, mtp, dspark or off");
   if (mode == "dspark" && !has_dspark)
     throw ArgError(c.v41() ? "--speculative dspark: this DeepSeek-V4.1 checkpoint has no DSpark drafter"
-                           : "--speculative dspark: DSpark drafting runs on DeepSeek-V4.1 checkpoints; this one "
-                             "drafts with MTP (--speculative mtp)");
+                           : "--speculative dspark: this checkpoint has no DSpark stages (no dspark_* keys in "
+                             "config.json)");
   if (mode == "mtp" && !has_mtp)
-    throw ArgError(c.v41() ? "--speculative mtp: DeepSeek-V4.1 checkpoints draft with DSpark, not MTP"
+    throw ArgError(has_dspark ? "--speculative mtp: this checkpoint ships DSpark stages, not an MTP module"
                            : "--speculative mtp: this checkpoint has no MTP module (num_nextn_predict_layers is 0)");
   int64_t most = std::min<int64_t>(v4::kMinRingRows, c.window) - 1;
   if (has_dspark) most = std::min(most, c.dspark_block_size);

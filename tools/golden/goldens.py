@@ -77,6 +77,50 @@ NP_GOLDENS = {
 }
 
 
+# DSpark drafts of the V4 0731/0813 layout from the independent float64 numpy drafter
+# (v4_dspark_numpy.py): name -> (make_checkpoint.py arguments, sequence seed, lengths, description).
+# One drafting step after each whole sequence; also the drafts the wrong tap convention (layer
+# inputs) gives, so a test can show it tells the two apart.
+NP_DSPARK = {
+    "np-tiny-0731": (
+        "--preset tiny-0731 --compress-ratios 0,0,0,0,0,0 --seed 731 --window 8 --no-calm",
+        731, [1, 7, 12, 40],
+        "tiny V4-Flash-0731 layout with a window-only backbone (window 8, 2 hash layers), three "
+        "DSpark stages, taps after layers 3, 4, 5; uncalm init, so the taps move the drafts",
+    ),
+}
+
+
+# Checkpoints the tests load without logits of their own (speculative exactness, load errors):
+# name -> (make_checkpoint.py arguments, description). Only the manifest is committed.
+CHECKPOINT_ONLY = {
+    "tiny-0731": ("--preset tiny-0731",
+                  "tiny V4-Flash-0731 layout: ratios 0,4,128,4,128,0 (CSA + HCA), 2 hash layers, three DSpark "
+                  "stages with the backbone's 8 experts, taps after layers 3, 4, 5, blocks of 5"),
+    "tiny-0813": ("--preset tiny-0813",
+                  "tiny V4-Pro-0813 proportions: hidden 384, 7 layers, 12 experts top-3, Markov rank 64, three "
+                  "DSpark stages, taps after layers 4, 5, 6"),
+}
+
+
+def build_checkpoint_only(name: str) -> None:
+    import numpy as np
+    args, desc = CHECKPOINT_ONLY[name]
+    dest = DATA / name
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        make_checkpoint(sys.executable, args, model_dir)
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        man = {"name": name, "description": desc,
+               "model": {"generator_args": args, "numpy": np.__version__,
+                         "safetensors_sha256": {"model.safetensors": sha256(model_dir / "model.safetensors")},
+                         "regenerate": f"python3 tools/golden/goldens.py regen --only {name} --out DIR"}}
+        (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
+    print(f"{name}: manifest written to {dest}")
+
+
 # Float64 numpy logits (v41_numpy.py) for a shared golden set's own checkpoint and sequences:
 # name -> shared set. The float counterpart of that set's reference-numerics goldens.
 NP_SHARED = {"np-tiny-v41-a": "tiny-v41-a"}
@@ -89,6 +133,12 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def file_manifest(dest: Path) -> dict:
+    """sha256 and size of every file of a set."""
+    return {str(p.relative_to(dest)): {"sha256": sha256(p), "bytes": p.stat().st_size}
+            for p in sorted(dest.rglob("*")) if p.is_file()}
 
 
 def make_checkpoint(python: str, args: str, out: Path) -> None:
@@ -170,11 +220,52 @@ def build_numpy_set(name: str) -> None:
                       "safetensors_sha256": {"model.safetensors": sha256(model_dir / "model.safetensors")},
                       "regenerate": f"python3 tools/golden/goldens.py regen --only {name} --out DIR"},
         }
-        files = {}
-        for p in sorted(dest.rglob("*")):
-            if p.is_file():
-                files[str(p.relative_to(dest))] = {"sha256": sha256(p), "bytes": p.stat().st_size}
-        man["files"] = files
+        man["files"] = file_manifest(dest)
+        (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
+    print(f"{name}: written to {dest}")
+
+
+def build_dspark_set(name: str) -> None:
+    """A V4 DSpark set: checkpoint, sequences, and per sequence the numpy drafter's step after it
+    with the right taps (layer outputs) and the wrong ones (layer inputs)."""
+    import numpy as np
+    sys.path.insert(0, str(HERE))
+    from v4_dspark_numpy import V4DsparkModel
+    args, seq_seed, lengths, desc = NP_DSPARK[name]
+    dest = DATA / name
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        make_checkpoint(sys.executable, args, model_dir)
+        cfg = json.loads((model_dir / "config.json").read_text())
+        rng = np.random.default_rng(seq_seed)
+        seqs = {f"seq{n}": [0] + [int(t) for t in rng.integers(3, cfg["vocab_size"], size=n - 1)] for n in lengths}
+        m = V4DsparkModel(model_dir)
+        if dest.exists():
+            shutil.rmtree(dest)
+        (dest / "logits" / "numpy").mkdir(parents=True)
+        steps = {}
+        for key, toks in seqs.items():
+            step = m.draft(toks, "output")
+            wrong = m.draft(toks, "input")
+            step.pop("logits").astype(np.float32).tofile(dest / "logits" / "numpy" / f"{key}.dspark.f32")
+            wrong.pop("logits").astype(np.float32).tofile(dest / "logits" / "numpy" / f"{key}.dspark_input_taps.f32")
+            step["draft_ids_input_taps"] = wrong["draft_ids"]
+            steps[key] = step
+            print(f"{name} {key}: p {step['p']}, drafts {step['draft_ids']} (input taps {wrong['draft_ids']})")
+        (dest / "sequences.json").write_text(json.dumps(seqs) + "\n")
+        shutil.copy2(model_dir / "config.json", dest / "config.json")
+        man = {
+            "name": name, "description": desc,
+            "logits": "tools/golden/v4_dspark_numpy.py (float64 numpy, no QDQ): DeepInfer --numerics float; "
+                      "seqN.dspark.f32 [block, vocab] = draft logits with the Markov bias after the whole sequence",
+            "sequences": {"recipe": "BOS 0 + numpy.random.default_rng(seed).integers(3, vocab, N-1)",
+                          "seed": seq_seed, "lengths": lengths},
+            "dspark": steps,
+            "model": {"generator_args": args, "numpy": np.__version__,
+                      "safetensors_sha256": {"model.safetensors": sha256(model_dir / "model.safetensors")},
+                      "regenerate": f"python3 tools/golden/goldens.py regen --only {name} --out DIR"},
+        }
+        man["files"] = file_manifest(dest)
         (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
     print(f"{name}: written to {dest}")
 
@@ -197,15 +288,21 @@ def build_shared_numpy(name: str) -> None:
            "sequences": f"../shared/golden/{NP_SHARED[name]}/sequences.json",
            "logits": "tools/golden/v41_numpy.py (float64 numpy, no QDQ): DeepInfer --numerics float",
            "numpy": np.__version__,
-           "files": {str(p.relative_to(dest)): {"sha256": sha256(p), "bytes": p.stat().st_size}
-                     for p in sorted(dest.rglob("*")) if p.is_file()}}
+           "files": file_manifest(dest)}
     (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
 
 
 def cmd_build(ns) -> int:
     hf_python = ns.hf_python
-    names = [ns.only] if ns.only else list(GOLDENS) + list(NP_GOLDENS) + list(NP_SHARED)
+    names = [ns.only] if ns.only else (list(GOLDENS) + list(NP_GOLDENS) + list(NP_SHARED) + list(NP_DSPARK) +
+                                       list(CHECKPOINT_ONLY))
     for name in names:
+        if name in CHECKPOINT_ONLY:
+            build_checkpoint_only(name)
+            continue
+        if name in NP_DSPARK:
+            build_dspark_set(name)
+            continue
         if name in NP_SHARED:
             build_shared_numpy(name)
             continue
@@ -238,11 +335,7 @@ def cmd_build(ns) -> int:
                     shutil.copy2(p, dest / "logits" / "hf" / p.name)
             shutil.copy2(logits / "sequences.json", dest / "sequences.json")
             shutil.copy2(model / "config.json", dest / "config.json")
-            files = {}
-            for p in sorted(dest.rglob("*")):
-                if p.is_file():
-                    files[str(p.relative_to(dest))] = {"sha256": sha256(p), "bytes": p.stat().st_size}
-            man["files"] = files
+            man["files"] = file_manifest(dest)
             (dest / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
         print(f"{name}: written to {dest}")
     return 0
@@ -255,7 +348,8 @@ def main(argv=None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--only")
     b = sub.add_parser("build", help="rebuild tests/data/golden (needs the HF venv)")
-    b.add_argument("--only", choices=sorted(GOLDENS) + sorted(NP_GOLDENS) + sorted(NP_SHARED))
+    b.add_argument("--only", choices=sorted(GOLDENS) + sorted(NP_GOLDENS) + sorted(NP_SHARED) + sorted(NP_DSPARK) +
+                   sorted(CHECKPOINT_ONLY))
     b.add_argument("--hf-python", default=str(HERE / ".venv-hf" / "bin" / "python"))
     b.add_argument("--gen-python", help="python for make_checkpoint (default: this one)")
     sub.add_parser("list")

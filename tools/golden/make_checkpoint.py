@@ -181,6 +181,20 @@ def is_v41(cfg: dict) -> bool:
     return cfg.get("model_type") in ("deepseek_v41", "deepseek_v41_text") or "kv_source_layer_ids" in cfg
 
 
+# The V4 refreshes (V4-Flash-0731, V4-Pro-0813; spec 11.10) ship three DSpark stages where the
+# config still announces one MTP module (num_nextn_predict_layers: 1).
+V4_DSPARK_STAGES = 3
+
+
+def is_v4_dspark(cfg: dict) -> bool:
+    return not is_v41(cfg) and any(k.startswith("dspark_") for k in cfg)
+
+
+def drafter_stages(cfg: dict) -> int:
+    """Entries of compress_ratios after the backbone: MTP modules or DSpark stages."""
+    return V4_DSPARK_STAGES if is_v4_dspark(cfg) else cfg["num_nextn_predict_layers"]
+
+
 # /work/shared/bench/large-v4.config.json (about 3.95 B parameters, ~3 GB on disk).
 LARGE_BENCH = {
     "vocab_size": 129280, "hidden_size": 2048, "num_hidden_layers": 8,
@@ -277,6 +291,66 @@ PRESETS["large-bench-v41-dspark"] = {
                "num_nextn_predict_layers": 2, "dspark_block_size": 5, "dspark_noise_token_id": 128799,
                "dspark_target_layer_ids": [2, 5, 7], "dspark_markov_rank": 64, "dspark_n_routed_experts": 16,
                "dspark_num_experts_per_tok": 2},
+    "init": {"fast_experts": True},
+}
+
+# The V4 refreshes' DSpark layout (spec 11.10) at test and bench scale: the config as published
+# (num_nextn_predict_layers still 1, three more compress_ratios entries), stages mtp.0..2 that
+# are ordinary V4 layers with the backbone's MoE, taps after the last three backbone layers.
+def v4_dspark_keys(targets, rank, noise=128799):
+    return {"num_nextn_predict_layers": 1, "dspark_block_size": 5, "dspark_noise_token_id": noise,
+            "dspark_target_layer_ids": targets, "dspark_markov_rank": rank}
+
+
+PRESETS["tiny-0731"] = {
+    "description": "tiny V4-Flash-0731 layout: vocab 1024, hidden 256, 6 layers + 3 DSpark stages",
+    "seed": 0,
+    "config": {**PRESETS["tiny"]["config"], "compress_ratios": [0, 4, 128, 4, 128, 0, 0, 0, 0],
+               **v4_dspark_keys([3, 4, 5], 32, noise=1023)},
+    "init": {},
+}
+# Pro-0813's proportions at tiny scale: a wider hidden size than Flash's, more experts, a larger
+# Markov rank (512 at release, (M) in the spec), taps after the last three of seven layers.
+PRESETS["tiny-0813"] = {
+    "description": "tiny V4-Pro-0813 layout: vocab 1024, hidden 384, 7 layers, 12 experts + 3 DSpark stages",
+    "seed": 0,
+    "config": {**PRESETS["tiny"]["config"], "hidden_size": 384, "num_hidden_layers": 7,
+               "compress_ratios": [0, 4, 128, 4, 128, 4, 0, 0, 0, 0], "n_routed_experts": 12,
+               "num_experts_per_tok": 3, "num_attention_heads": 6, "o_groups": 3,
+               **v4_dspark_keys([4, 5, 6], 64, noise=1023)},
+    "init": {},
+}
+PRESETS["large-bench-0731"] = {
+    "description": "benchmark model in the V4-Flash-0731 layout: large-bench + 3 DSpark stages (~5.1 B params)",
+    "seed": 0,
+    "config": {**LARGE_BENCH, "compress_ratios": LARGE_BENCH["compress_ratios"] + [0, 0, 0],
+               **v4_dspark_keys([5, 6, 7], 256)},
+    "init": {"fast_experts": True},
+}
+
+# The release's shapes with fewer layers and experts, so that they fit this machine: every
+# matrix, head count, LoRA rank, expert width and the vocabulary as in V4-Flash-0731 /
+# V4-Pro-0813 (spec 2.1, 11.10), three DSpark stages, written in shards with an index.
+RELEASE_FLASH = {
+    "vocab_size": 129280, "hidden_size": 4096, "num_attention_heads": 64, "head_dim": 512,
+    "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024,
+    "sliding_window": 128, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "routed_scaling_factor": 1.5,
+}
+PRESETS["release-0731-slice"] = {
+    "description": "V4-Flash-0731 release shapes, 4 layers (ratios 0,4,128,4), 16 of 256 experts, 3 DSpark stages",
+    "seed": 0,
+    "config": {**RELEASE_FLASH, "num_hidden_layers": 4, "compress_ratios": [0, 4, 128, 4, 0, 0, 0],
+               "n_routed_experts": 16, "num_hash_layers": 1, **v4_dspark_keys([1, 2, 3], 256)},
+    "init": {"fast_experts": True},
+}
+PRESETS["release-0813-slice"] = {
+    "description": "V4-Pro-0813 release shapes, 3 layers (ratios 128,4,128), 12 of 384 experts, 3 DSpark stages",
+    "seed": 0,
+    "config": {**RELEASE_FLASH, "hidden_size": 7168, "num_attention_heads": 128, "q_lora_rank": 1536,
+               "o_groups": 16, "index_topk": 1024, "moe_intermediate_size": 3072, "routed_scaling_factor": 2.5,
+               "num_hidden_layers": 3, "compress_ratios": [128, 4, 128, 0, 0, 0], "n_routed_experts": 12,
+               "num_hash_layers": 1, **v4_dspark_keys([0, 1, 2], 512)},
     "init": {"fast_experts": True},
 }
 
@@ -700,11 +774,14 @@ class Builder:
         self.norm(p + "norm.weight", dh)
 
     def dspark(self):
-        """V4.1 DSpark stages mtp.S (spec 11.7): ratio-0 blocks with their own MoE; stage 0 has
-        main_proj / main_norm, the last one norm, markov_head and confidence_head."""
+        """DSpark stages mtp.S: ratio-0 blocks; stage 0 has main_proj / main_norm, the last one
+        norm, the Markov and confidence heads. V4.1 (spec 11.7): their own MoE, Markov tables
+        embed / head. V4 refreshes (11.10): the backbone's MoE, markov_w1 / markov_w2 and the
+        last stage's hc_head_*."""
         c = self.cfg
-        V, d, L, n = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"], c["num_nextn_predict_layers"]
+        V, d, L, n = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"], drafter_stages(c)
         rank = c["dspark_markov_rank"]
+        v4 = is_v4_dspark(c)
         for s in range(n):
             p = f"mtp.{s}."
             self.block(p, L + s, 0, False, True)
@@ -713,8 +790,11 @@ class Builder:
                 self.norm(p + "main_norm.weight", d)
             if s == n - 1:
                 self.norm(p + "norm.weight", d)
-                self.bf16_normal(p + "markov_head.embed.weight", [V, rank], 1.0)
-                self.bf16_normal(p + "markov_head.head.weight", [V, rank], 1.0 / math.sqrt(rank))
+                if v4:
+                    self.hc(p, "hc_head", c["hc_mult"])
+                m1, m2 = ("markov_w1", "markov_w2") if v4 else ("embed", "head")
+                self.bf16_normal(p + f"markov_head.{m1}.weight", [V, rank], 1.0)
+                self.bf16_normal(p + f"markov_head.{m2}.weight", [V, rank], 1.0 / math.sqrt(rank))
                 self.bf16_normal(p + "confidence_head.proj.weight", [1, d + rank], 1.0 / math.sqrt(d + rank))
 
     def build(self) -> list[Tensor]:
@@ -734,6 +814,11 @@ class Builder:
         self.hc("", "hc_head", c["hc_mult"])
         for layer in range(L):
             self.block(f"layers.{layer}.", layer, ratios[layer], layer < c["num_hash_layers"], False)
+        if is_v4_dspark(c):  # DSpark stages, no MTP module (spec 11.10)
+            self.dspark()
+            names = [t.name for t in self.tensors]
+            assert len(names) == len(set(names)), "duplicate tensor name"
+            return self.tensors
         for m in range(c["num_nextn_predict_layers"]):
             p = f"mtp.{m}."
             self.block(p, L + m, ratios[L + m], False, True)
@@ -800,6 +885,44 @@ def write_safetensors(path: Path, tensors: list[Tensor], metadata: dict, log=Non
                     f"{time.time() - t0:.0f} s)")
     os.replace(tmp, path)
     return sha.hexdigest()
+
+
+def shard_groups(tensors: list[Tensor], n: int) -> list[list[Tensor]]:
+    """Tensors in n shards of about equal bytes, a layer's (or stage's) tensors kept together as
+    the release's shards do: embeddings first, then the layers in order, the stages last."""
+    def unit(name: str):
+        parts = name.split(".")
+        if parts[0] in ("layers", "mtp") and len(parts) > 1 and parts[1].isdigit():
+            return (1 if parts[0] == "layers" else 2, int(parts[1]))
+        return (0, 0)
+    units: dict = {}
+    for t in tensors:
+        units.setdefault(unit(t.name), []).append(t)
+    total = sum(t.nbytes for t in tensors)
+    groups, cur, acc = [], [], 0
+    for key in sorted(units):
+        cur += units[key]
+        acc += sum(t.nbytes for t in units[key])
+        if acc >= total * (len(groups) + 1) / n and len(groups) < n - 1:
+            groups.append(cur)
+            cur = []
+    groups.append(cur)
+    return [g for g in groups if g]
+
+
+def write_sharded(out: Path, tensors: list[Tensor], n: int, metadata: dict, log=None) -> dict:
+    """model-0000i-of-0000n.safetensors and model.safetensors.index.json (the release layout)."""
+    groups = shard_groups(tensors, n)
+    weight_map, shas = {}, {}
+    for i, group in enumerate(groups):
+        fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        shas[fname] = write_safetensors(out / fname, group, metadata, log)
+        for t in group:
+            weight_map[t.name] = fname
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors)},
+             "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return shas
 
 # ----------------------------------------------------------------------------------------------
 # Tokenizer
@@ -957,7 +1080,7 @@ def assemble(args) -> tuple[dict, dict, int, str]:
             if not v41:
                 raise SystemExit(f"--{flag.replace('_', '-')} is a DeepSeek-V4.1 setting (use a -v41 preset)")
             cfg[key] = [int(x) for x in v.split(",") if x.strip()] if conv is None else v
-    n_mtp = cfg["num_nextn_predict_layers"]
+    n_mtp = drafter_stages(cfg)
     if args.compress_ratios is not None:
         ratios = [int(r) for r in args.compress_ratios.split(",")]
         if args.layers is None:
@@ -1056,7 +1179,7 @@ def check_config(cfg: dict, init: dict, force: bool) -> None:
         return check_config_v41(cfg, init)
     c = cfg
     errors, warnings = [], []
-    L, n_mtp = c["num_hidden_layers"], c["num_nextn_predict_layers"]
+    L, n_mtp = c["num_hidden_layers"], drafter_stages(c)
     d, H, Dh, Dr = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["qk_rope_head_dim"]
     if len(c["compress_ratios"]) != L + n_mtp:
         errors.append(f"compress_ratios needs {L + n_mtp} entries")
@@ -1183,6 +1306,7 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="write configs the reference can't run")
     ap.add_argument("--list", action="store_true", help="print the tensor table, write nothing")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--shards", type=int, help="write N shards and model.safetensors.index.json (release layout)")
     args = ap.parse_args(argv)
 
     cfg, init, seed, origin = assemble(args)
@@ -1230,7 +1354,11 @@ def main(argv=None) -> int:
     (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
     meta = {"format": "pt", "deepinfer_note": "random weights (tools/golden/make_checkpoint.py)",
             "deepinfer_seed": str(seed)}
-    sha = write_safetensors(out / "model.safetensors", tensors, meta, log)
+    if args.shards and args.shards > 1:
+        shas = write_sharded(out, tensors, args.shards, meta, log)
+        sha = ", ".join(f"{k} {v}" for k, v in shas.items())
+    else:
+        sha = write_safetensors(out / "model.safetensors", tensors, meta, log)
     summary = (f"Model: vocab {cfg['vocab_size']}, hidden {cfg['hidden_size']}, "
                f"{cfg['num_hidden_layers']} layers, compress_ratios {cfg['compress_ratios']}, "
                f"{cfg['n_routed_experts']} experts top-{cfg['num_experts_per_tok']}, "
@@ -1238,7 +1366,7 @@ def main(argv=None) -> int:
                f"{'calm' if init['calm'] else 'uncalm'} init.\n"
                f"Tokenizer: {tok_info['source']}.\n")
     (out / "README.txt").write_text(README.format(command=command, summary=summary, sha=sha))
-    log(f"make_checkpoint: done in {time.time() - t0:.1f} s; model.safetensors sha256 {sha}")
+    log(f"make_checkpoint: done in {time.time() - t0:.1f} s; sha256 {sha}")
     return 0
 
 

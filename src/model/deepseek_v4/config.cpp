@@ -205,6 +205,32 @@ void check_expert_dtype(const Reader& r) {
     r.fail("expert_dtype", "must be \"fp4\" or \"fp8\", got \"" + expert_dtype + "\"");
 }
 
+bool has_dspark_keys(const json& j) {
+  for (const auto& [key, value] : j.items())
+    if (key.rfind("dspark_", 0) == 0) return true;
+  return false;
+}
+
+void parse_dspark(const Reader& r, Config& c);
+
+// V4-Flash-0731 / V4-Pro-0813 (MODEL.md 11.10): DSpark stages instead of the MTP module that
+// num_nextn_predict_layers (still 1) announces. The stages are the compress_ratios entries
+// after the backbone (all 0); the loader checks the shard index holds as many mtp.S prefixes.
+void parse_v4_dspark(const Reader& r, Config& c) {
+  const int64_t listed = int64_t(r.integers({"compress_ratios"}, 0, true).size());
+  if (listed <= c.n_layers)
+    r.fail("compress_ratios", "has " + std::to_string(listed) + " entries for num_hidden_layers = " +
+                                  std::to_string(c.n_layers) +
+                                  ": a DSpark checkpoint (dspark_* keys) lists one more entry per stage");
+  c.n_mtp_layers = listed - c.n_layers;
+  c.compress_ratios.resize(size_t(listed));
+  for (int64_t l = c.n_layers; l < listed; ++l)
+    if (c.ratio(l) != 0)
+      r.fail("compress_ratios", "entry " + std::to_string(l) + " (DSpark stage " + std::to_string(l - c.n_layers) +
+                                    ") must be 0, got " + std::to_string(c.ratio(l)));
+  parse_dspark(r, c);
+}
+
 Config parse_v4(const Reader& r) {
   std::string model_type = r.string_or({"model_type"}, "deepseek_v4");
   if (model_type != "deepseek_v4") r.fail("model_type", "must be \"deepseek_v4\", got \"" + model_type + "\"");
@@ -227,6 +253,7 @@ Config parse_v4(const Reader& r) {
   c.n_hash_layers = r.integer_or({"num_hash_layers", "n_hash_layers"}, 0, 0);
   if (c.n_hash_layers > c.n_layers) r.fail("num_hash_layers", "exceeds num_hidden_layers");
   c.norm_eps = r.number_or({"rms_norm_eps", "norm_eps"}, 1e-6);
+  if (has_dspark_keys(r.j)) parse_v4_dspark(r, c);
   parse_quantization(r, c);
   check_expert_dtype(r);
   return c;
@@ -334,14 +361,18 @@ void parse_v41_engram(const Reader& r, Config& c) {
     r.fail("engram_compressed_vocab_size", "must be at most 2^24, got " + std::to_string(c.engram_compressed_vocab_size));
 }
 
-void parse_v41_dspark(const Reader& r, Config& c) {
+// The DSpark keys of V4.1 (MODEL.md 11.7) and of the V4 0731/0813 refreshes (11.10). The V4
+// refreshes keep the backbone's MoE in their stages unless the config says otherwise.
+void parse_dspark(const Reader& r, Config& c) {
   c.dspark_block_size = r.integer_or({"dspark_block_size"}, 0, 0);
   c.dspark_noise_token_id = r.integer_or({"dspark_noise_token_id"}, 0, 0);
   c.dspark_markov_rank = r.integer_or({"dspark_markov_rank"}, 0, 0);
-  c.dspark_n_routed_experts = r.integer_or({"dspark_n_routed_experts"}, 0, 0);
-  c.dspark_n_activated_experts = r.integer_or({"dspark_num_experts_per_tok", "dspark_n_activated_experts"}, 0, 0);
+  const int64_t experts = c.v41() ? 0 : c.n_routed_experts, top_k = c.v41() ? 0 : c.n_activated_experts;
+  c.dspark_n_routed_experts = r.integer_or({"dspark_n_routed_experts"}, 0, experts);
+  c.dspark_n_activated_experts = r.integer_or({"dspark_num_experts_per_tok", "dspark_n_activated_experts"}, 0, top_k);
   c.dspark_target_layers = r.integers({"dspark_target_layer_ids"}, 0, false);
-  if (c.n_mtp_layers == 0 || c.dspark_block_size == 0) return;  // no drafter (or not DSpark)
+  if (c.n_mtp_layers == 0 || (c.v41() && c.dspark_block_size == 0)) return;  // no drafter (or not DSpark)
+  if (c.dspark_block_size == 0) r.fail("dspark_block_size", "is missing (the checkpoint has other dspark_* keys)");
   // The drafter runs only if all of it is described; a half-described one is refused here,
   // not met as an out-of-range read during a draft.
   if (c.dspark_block_size < 1 || c.dspark_block_size > 64)
@@ -385,7 +416,7 @@ Config parse_v41(const json& root, const std::string& src) {
   if (!(c.gate_temp > 0.0)) r.fail("gate_temp", "must be > 0");
   parse_v41_attention(r, c);
   parse_v41_engram(r, c);
-  parse_v41_dspark(r, c);
+  parse_dspark(r, c);
   // The release keeps quantization_config at the root; accept it in text_config too.
   c.weight_block = 32;
   parse_quantization(rr, c);

@@ -65,8 +65,10 @@ struct Config {
   std::vector<int64_t> engram_layer_ids, engram_num_embeddings;
   int64_t engram_max_ngram = 0, engram_vocab_size = 0, engram_n_heads = 0, engram_head_dim = 0;
   int64_t engram_pad_id = 2, engram_compressed_vocab_size = 0;
-  // V4.1's DSpark drafter (MODEL.md 11.7): n_mtp_layers stages (mtp.*), drafting a block of
-  // dspark_block_size tokens at once from the backbone's inputs to the target layers.
+  // The DSpark drafter: n_mtp_layers stages (mtp.*), drafting a block of dspark_block_size
+  // tokens at once from taps of the target layers. V4.1 (MODEL.md 11.7) taps their inputs and
+  // runs staggered-mHC stages with their own MoE; the V4 0731/0813 refreshes (11.10) tap their
+  // outputs and run ordinary V4 blocks with the backbone's MoE.
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
   std::vector<int64_t> dspark_target_layers;
@@ -75,7 +77,9 @@ struct Config {
   int64_t image_token_id = -1;
 
   bool v41() const { return family == Family::V41; }
-  bool has_dspark() const { return v41() && n_mtp_layers > 0 && dspark_block_size > 0; }
+  bool has_dspark() const { return n_mtp_layers > 0 && dspark_block_size > 0; }
+  // Where a target layer's tap is taken: after its block (V4 refreshes) or before it (V4.1).
+  bool dspark_taps_layer_output() const { return !v41(); }
   // This config with the DSpark stages' expert counts: what their MoE is bound and run with.
   Config dspark_stage_config() const {
     Config s = *this;

@@ -89,20 +89,25 @@ std::vector<int32_t> Model::draft_dspark(SequenceState& st, DrafterState& ds, st
     weight_decode_row(w_.embed, block[i], row.data());
     for (int64_t h = 0; h < hc; ++h) std::copy_n(row.data(), d, &X[(i * hc + h) * d]);
   }
-  std::span<float> pre = scratch.take_zeroed<float>(B * hc);  // one-hot: the streams are equal
+  // V4.1's staggered mHC carries each row's pre from site to site (one-hot at the start: the
+  // streams are equal) and collapses with the last one; V4 stages are ordinary blocks and the
+  // last stage's hc_head collapses (MODEL.md 11.10).
+  std::span<float> pre = scratch.take_zeroed<float>(B * hc);
   for (int64_t i = 0; i < B; ++i) pre[i * hc] = 1.0f;
+  float* carry_pre = c.v41() ? pre.data() : nullptr;
   for (size_t s = 0; s < w.stages.size(); ++s) {
     Segment seg{0, B, n, &st.mtp_layers[s]};
     seg.dspark_block = true;
     block_forward(w.stages[s], ropes_[size_t(c.n_layers) + s], X.data(), block.data(), B, {&seg, 1}, num, Xn.data(),
-                  pre.data(), true);
+                  carry_pre, true);
     std::swap(X, Xn);
   }
   // The LM head and the Markov head chain only the rows that become drafts (the block's rows
   // are independent from here on; a trace wants them all).
   const int64_t rows = trace ? B : std::min(k, B);
+  if (!c.v41() && trace) hc_head_pre(X.data(), rows, w.hc_head, hc, d, c, num, pre.data());
   std::span<float> logits = scratch.take<float>(rows * V);
-  head_forward(X.data(), rows, w_.hc_head, w.norm, num, logits.data(), pre.data());
+  head_forward(X.data(), rows, w.hc_head, w.norm, num, logits.data(), carry_pre);
 
   // The Markov head chains the drafts: row i's bias comes from the token drafted before it.
   std::span<float> m = scratch.take<float>(R), bias = scratch.take<float>(V);

@@ -110,6 +110,14 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
                (long long)c.dspark_block_size);
     if (vision > 0) log_info("DeepSeek-V4.1: %zu vision tensors recognised, not used (text only)", vision);
   }
+  if (!m->cfg_.v41() && m->cfg_.has_dspark())
+    log_info("DeepSeek-V4 DSpark drafter (0731/0813 layout): %lld stages, blocks of %lld tokens, taps after layers %s",
+             (long long)m->cfg_.n_mtp_layers, (long long)m->cfg_.dspark_block_size,
+             [&] {
+               std::string s;
+               for (int64_t l : m->cfg_.dspark_target_layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+               return s;
+             }().c_str());
   if (options.verify_weights) {
     const auto tv = std::chrono::steady_clock::now();
     m->store_->verify_finite(skip);
@@ -398,9 +406,21 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   }
   const V41Step v41 = c.v41() ? begin_v41_step(c, engram_, chunks, segments, S, scratch) : V41Step{};
   float* carry_pre = v41.carry_pre;
-  // DSpark's taps (MODEL.md 11.7): the mean of the streams entering each target layer.
+  // DSpark's taps: the bf16 mean of the streams entering (V4.1, MODEL.md 11.7) or leaving (V4
+  // refreshes, 11.10) each target layer.
   const int64_t n_taps = draft_inputs && c.has_dspark() ? int64_t(c.dspark_target_layers.size()) : 0;
   float* taps = n_taps > 0 ? scratch.take<float>(S * n_taps * d).data() : nullptr;
+  auto take_taps = [&](int64_t layer, const float* streams) {
+    for (int64_t j = 0; j < n_taps; ++j)
+      if (c.dspark_target_layers[size_t(j)] == layer)
+        for (int64_t t = 0; t < S; ++t)
+          for (int64_t i = 0; i < d; ++i) {
+            float sum = 0.0f;
+            for (int64_t h = 0; h < hc; ++h) sum += streams[(t * hc + h) * d + i];
+            taps[(t * n_taps + j) * d + i] = num.bf16(sum / float(hc));
+          }
+  };
+  const bool taps_after = c.dspark_taps_layer_output();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     k = 0;
     for (const SequenceChunk& ch : chunks)
@@ -416,16 +436,10 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
       const int64_t e = c.engram_index(l);
       engram_forward(c, num, L.engram, &v41.engram_ids[e * engram_.n_cols], v41.engram_stride, S, X);
     }
-    for (int64_t j = 0; j < n_taps; ++j)
-      if (c.dspark_target_layers[size_t(j)] == l)
-        for (int64_t t = 0; t < S; ++t)
-          for (int64_t i = 0; i < d; ++i) {
-            float sum = 0.0f;
-            for (int64_t h = 0; h < hc; ++h) sum += X[(t * hc + h) * d + i];
-            taps[(t * n_taps + j) * d + i] = num.bf16(sum / float(hc));
-          }
+    if (!taps_after) take_taps(l, X);
     block_forward(L, ropes_[l], X, tokens.data(), S, segments, num, Xn, carry_pre);
     std::swap(X, Xn);
+    if (taps_after) take_taps(l, X);
   }
   for (const SequenceChunk& ch : chunks) ch.state->n_past += ch.n_tokens;
   if (draft_inputs) {

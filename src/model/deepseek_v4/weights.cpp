@@ -1,6 +1,7 @@
 #include "model/deepseek_v4/weights.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace deepinfer::v4 {
@@ -285,7 +286,25 @@ class Binder {
   std::vector<std::unique_ptr<uint8_t[]>>* row_checks_;
 };
 
+// The stages the shard index holds: one past the largest S of its mtp.S. prefixes.
+int64_t stored_stage_count(const TensorStore& store) {
+  int64_t n = 0;
+  for (const auto& [name, t] : store.all()) {
+    if (name.rfind("mtp.", 0) != 0) continue;
+    int64_t s = 0;
+    size_t i = 4;
+    for (; i < name.size() && i < 12 && std::isdigit(static_cast<unsigned char>(name[i])); ++i) s = s * 10 + (name[i] - '0');
+    if (i > 4 && i < name.size() && name[i] == '.') n = std::max(n, s + 1);
+  }
+  return n;
+}
+
 void bind_dspark(const Config& c, const TensorStore& store, Weights& w) {
+  const int64_t stored = stored_stage_count(store);
+  if (stored != c.n_mtp_layers)
+    throw LoadError("checkpoint: the shard index holds " + std::to_string(stored) + " DSpark stages (mtp.S.*) but " +
+                    "config.json's compress_ratios lists " + std::to_string(c.n_mtp_layers) +
+                    " entries after the " + std::to_string(c.n_layers) + " backbone layers");
   // The stages' MoE has its own expert count: bound through a config that says so.
   const Config sc = c.dspark_stage_config();
   Binder b(sc, store, &w.row_checks);
@@ -297,8 +316,12 @@ void bind_dspark(const Config& c, const TensorStore& store, Weights& w) {
   d.main_norm = b.vec("mtp.0.main_norm.weight", c.dim);
   const std::string last = "mtp." + std::to_string(c.n_mtp_layers - 1) + ".";
   d.norm = b.vec(last + "norm.weight", c.dim);
-  d.markov_embed = b.plain_matrix(last + "markov_head.embed.weight", c.vocab_size, R);
-  d.markov_head = b.plain_matrix(last + "markov_head.head.weight", c.vocab_size, R);
+  // V4.1 names the Markov tables embed / head, the V4 refreshes markov_w1 / markov_w2.
+  const std::string m1 = c.v41() ? "markov_head.embed.weight" : "markov_head.markov_w1.weight";
+  const std::string m2 = c.v41() ? "markov_head.head.weight" : "markov_head.markov_w2.weight";
+  d.markov_embed = b.plain_matrix(last + m1, c.vocab_size, R);
+  d.markov_head = b.plain_matrix(last + m2, c.vocab_size, R);
+  if (!c.v41()) d.hc_head = b.hc(last + "hc_head", c.hc_mult, 1);
   d.confidence = b.plain_matrix(last + "confidence_head.proj.weight", 1, c.dim + R);
 }
 
@@ -313,17 +336,12 @@ Weights bind_weights(const Config& c, const TensorStore& store) {
   if (!c.v41()) w.hc_head = b.hc("hc_head", c.hc_mult, 1);
   for (int64_t l = 0; l < c.n_layers; ++l)
     w.layers.push_back(b.layer("layers." + std::to_string(l) + ".", l, c.ratio(l), l < c.n_hash_layers));
-  if (c.v41()) {  // DSpark stages (mtp.*); the vision tensors stay unbound
-    if (c.has_dspark()) bind_dspark(c, store, w);
-    return w;
-  }
+  // DSpark stages (mtp.*) of V4.1 and of the V4 refreshes, never an MTP module beside them;
+  // V4.1's vision tensors stay unbound.
+  if (c.has_dspark()) bind_dspark(c, store, w);
+  if (c.v41() || c.has_dspark()) return w;
   for (int64_t k = 0; k < c.n_mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
-    if (!store.find(p + "e_proj.weight")) {
-      // DSpark stages of the 0731/0813 refreshes use other names; not supported yet.
-      throw LoadError("checkpoint: missing tensor '" + p + "e_proj.weight' (MTP module " +
-                      std::to_string(k) + "; DSpark stages are not supported yet)");
-    }
     MtpWeights m;
     m.block = b.layer(p, c.n_layers + k, c.ratio(c.n_layers + k), false);
     m.e_proj = b.matrix(p + "e_proj.weight", c.dim, c.dim);

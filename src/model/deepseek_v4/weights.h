@@ -86,11 +86,12 @@ struct MtpWeights {
   HcWeights hc_head;
 };
 
-// V4.1's DSpark drafter (MODEL.md 11.7): staggered-mHC blocks with window attention and their
-// own MoE; the first stage owns the projection of the backbone's taps, the last the norm and
-// the Markov and confidence heads. Embedding and LM head are the backbone's.
+// The DSpark drafter (MODEL.md 11.7 V4.1, 11.10 V4 0731/0813): window-attention blocks; the
+// first stage owns the projection of the backbone's taps, the last the norm, the Markov and
+// confidence heads and (V4) the final mHC collapse. Embedding and LM head are the backbone's.
 struct DsparkWeights {
   std::vector<LayerWeights> stages;
+  HcWeights hc_head;                   // V4 only (V4.1 collapses with the last FFN site's pre)
   WeightMatrix main_proj;              // [dim, n_targets * dim] FP8
   std::vector<float> main_norm, norm;  // [dim]
   WeightMatrix markov_embed;           // [vocab, markov_rank] bf16
