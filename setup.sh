@@ -30,7 +30,8 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating Python venv .venv (tooling only; the engine never needs Python)"
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+# Everything pinned (pip itself too), so two setups a month apart install the same things.
+.venv/bin/python -m pip install -q pip==26.3
 .venv/bin/python -m pip install -q -r tools/golden/requirements.txt -r tests/sdk/requirements.txt \
   -r tests/webui/requirements.txt \
   -r python/requirements.txt

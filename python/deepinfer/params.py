@@ -15,6 +15,11 @@ def _int_list(values, what: str) -> List[int]:
         raise TypeError(f"{what} must be a list of ints") from None
 
 
+# The most outputs one prompt may ask for: the server's cap (kMaxSamplesPerRequest in
+# src/server/params.h), so that a script cannot queue what an HTTP client could not.
+MAX_N = 128
+
+
 @dataclass
 class SamplingParams:
     """How each output is sampled (field meanings as in vLLM and the OpenAI API).
@@ -48,15 +53,20 @@ class SamplingParams:
             return []
         if isinstance(self.stop, str):
             return [self.stop]
-        stops = list(self.stop)
-        if not all(isinstance(s, str) for s in stops):
-            raise TypeError("stop must be a string or a list of strings")
+        # A bad value is a ValueError that names the field, whatever its shape (stop=5 would
+        # otherwise surface as list()'s "'int' object is not iterable").
+        try:
+            stops = list(self.stop)
+        except TypeError:
+            stops = None
+        if stops is None or not all(isinstance(s, str) for s in stops):
+            raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
         return stops
 
     def _outputs(self) -> int:
         """n, checked (each output is one engine request)."""
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n must be an int >= 1, got {self.n!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
+            raise ValueError(f"n must be an int between 1 and {MAX_N}, got {self.n!r}")
         return self.n
 
     def _to_core(self, choice: int = 0) -> "_core.SamplingParams":

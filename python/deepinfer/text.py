@@ -13,10 +13,15 @@ _BOS = "<｜begin▁of▁sentence｜>"
 _EOS = "<｜end▁of▁sentence｜>"
 
 
+_PACKAGED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "default")
+
+
 def default_model_dir() -> str:
-    """The embedded default checkpoint: models/default of the source tree the package was
-    built from (copied by ./setup.sh from models-src/default: a small trained model with its own
-    4,096-id byte-level BPE tokenizer)."""
+    """The embedded default checkpoint (models-src/default: a small trained model with its own
+    4,096-id byte-level BPE tokenizer): the copy installed with the package, so that it does
+    not depend on the checkout it was built from; else models/default of that checkout."""
+    if os.path.isfile(os.path.join(_PACKAGED_MODEL, "config.json")):
+        return _PACKAGED_MODEL
     return _core.default_model_dir()
 
 

@@ -38,6 +38,9 @@ def test_bad_engine_options(tiny_dir):
     (dict(min_p=2.0), r"min_p must be in \[0, 1\]"),
     (dict(max_tokens=-3), "max_tokens must be at least 0"),
     (dict(n=0), "n must be"),
+    (dict(n=129), "n must be an int between 1 and 128"),
+    (dict(stop=5), "stop must be a string or a list of strings, got 5"),
+    (dict(stop=["a", 5]), "stop must be a string or a list of strings"),
     (dict(stop_token_ids=[10 ** 6]), "outside the vocabulary"),
 ])
 def test_bad_sampling_params(tiny_float, params, message):

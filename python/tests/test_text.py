@@ -1,5 +1,6 @@
 """Tokenizer, render and parse_output equal the CLI and the reference encoders' goldens."""
 import json
+import os
 
 import pytest
 
@@ -105,3 +106,12 @@ def test_render_and_parse_bad_arguments():
         deepinfer.render([{"role": "user", "content": "x"}], family="v4", no_such_option=1)
     with pytest.raises(ValueError, match="family"):
         deepinfer.parse_output("x", family="nope")
+
+
+def test_default_model_travels_with_the_package():
+    """The default checkpoint is package data of the installed package, not a path into the
+    checkout the wheel was built from (which may move or be deleted)."""
+    pkg = os.path.dirname(os.path.abspath(deepinfer.__file__))
+    assert deepinfer.default_model_dir() == os.path.join(pkg, "models", "default")
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert os.path.isfile(os.path.join(deepinfer.default_model_dir(), name)), name

@@ -701,15 +701,35 @@ ByteDfa regex_dfa(const Re& top) {
   return determinize(nfa, start, end);
 }
 
+// The `format` values as anchored patterns, each a subset of its RFC that a validator accepts:
+//   date       RFC 3339 full-date; the day exists in its month (February 29 in Gregorian leap
+//              years only: divisible by 4, centuries only when divisible by 400).
+//   time       RFC 3339 full-time: hh 00-23, mm 00-59, ss 00-59 (no leap second: 60 is valid only
+//              at the UTC minute 23:59, which an offset moves), optional fraction of 1-9 digits,
+//              Z or an offset of +-hh:mm in the same ranges.
+//   date-time  date "T" time (T and Z in either case, as RFC 3339 allows).
+//   ipv4       dotted quad, octets 0-255 in decimal without leading zeros.
+//   email      dot-atom local part (RFC 5322 atext, dots only between atoms) "@" a hostname
+//              (labels of 1-63 letters, digits and hyphens, no hyphen first or last); quoted
+//              local parts and address literals are never produced.
 const char* format_pattern(const std::string& f) {
-  if (f == "date") return "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$";
-  if (f == "time") return "^([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$";
-  if (f == "date-time")
-    return "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])[Tt]([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?"
-           "([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$";
+  // Any month to day 28; days 29 and 30 outside February; day 31 in the long months; February 29
+  // in a leap year (the last two digits a non-zero multiple of 4, or a multiple of 400).
+  static const std::string date =
+      "(\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|\\d{4}-(0[13-9]|1[0-2])-(29|30)|\\d{4}-(0[13578]|1[02])-31|"
+      "(\\d\\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00|0000)-02-29)";
+  static const std::string time = "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,9})?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+  static const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+  static const std::string label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+  static const std::string date_re = "^" + date + "$", time_re = "^" + time + "$",
+                           date_time_re = "^" + date + "[Tt]" + time + "$",
+                           email_re = "^" + atext + "+(\\." + atext + "+)*@" + label + "(\\." + label + ")*$";
+  if (f == "date") return date_re.c_str();
+  if (f == "time") return time_re.c_str();
+  if (f == "date-time") return date_time_re.c_str();
   if (f == "uuid") return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
   if (f == "ipv4") return "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$";
-  if (f == "email") return "^[^@\\s\"\\\\<>()\\[\\],;:]+@[^@\\s\"\\\\<>()\\[\\],;:]+$";
+  if (f == "email") return email_re.c_str();
   return nullptr;
 }
 

@@ -138,6 +138,19 @@ def http(port, path, body=None, timeout=60):
         return e.code, None
 
 
+def wait_running(port, seconds=90):
+    """Waits until the server reports a request running (/metrics), or fails: the event a test
+    needs before it disturbs a step, instead of a guess at how long admission takes."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("deepinfer_requests_running") and float(line.rsplit(" ", 1)[1]) >= 1:
+                    return
+        time.sleep(0.05)
+    fail(f"no request was running within {seconds} s")
+
+
 def start_server(model, n):
     port = free_port()
     cmd = mpirun(n) + [ARGS.cli, "serve", "--model", model, "--port", str(port), "--threads", "1", "--kernels", "ref",
@@ -242,7 +255,7 @@ def test_killed_rank(tmp):
         # A long request in flight: rank 0 is inside a step (a collective) when rank 1 dies.
         threading.Thread(target=lambda: http_quiet(port, {"prompt": [0, 5, 6], "max_tokens": 4000, "ignore_eos": True}),
                          daemon=True).start()
-        time.sleep(1.0)
+        wait_running(port)
         os.kill(victim, signal.SIGKILL)
         t0 = time.monotonic()
         rc = wait_exit(proc, 30)

@@ -1,11 +1,14 @@
 // The prefix cache's files on disk (kv/disk_cache.h): round trip, found again after a
 // restart, ignored under another fingerprint, and every failure a miss: corrupt, truncated or
-// deleted files, leftovers of an interrupted write, an unusable or vanished directory.
+// deleted files, leftovers of an interrupted write, an unusable, vanished or read-only
+// directory, a disk that fills up mid-write.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -164,4 +167,72 @@ TEST(DiskCache, AnUnusableOrVanishedDirectoryIsOnlyAMiss) {
   EXPECT_EQ(c.stats().writes, 0u);
   EXPECT_EQ(c.stats().write_errors, 1u);
   EXPECT_EQ(c.longest_prefix(toks(9), 0), 0);
+}
+
+// A directory that refuses new files: /proc/self, where nobody creates files, root included,
+// and a mode 0555 directory when not running as root (root writes into it regardless, so it is
+// not read-only then; CI runs as root). The cache is off from the start, says so, and every
+// call is a quiet miss.
+TEST(DiskCache, ReadOnlyDirectoryTurnsTheCacheOff) {
+  TempDir d;
+  fs::create_directories(d.path);
+  fs::permissions(d.path, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                              fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  std::vector<std::string> dirs = {"/proc/self"};
+  if (geteuid() != 0) dirs.push_back(d.path.string());
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    DiskCache c(dir, 1 << 20, 1);
+    EXPECT_FALSE(c.usable());
+    c.put(toks(5), bytes(10, 1));
+    c.flush();
+    EXPECT_EQ(c.longest_prefix(toks(9), 0), 0);
+    EXPECT_EQ(c.read(toks(9), 5), nullptr);
+    EXPECT_EQ(c.stats().writes + c.stats().write_errors, 0u);
+  }
+  EXPECT_TRUE(d.files().empty());
+  fs::permissions(d.path, fs::perms::owner_all);
+}
+
+// A disk that fills up mid-write, made with RLIMIT_FSIZE (a write past the limit fails with
+// EFBIG, as one on a full disk fails with ENOSPC; SIGXFSZ is ignored so that the write returns
+// the error instead of killing the process): the snapshot is not saved, no partial file is
+// left or indexed, snapshots already on disk still load, and once there is room again
+// writes go on.
+TEST(DiskCache, FullDiskLeavesNoPartialFileAndRecovers) {
+  TempDir d;
+  DiskCache c(d.path.string(), 1 << 24, 1);
+  ASSERT_TRUE(c.usable());
+  const std::vector<int32_t> prompt = toks(100);
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 10), bytes(1000, 1));
+  c.flush();
+  ASSERT_EQ(c.stats().writes, 1u);
+
+  struct rlimit before {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit tight = before;
+  tight.rlim_cur = 64 << 10;  // the 1 MiB snapshot below stops a sixteenth of the way in
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &tight), 0);
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 50), bytes(1 << 20, 2));
+  c.flush();
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &before), 0);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_EQ(c.stats().writes, 1u);
+  EXPECT_EQ(c.stats().write_errors, 1u);
+  EXPECT_FALSE(c.contains(prompt.data(), 50));
+  EXPECT_EQ(d.files().size(), 1u);  // the earlier snapshot only: no temporary left behind
+  EXPECT_EQ(c.longest_prefix(prompt, 0), 10);
+  auto p = c.read(prompt, 10);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*p, bytes(1000, 1));
+
+  c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 50), bytes(1 << 20, 2));
+  c.flush();
+  EXPECT_EQ(c.stats().writes, 2u);
+  EXPECT_EQ(c.longest_prefix(prompt, 0), 50);
+  // A restart indexes exactly the complete files.
+  DiskCache again(d.path.string(), 1 << 24, 1);
+  EXPECT_EQ(again.stats().entries, 2);
 }

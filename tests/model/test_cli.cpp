@@ -328,8 +328,9 @@ TEST(Cli, BenchSpeculativeRoundsReportTheMedian) {
 }
 
 // Corrupt weights (a NaN e4m3 code in a shared expert's w2) never become tokens:
-// `logits` names the non-finite rows and exits 1, `generate` fails at the first position,
-// and --verify-weights refuses the checkpoint at load, naming the tensor and element.
+// `logits` names the non-finite rows and exits 1, `generate` (greedy or sampled) fails at the
+// first position, and --verify-weights refuses the checkpoint at load, naming the tensor and
+// element.
 TEST(Cli, CorruptWeightsFailClearly) {
   Scratch s;
   const fs::path bad = s.dir / "nan";
@@ -347,6 +348,10 @@ TEST(Cli, CorruptWeightsFailClearly) {
   EXPECT_NE(r.output.find("4 of 4 logits rows are non-finite"), std::string::npos) << r.output;
 
   r = run("generate --model " + bad.string() + " --tokens-file " + tokens + " -n 3");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("non-finite logits (NaN) at position 3"), std::string::npos) << r.output;
+  // Sampled too: the sampler reads NaN as -inf and would print tokens from the broken model.
+  r = run("generate --model " + bad.string() + " --tokens-file " + tokens + " -n 3 --temperature 0.8 --seed 1");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("non-finite logits (NaN) at position 3"), std::string::npos) << r.output;
 

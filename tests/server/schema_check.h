@@ -2,12 +2,14 @@
 // (server/json_grammar.cpp) so that the two check each other: type, enum, const, $ref (local
 // JSON pointers), allOf / anyOf / oneOf, properties, required, additionalProperties, items /
 // prefixItems / additionalItems, minItems / maxItems, minLength / maxLength (code points),
-// pattern (std::regex, ECMAScript, searched; ASCII patterns), format date / uuid, and the
-// numeric bounds (compared as doubles). Returns "" when `v` is valid, else what failed.
+// pattern (std::regex, ECMAScript, searched; ASCII patterns), format date / time / date-time /
+// ipv4 / email / uuid, and the numeric bounds (compared as doubles). Returns "" when `v` is valid, else what failed.
 #pragma once
+#include <cctype>
 #include <cmath>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "tokenizer/chat/py_json.h"
 
@@ -27,6 +29,81 @@ inline const Json* pointer(const Json& root, const std::string& ref) {
     i = j;
   }
   return cur;
+}
+
+// The formats, checked field by field in plain code (the grammar compiles them to automata).
+inline bool all_digits(const std::string& s, size_t at, size_t n) {
+  if (at + n > s.size()) return false;
+  for (size_t i = at; i < at + n; ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+inline int number_at(const std::string& s, size_t at, size_t n) { return std::stoi(s.substr(at, n)); }
+
+inline bool is_date(const std::string& s) {
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-' || !all_digits(s, 0, 4) || !all_digits(s, 5, 2) ||
+      !all_digits(s, 8, 2))
+    return false;
+  const int y = number_at(s, 0, 4), m = number_at(s, 5, 2), d = number_at(s, 8, 2);
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  const int month_days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return m >= 1 && m <= 12 && d >= 1 && d <= month_days[m - 1];
+}
+
+// hh:mm:ss[.f{1,9}](Z|+-hh:mm), no leap second.
+inline bool is_time(const std::string& s) {
+  auto hh_mm = [&](size_t at) {
+    return all_digits(s, at, 2) && all_digits(s, at + 3, 2) && s[at + 2] == ':' && number_at(s, at, 2) < 24 &&
+           number_at(s, at + 3, 2) < 60;
+  };
+  if (s.size() < 9 || !hh_mm(0) || s[5] != ':' || !all_digits(s, 6, 2) || number_at(s, 6, 2) > 59) return false;
+  size_t i = 8;
+  if (s[i] == '.') {
+    size_t n = 0;
+    while (i + 1 + n < s.size() && s[i + 1 + n] >= '0' && s[i + 1 + n] <= '9') ++n;
+    if (n < 1 || n > 9) return false;
+    i += 1 + n;
+  }
+  if (i + 1 == s.size() && (s[i] == 'Z' || s[i] == 'z')) return true;
+  return i + 6 == s.size() && (s[i] == '+' || s[i] == '-') && hh_mm(i + 1);
+}
+
+inline bool is_ipv4(const std::string& s) {
+  size_t i = 0;
+  for (int part = 0; part < 4; ++part) {
+    if (part > 0 && (i >= s.size() || s[i++] != '.')) return false;
+    size_t n = 0;
+    while (i + n < s.size() && s[i + n] >= '0' && s[i + n] <= '9') ++n;
+    if (n < 1 || n > 3 || (n > 1 && s[i] == '0') || number_at(s, i, n) > 255) return false;
+    i += n;
+  }
+  return i == s.size();
+}
+
+// Dot-atom local part (RFC 5322 atext) @ hostname labels (1-63 LDH, no hyphen at either end).
+inline bool is_email(const std::string& s) {
+  const size_t at = s.find('@');
+  if (at == std::string::npos) return false;
+  auto split = [](const std::string& x) {
+    std::vector<std::string> parts{""};
+    for (char c : x) {
+      if (c == '.') parts.emplace_back();
+      else parts.back().push_back(c);
+    }
+    return parts;
+  };
+  const std::string atext_symbols = "!#$%&'*+/=?^_`{|}~-";
+  for (const std::string& atom : split(s.substr(0, at))) {
+    if (atom.empty()) return false;
+    for (char c : atom)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && atext_symbols.find(c) == std::string::npos) return false;
+  }
+  for (const std::string& label : split(s.substr(at + 1))) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+  }
+  return true;
 }
 
 inline size_t code_points(const std::string& s) {
@@ -130,11 +207,13 @@ inline std::string check(const Json& s, const Json& v, const Json& root, const s
       return at + ": " + v.dump() + " does not match " + s["pattern"].dump();
     if (s.contains("format")) {
       const std::string f = s["format"].get<std::string>();
-      int y, m, d;
-      char tail;
-      if (f == "date" && (std::sscanf(str.c_str(), "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 || str.size() != 10 ||
-                          m < 1 || m > 12 || d < 1 || d > 31))
-        return at + ": not a date: " + str;
+      if (f == "date" && !is_date(str)) return at + ": not a date: " + str;
+      if (f == "time" && !is_time(str)) return at + ": not a time: " + str;
+      if (f == "date-time" &&
+          !(str.size() > 11 && is_date(str.substr(0, 10)) && (str[10] == 'T' || str[10] == 't') && is_time(str.substr(11))))
+        return at + ": not a date-time: " + str;
+      if (f == "ipv4" && !is_ipv4(str)) return at + ": not an ipv4 address: " + str;
+      if (f == "email" && !is_email(str)) return at + ": not an email address: " + str;
       if (f == "uuid" && !std::regex_match(str, std::regex("[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")))
         return at + ": not a uuid: " + str;
     }

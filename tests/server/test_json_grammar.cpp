@@ -374,6 +374,57 @@ TEST(JsonSchemaKeywords, Patterns) {
   walks_validate(date, 20, 4, 8);
 }
 
+// Each format accepts what its subset of the RFC allows (json_grammar.cpp, format_pattern) and
+// refuses the rest: dates that do not exist (month lengths, leap years), times and offsets out of
+// range, octets over 255 or with leading zeros, malformed addresses; random walks validate
+// against schema_check's plain-code checks.
+TEST(JsonSchemaKeywords, FormatsAcceptValidAndRefuseInvalid) {
+  struct Case {
+    const char* format;
+    std::vector<std::string> valid, invalid;
+  };
+  const std::string label63(63, 'a'), label64(64, 'a');
+  const Case cases[] = {
+      {"date",
+       {"2024-02-29", "2000-02-29", "1600-02-29", "0000-02-29", "2023-02-28", "2023-01-31", "2023-03-31", "2023-04-30",
+        "2023-07-31", "2023-08-31", "2023-10-31", "2023-12-31", "1999-11-30"},
+       {"2023-02-29", "1900-02-29", "2100-02-29", "2023-02-30", "2023-02-31", "2023-04-31", "2023-06-31",
+        "2023-09-31", "2023-11-31", "2023-00-10", "2023-13-01", "2023-01-00", "2023-01-32", "23-01-01", "2023-1-01",
+        "2023-01-01T", "2023/01/01", ""}},
+      {"time",
+       {"00:00:00Z", "23:59:59z", "12:30:45.123456789+05:30", "08:00:00-23:59", "19:20:30.5Z"},
+       {"24:00:00Z", "23:60:00Z", "23:59:60Z", "12:00:00", "12:00:00+24:00", "12:00:00+05:60", "12:00Z",
+        "12:00:00.Z", "12:00:00.1234567890Z", "1:00:00Z", "12:00:00+0530", "12:00:00 Z"}},
+      {"date-time",
+       {"2024-02-29T23:59:59Z", "2023-12-31t00:00:00.5+01:00", "2000-02-29T12:00:00-08:00"},
+       {"2023-02-29T00:00:00Z", "2023-04-31T10:00:00Z", "2023-01-01 00:00:00Z", "2023-01-01T25:00:00Z",
+        "2023-01-01T10:00:00", "2023-01-01", "10:00:00Z"}},
+      {"ipv4",
+       {"0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.0.9", "249.200.199.100"},
+       {"256.1.1.1", "1.2.3", "1.2.3.4.5", "01.2.3.4", "1.2.3.004", "1.2.3.00", "300.0.0.0", "1..2.3", " 1.2.3.4",
+        "1.2.3.4 ", "1.2.3.-1", "a.b.c.d"}},
+      {"email",
+       {"a@b", "a.b@c.io", "first.last+tag@sub.example.co.uk", "x_y-z@my-host.org", "o'neil@x.com",
+        "!#$%&*/=?^`{|}~@a1.b2", "u@" + label63 + ".com"},
+       {"@b.com", "a@", "a@@b.com", "a b@c.com", ".a@b.com", "a.@b.com", "a..b@c.com", "a@-b.com", "a@b-.com",
+        "a@b..com", "a@.b.com", "a@b.com.", "a(b)@c.com", "a@b_c.com", "\"a\"@b.com", "a@[1.2.3.4]",
+        "u@" + label64 + ".com", "ab.com", "é@b.com"}},
+  };
+  uint32_t seed = 11;
+  for (const Case& c : cases) {
+    const Json schema = Json{{"type", "string"}, {"format", c.format}};
+    for (const std::string& s : c.valid) {
+      EXPECT_TRUE(accepts(schema, Json(s).dump())) << c.format << " should accept " << s;
+      EXPECT_EQ(schema_check::check(schema, Json(s)), "") << c.format << " oracle on " << s;
+    }
+    for (const std::string& s : c.invalid) {
+      EXPECT_FALSE(accepts(schema, Json(s).dump())) << c.format << " should refuse " << s;
+      EXPECT_NE(schema_check::check(schema, Json(s)), "") << c.format << " oracle on " << s;
+    }
+    walks_validate(schema, 20, seed++, 8);
+  }
+}
+
 TEST(JsonSchemaKeywords, StringAndArrayLengths) {
   const Json s = Json{{"type", "string"}, {"minLength", 2}, {"maxLength", 3}};
   EXPECT_TRUE(accepts(s, "\"ab\""));

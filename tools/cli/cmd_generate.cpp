@@ -92,7 +92,10 @@ int run(const std::vector<std::string>& argv) {
   history.prompt_tokens.insert(tokens.begin(), tokens.end());
   engine::Rng rng(sp.seed ? *sp.seed : std::random_device{}());
   auto choose = [&](int64_t pos) {
-    if (!sampled) return greedy_next(row.data(), V, pos);
+    // A non-finite row is refused as the engine refuses it, sampled or not: greedy_next
+    // throws naming the position and the likely cause (the sampler would treat NaN as -inf
+    // and print tokens from a broken model).
+    if (!sampled || first_nonfinite(row.data(), V) >= 0) return greedy_next(row.data(), V, pos);
     const int32_t t = sampler.sample(row.data(), sp, history, rng).token;
     history.add_output(t);
     return t;

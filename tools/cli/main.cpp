@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,23 @@ std::vector<CommandInfo>& command_table() {
   return table;
 }
 
-std::string default_model_dir() { return DEEPINFER_DEFAULT_MODEL_DIR; }
+// The default checkpoint travels with the executable: beside it (models/default), in the
+// installed tree (bin/../share/deepinfer/models/default), or in the checkout whose build/ holds
+// it (../models/default); the source tree's path compiled in is the last resort, so a binary
+// that was moved, installed or whose checkout moved still finds its model.
+std::string default_model_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path dir = exe.parent_path();
+    for (const char* rel : {"models/default", "../share/deepinfer/models/default", "../models/default"}) {
+      const std::filesystem::path candidate = dir / rel;
+      if (std::filesystem::is_regular_file(candidate / "config.json", ec))
+        return candidate.lexically_normal().string();
+    }
+  }
+  return DEEPINFER_DEFAULT_MODEL_DIR;
+}
 
 // The job's communicator, made first thing in main (MPI must be initialised once per process,
 // before any thread starts) and finalised last.
