@@ -25,7 +25,7 @@ def test_bad_engine_options(tiny_dir):
         deepinfer.LLM(tiny_dir, kv_memory="lots")
     with pytest.raises(deepinfer.EngineError, match="--speculative must be auto, mtp, dspark or off"):
         deepinfer.LLM(tiny_dir, speculative="eagle")
-    with pytest.raises(deepinfer.EngineError, match="DSpark drafting runs on DeepSeek-V4.1"):
+    with pytest.raises(deepinfer.EngineError, match="this checkpoint has no DSpark stages"):
         deepinfer.LLM(tiny_dir, speculative="dspark")
     with pytest.raises(deepinfer.EngineError, match="--num-draft-tokens must be between 1 and"):
         deepinfer.LLM(tiny_dir, speculative="mtp", num_draft_tokens=9)
