@@ -40,7 +40,8 @@ struct CommandRegistration {
 // Speculative decoding, for the commands that decode.
 #define DI_USAGE_SPECULATIVE                                                                  \
   "  --speculative auto|mtp|dspark|off  draft with the checkpoint's drafter (V4's MTP module,\n" \
-  "                               V4.1's DSpark stages) and verify the drafts in one forward\n" \
+  "                               the DSpark stages of V4.1 and V4-0731/0813) and verify the\n" \
+  "                               drafts in one forward\n" \
   "                               (auto: the checkpoint's drafter when it has one)\n" \
   "  --num-draft-tokens K         the most drafts per step, 1..7 (default MTP 3, DSpark its\n" \
   "                               block size); fewer, down to\n" \

@@ -506,7 +506,7 @@ void Model::forward_mtp_draft(int64_t k, const float* streams, const int32_t* ne
 void Model::mtp_rows(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t pos0,
                      SequenceState& st, const Numerics& num, float* logits, bool last_only, float* last_streams) const {
   const Config& c = cfg_;
-  if (c.v41()) throw std::runtime_error("DeepSeek-V4.1's DSpark stages are loaded but not run (no MTP forward)");
+  if (w_.mtp.empty()) throw std::runtime_error("this checkpoint has no MTP module (its mtp.* stages are DSpark's)");
   const MtpWeights& m = w_.mtp.at(size_t(k));
   const int64_t hc = c.hc_mult, d = c.dim;
   const float eps = float(c.norm_eps);
