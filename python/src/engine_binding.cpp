@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "core/json_limits.h"
 #include "deepinfer/engine.h"
 #include "text_binding.h"
 #include "tokenizer/chat/encoder.h"
@@ -306,11 +307,13 @@ std::pair<std::string, std::vector<int32_t>> render_chat(const Session& s, const
                                                          const std::string& options_json) {
   if (!s.family) throw std::invalid_argument("this checkpoint has no chat format: " + s.family_reason);
   if (!s.tok) throw std::invalid_argument("this checkpoint has no tokenizer.json");
-  chat::Json messages = chat::Json::parse(messages_json, nullptr, false);
-  chat::Json options = chat::Json::parse(options_json, nullptr, false);
-  if (messages.is_discarded() || options.is_discarded()) throw std::invalid_argument("messages are not valid JSON");
+  std::string why;
+  std::optional<chat::Json> messages = parse_json_bounded<chat::Json>(messages_json, &why);
+  if (!messages) throw std::invalid_argument("messages are " + why);
+  std::optional<chat::Json> options = parse_json_bounded<chat::Json>(options_json, &why);
+  if (!options) throw std::invalid_argument("chat options are " + why);
   try {
-    const chat::RenderedPrompt prompt = chat::render_messages(*s.family, messages, chat::options_from_json(options));
+    const chat::RenderedPrompt prompt = chat::render_messages(*s.family, *messages, chat::options_from_json(*options));
     return {prompt.text(), chat::tokenize_prompt(*s.tok->tok, prompt)};
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("malformed messages: ") + e.what());

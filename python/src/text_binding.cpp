@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "core/json_limits.h"
 #include "text_binding.h"
 #include "tokenizer/chat/encoder.h"
 #include "tokenizer/chat/family.h"
@@ -34,9 +35,10 @@ chat::ChatFamily family_of(const std::string& name) {
 }
 
 Json parse_json(const std::string& text, const char* what) {
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded()) throw std::invalid_argument(std::string(what) + " is not valid JSON");
-  return j;
+  std::string why;
+  std::optional<Json> j = parse_json_bounded<Json>(text, &why);
+  if (!j) throw std::invalid_argument(std::string(what) + " is " + why);
+  return std::move(*j);
 }
 
 // The CLI render's contract: tools go on the first message, as the reference's case loader

@@ -101,7 +101,7 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
   // (</think>, DSML) are never hidden (chat_hidden_tokens).
   const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
   const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
-  const chat::Json cbody = chat::Json::parse(req.body);
+  const chat::Json cbody = parse_body_ordered(req.body);
   const ChatPrompt cp = build_chat_prompt(b, cbody);
   const int64_t n = ro.n;
   std::vector<GenerateRequest> gens;

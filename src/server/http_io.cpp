@@ -336,7 +336,7 @@ struct Listener::Impl {
     head += "\r\n";
     const std::atomic<bool>* force = &force_stop;
     if (!chunked) {
-      head += res.body;
+      if (req.method != "HEAD") head += res.body;  // HEAD: the GET answer's head, no body
       return write_all(c.fd, head.data(), head.size(), Clock::now() + budget, force);
     }
     if (!write_all(c.fd, head.data(), head.size(), Clock::now() + budget, force)) {

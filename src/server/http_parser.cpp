@@ -296,26 +296,4 @@ Progress ChunkedDecoder::feed(std::string_view buf, size_t body_limit, std::stri
   }
 }
 
-size_t json_nesting_depth(std::string_view text, size_t stop_at) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > stop_at) return deepest;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 }  // namespace deepinfer::server::http

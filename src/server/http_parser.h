@@ -65,10 +65,6 @@ class ChunkedDecoder {
   uint64_t remaining_ = 0;  // data bytes left in the current chunk
 };
 
-// Deepest nesting of arrays and objects in a JSON text, by a linear scan that respects
-// strings (the text need not be valid JSON). Stops counting past `stop_at`.
-size_t json_nesting_depth(std::string_view text, size_t stop_at = SIZE_MAX);
-
 // "%41" -> "A"; malformed escapes are left as they are.
 std::string percent_decode(std::string_view s);
 

@@ -17,7 +17,7 @@
 #include "server/chat_prompt.h"
 #include "server/common.h"
 #include "server/errors.h"
-#include "server/http_parser.h"
+#include "core/json_limits.h"
 #include "server/params.h"
 #include "server/routes.h"
 #include "tokenizer/chat/output_parser.h"
@@ -241,7 +241,7 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   // Special tokens hidden unless the client asks for them (as in chat).
   const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
   const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
-  const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
+  const ChatPrompt cp = build_chat_prompt(b, to_openai(parse_body_ordered(req.body)));
   GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
   g.params.constraint = cp.constraint;
   const Status s = b.engine->validate(g);
@@ -262,12 +262,10 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
       content.push_back({{"type", "thinking"}, {"thinking", out.reasoning_content}, {"signature", ""}});
     if (!out.content.empty()) content.push_back({{"type", "text"}, {"text", out.content}});
     for (const auto& call : out.tool_calls) {
-      // Model output, so bound its nesting like a request's before building (dumping recurses).
-      json input = http::json_nesting_depth(call.arguments, kMaxJsonDepth) > kMaxJsonDepth
-                       ? json(nullptr)
-                       : json::parse(call.arguments, nullptr, false);
+      // Model output, held to the limits of a request's JSON (dumping the value recurses).
+      const std::optional<json> input = parse_json_bounded<json>(call.arguments);
       content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", call.name},
-                         {"input", input.is_discarded() || !input.is_object() ? json::object() : input}});
+                         {"input", input && input->is_object() ? *input : json::object()}});
     }
     send_json(res, json{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", b.model_id},
                         {"content", content}, {"stop_reason", stop_reason(c.last, !out.tool_calls.empty())},
@@ -327,7 +325,7 @@ void handle_count_tokens(BackendPtr bp, const ServerOptions&, const httplib::Req
     const json body = parse_body(req.body);
     check_model(body, b);
     // The prompt exactly as /v1/messages would build it (tools, system, thinking, format).
-    const ChatPrompt cp = build_chat_prompt(b, to_openai(Json::parse(req.body)));
+    const ChatPrompt cp = build_chat_prompt(b, to_openai(parse_body_ordered(req.body)));
     send_json(res, json{{"input_tokens", cp.ids.size()}});
   } catch (const ApiError& e) {
     res.status = http_status(e.status.code);

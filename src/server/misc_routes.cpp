@@ -40,7 +40,7 @@ void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Res
   check_model(body, b);
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    ids = build_chat_prompt(b, chat::Json::parse(req.body)).ids;
+    ids = build_chat_prompt(b, parse_body_ordered(req.body)).ids;
   } else {
     auto text = get_string(body, "prompt");
     if (!text) throw ApiError(ErrorCode::kInvalidRequest, "'prompt' (a string) or 'messages' is required", "prompt");

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "server/errors.h"
-#include "server/http_parser.h"
+#include "core/json_limits.h"
 
 namespace deepinfer::server {
 
@@ -99,16 +99,24 @@ void parse_choices(const json& body, Api api, RequestOptions& r) {
 
 }  // namespace
 
-json parse_body(const std::string& body) {
-  // nlohmann's parser is iterative, but copying, dumping and every walk over a value recurse:
-  // bound the depth before anything is built, so no request can exhaust a thread's stack.
-  if (http::json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
-    throw ApiError(ErrorCode::kInvalidJson,
-                   "the request body nests arrays / objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) throw ApiError(ErrorCode::kInvalidJson, "the request body is not valid JSON");
+namespace {
+
+template <class JsonT>
+JsonT parse_object_body(const std::string& body) {
+  std::string why;
+  std::optional<JsonT> parsed = parse_json_bounded<JsonT>(body, &why);
+  if (!parsed) throw ApiError(ErrorCode::kInvalidJson, "the request body is " + why);
+  JsonT j = std::move(*parsed);
   if (!j.is_object()) throw ApiError(ErrorCode::kInvalidJson, "the request body must be a JSON object");
   return j;
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) { return parse_object_body<json>(body); }
+
+nlohmann::ordered_json parse_body_ordered(const std::string& body) {
+  return parse_object_body<nlohmann::ordered_json>(body);
 }
 
 std::optional<double> get_number(const json& o, const char* key) {

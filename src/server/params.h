@@ -15,10 +15,11 @@ namespace deepinfer::server {
 
 using json = nlohmann::json;
 
-// Deepest nesting of arrays / objects a request body may have (a 400 beyond).
-constexpr size_t kMaxJsonDepth = 64;
-// Parses a body that must be a JSON object (kInvalidJson otherwise).
+// Parses a body that must be a JSON object (kInvalidJson otherwise), within the limits every
+// client JSON text is held to (core/json_limits.h).
 json parse_body(const std::string& body);
+// The same body as key-ordered JSON, the form the chat encoders take.
+nlohmann::ordered_json parse_body_ordered(const std::string& body);
 
 // Missing or null -> nullopt; present with the wrong type -> ApiError naming `key`.
 std::optional<double> get_number(const json& o, const char* key);

@@ -328,7 +328,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
   const Backend& b = *bp;
   const json body = parse_body(req.body);
   check_model(body, b);
-  const Json obody = Json::parse(req.body);
+  const Json obody = parse_body_ordered(req.body);
   Json history = Json::array();
   if (const Json* prev = find_field(obody, "previous_response_id")) {
     if (!prev->is_string()) bad("'previous_response_id' must be a string", "previous_response_id");

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -90,6 +91,23 @@ bool origin_allowed(const std::vector<std::string>& allowed, const std::string& 
   return false;
 }
 
+// The media type of a Content-Type value, lower-cased, without parameters.
+std::string media_type(const std::string& content_type) {
+  std::string t = content_type.substr(0, content_type.find(';'));
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.pop_back();
+  size_t start = 0;
+  while (start < t.size() && (t[start] == ' ' || t[start] == '\t')) ++start;
+  t.erase(0, start);
+  for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
+
+bool is_json_media_type(const std::string& type) {
+  const std::string suffix = "+json";
+  return type == "application/json" ||
+         (type.size() > suffix.size() && type.compare(type.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -142,6 +160,25 @@ struct Server::Impl {
     return backend;
   }
 
+  // Routes behind --api-key: the API, the tokenizer routes, and /metrics unless opened for a
+  // scraper. /health and the (static) chat page stay open.
+  bool needs_key(const std::string& path) const {
+    if (path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize") return true;
+    return path == "/metrics" && !opt.metrics_without_key;
+  }
+
+  // A browser sends Origin with every cross-origin request (and with same-origin POSTs).
+  // CORS only keeps the answer from the calling page; the request itself would still run, so
+  // one from an origin that is neither allowed nor this server's own is refused before any
+  // work. A "simple" cross-origin request (text/plain, no preflight) is stopped here.
+  bool foreign_origin(const httplib::Request& req) const {
+    if (!req.has_header("Origin")) return false;
+    const std::string origin = req.get_header_value("Origin");
+    if (origin_allowed(opt.allowed_origins, origin)) return false;
+    const std::string host = req.get_header_value("Host");
+    return host.empty() || (origin != "http://" + host && origin != "https://" + host);
+  }
+
   bool authorized(const httplib::Request& req) const {
     if (opt.api_key.empty()) return true;
     auto same = [&](const std::string& given) {
@@ -156,7 +193,9 @@ struct Server::Impl {
     return req.has_header("x-api-key") && same(req.get_header_value("x-api-key"));
   }
 
-  const Route* find(const std::string& method, const std::string& path, bool* path_known) const {
+  // HEAD is GET without the body (http_io writes the head only).
+  const Route* find(const std::string& method_in, const std::string& path, bool* path_known) const {
+    const std::string& method = method_in == "HEAD" ? std::string("GET") : method_in;
     *path_known = false;
     for (const Route& r : routes) {
       const bool match = r.prefix ? path.size() > r.path.size() && path.compare(0, r.path.size(), r.path) == 0
@@ -177,7 +216,15 @@ struct Server::Impl {
   // Runs on a worker: auth, routing, and every exception turned into a JSON error.
   void handle(const httplib::Request& req, httplib::Response& res) {
     try {
-      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req))
+      if (foreign_origin(req)) {
+        send_error(res, Status::error(ErrorCode::kInvalidRequest,
+                                      "origin " + req.get_header_value("Origin") +
+                                          " is not allowed (serve --allowed-origins lists the origins that are)"));
+        res.status = 403;
+        ++rejected[size_t(ErrorCode::kInvalidRequest)];
+        return;
+      }
+      if (needs_key(req.path) && !authorized(req))
         throw ApiError(ErrorCode::kUnauthorized, "invalid or missing API key");
       bool known = false;
       const Route* r = find(req.method, req.path, &known);
@@ -186,11 +233,27 @@ struct Server::Impl {
         res.status = 405;
         std::string allow;
         for (const Route& x : routes)
-          if (x.path == req.path) allow += std::string(allow.empty() ? "" : ", ") + x.method;
+          if (x.path == req.path) {
+            allow += std::string(allow.empty() ? "" : ", ") + x.method;
+            if (std::string(x.method) == "GET") allow += ", HEAD";
+          }
         res.set_header("Allow", allow);
         return;
       }
       if (!r) throw ApiError(ErrorCode::kNotFound, "no route " + req.method + " " + req.path);
+      if (std::string(r->method) == "POST") {
+        // Every POST route reads a JSON body; anything else (a form, text/plain) is refused
+        // unread, which also keeps HTML forms and no-cors fetches from reaching the model.
+        const std::string type = media_type(req.get_header_value("Content-Type"));
+        if (!is_json_media_type(type)) {
+          send_error(res, Status::error(ErrorCode::kInvalidRequest,
+                                        "Content-Type must be application/json" +
+                                            (type.empty() ? std::string(" (none was sent)") : ", not " + type)));
+          res.status = 415;
+          ++rejected[size_t(ErrorCode::kInvalidRequest)];
+          return;
+        }
+      }
       r->run(req, res);
     } catch (const ApiError& e) {
       res = httplib::Response{};
@@ -206,7 +269,7 @@ struct Server::Impl {
   // Answered on the I/O thread, so that they work while every worker is busy: /health and
   // CORS preflights.
   bool answer_inline(const httplib::Request& req, httplib::Response& res) {
-    if (req.method == "GET" && req.path == "/health") {
+    if ((req.method == "GET" || req.method == "HEAD") && req.path == "/health") {
       bool up;
       {
         std::lock_guard<std::mutex> lk(mu);
@@ -226,7 +289,7 @@ struct Server::Impl {
           return true;
         }
         res.status = 204;
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        res.set_header("Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
         const std::string asked = req.get_header_value("Access-Control-Request-Headers");
         res.set_header("Access-Control-Allow-Headers",
                        asked.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : asked);
@@ -234,7 +297,7 @@ struct Server::Impl {
         return true;
       }
       res.status = 204;
-      res.set_header("Allow", "GET, POST, DELETE, OPTIONS");
+      res.set_header("Allow", "GET, HEAD, POST, DELETE, OPTIONS");
       return true;
     }
     return false;

@@ -6,6 +6,9 @@
 //   GET  /v1/models, GET /health (503 while loading), GET /metrics (Prometheus text)
 //   POST /tokenize, POST /detokenize
 //   GET  /, /index.html, /app.css, /app.js: the chat page (webui.h), no API key needed
+//   HEAD on every GET route; a request from a browser page of a foreign origin (not
+//   --allowed-origins) is a 403 and a POST body that is not application/json a 415, both
+//   before any work; --api-key guards /v1/*, /tokenize, /detokenize and /metrics
 //
 // The server listens before the model is loaded (so /health can say 503); set_backend()
 // makes it ready. Every error is an OpenAI-shaped JSON body with the status chosen in
@@ -36,6 +39,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                   // 0 = any free port (tests)
   std::string api_key;               // empty = no authentication
+  bool metrics_without_key = false;  // /metrics open to a scraper even under api_key
   // Body limit of the generation routes; /tokenize and /detokenize take a quarter of it.
   size_t max_body_bytes = size_t(16) << 20;
   int http_threads = 256;            // requests handled at once (each stream holds one)

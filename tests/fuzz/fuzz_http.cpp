@@ -1,4 +1,4 @@
-// fuzz-sources: src/server/http_parser.cpp
+// fuzz-sources: src/server/http_parser.cpp src/core/json_limits.cpp
 // libFuzzer harness for the HTTP/1.1 request parser (src/server/http_parser.h). The first input
 // byte picks a split step; the rest is what a client sent on one connection. The parser must
 // never crash, must read the same requests whether the bytes come whole or trickled in
@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json_limits.h"
 #include "server/http_parser.h"
 
 using namespace deepinfer::server::http;
@@ -98,8 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Parsed trickled = read_all(wire, step);
   if (whole.requests != trickled.requests || whole.error != trickled.error) abort();
   // The JSON depth scan must agree with itself when stopped early.
-  const size_t d = json_nesting_depth(wire);
-  if (d > 3 && json_nesting_depth(wire, 3) <= 3) abort();
+  const size_t d = deepinfer::json_nesting_depth(wire);
+  if (d > 3 && deepinfer::json_nesting_depth(wire, 3) <= 3) abort();
   (void)percent_decode(wire);
   return 0;
 }

@@ -99,7 +99,7 @@ def request_bytes(method, path, body=None, headers=None):
     lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
     for k, v in (headers or {}).items():
         lines.append("%s: %s" % (k, v))
-    if body is not None:
+    if body is not None and not any(k.lower() == "content-type" for k in (headers or {})):
         lines.append("Content-Type: application/json")
         lines.append("Content-Length: %d" % len(data))
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
@@ -211,11 +211,12 @@ def bad_framing_is_refused_at_once(ctx):
     body = b'{"prompt": "hello"}'
     r = call(ctx.port, "POST", "/tokenize", None, None)
     s = connect(ctx.port)
-    s.sendall(b"POST /tokenize HTTP/1.1\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)) + body)
+    s.sendall(b"POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n"
+              % (len(body), len(body)) + body)
     r = read_response(s)
     s.close()
     assert r[0] == 200, r[:2]
-    chunked = b"POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n" + body[:5] + b"\r\n" + \
+    chunked = b"POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n" + body[:5] + b"\r\n" + \
         (b"%x\r\n" % (len(body) - 5)) + body[5:] + b"\r\n0\r\n\r\n"
     s = connect(ctx.port)
     s.sendall(chunked)
@@ -363,7 +364,59 @@ def cors_preflight_and_headers(ctx):
     r = call(ctx.port, "GET", "/v1/models", None, {"Origin": "http://localhost:5173"})
     assert r[0] == 200 and r[1].get("access-control-allow-origin") == "http://localhost:5173", r[1]
     r = call(ctx.port, "GET", "/v1/models", None, {"Origin": "http://evil.example"})
-    assert "access-control-allow-origin" not in r[1], r[1]
+    assert r[0] == 403 and "access-control-allow-origin" not in r[1], r[:2]
+
+
+@case
+def json_inside_strings_is_bounded(ctx):
+    """JSON carried in a string (tool-call arguments) is held to the body's limits: 100k levels
+    of '[' inside arguments is a 400 on every route that reads them, never a crash."""
+    n = 100000
+    args = "[" * n + "]" * n
+    call_item = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call_item]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    bodies = [
+        ("/v1/chat/completions", {"messages": messages, "max_tokens": 1}),
+        ("/tokenize", {"messages": messages}),
+        ("/v1/responses", {"max_output_tokens": 1, "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": args},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}),
+    ]
+    for path, body in bodies:
+        r = call(ctx.port, "POST", path, body)
+        assert r is not None and r[0] == 400, "%s: %r" % (path, r and r[:3])
+        assert "nested deeper" in json.loads(r[2])["error"]["message"], r[2][:300]
+        assert_alive(ctx)
+    # Honest nesting inside arguments still renders.
+    ok = [dict(m) for m in messages]
+    ok[1] = dict(ok[1], tool_calls=[dict(call_item, function={"name": "f", "arguments": json.dumps({"a": [[[1]]]})})])
+    r = call(ctx.port, "POST", "/tokenize", {"messages": ok})
+    assert r[0] == 200, r[:3]
+
+
+@case
+def web_pages_cannot_reach_the_model(ctx):
+    """What a page on another origin can make a browser send: a no-cors text/plain POST, a form,
+    a JSON POST with its Origin. None of them runs; the server's own page still works."""
+    before = metric(ctx, "deepinfer_prompt_tokens_total")
+    body = json.dumps({"prompt": "x", "max_tokens": 1}).encode()
+    r = call(ctx.port, "POST", "/v1/completions", body, {"Content-Type": "text/plain;charset=UTF-8"})
+    assert r[0] == 415, r[:3]
+    r = call(ctx.port, "POST", "/tokenize", body, {"Content-Type": "application/x-www-form-urlencoded"})
+    assert r[0] == 415, r[:3]
+    for origin in ("http://evil.example", "null"):
+        r = call(ctx.port, "POST", "/v1/completions", body,
+                 {"Origin": origin, "Content-Type": "text/plain"})
+        assert r[0] == 403, r[:3]
+        r = call(ctx.port, "POST", "/tokenize", {"prompt": "x"}, {"Origin": origin})
+        assert r[0] == 403, r[:3]
+    assert metric(ctx, "deepinfer_prompt_tokens_total") == before, "a refused request reached the engine"
+    r = call(ctx.port, "POST", "/v1/completions", body, {"Origin": "http://127.0.0.1"})  # Host: 127.0.0.1
+    assert r[0] == 200, r[:3]
+    r = call(ctx.port, "POST", "/v1/completions", body, {"Origin": "http://localhost:5173"})  # --allowed-origins
+    assert r[0] == 200 and r[1].get("access-control-allow-origin") == "http://localhost:5173", r[:2]
 
 
 def mutate(rng, data):
@@ -554,7 +607,8 @@ def main():
     ctx.binary, ctx.model = args.serve, args.model
     try:
         for c in [deep_json_is_a_400_everywhere, pipelined_requests_are_answered_in_order, bad_framing_is_refused_at_once,
-                  cors_preflight_and_headers, body_size_is_bounded_per_route, disconnected_non_streaming_request_is_cancelled,
+                  cors_preflight_and_headers, json_inside_strings_is_bounded,
+                  web_pages_cannot_reach_the_model, body_size_is_bounded_per_route, disconnected_non_streaming_request_is_cancelled,
                   connection_cap_per_client_is_a_503_but_health_works, trickling_clients_lock_nobody_out,
                   fuzz_the_request_path, metrics_count_what_happened, sigterm_drains_then_exits]:
             c(ctx)

@@ -229,12 +229,79 @@ TEST_F(ServerTest, ApiKeyAndLoading) {
   post(keyed, "/v1/completions", R"({"prompt": "x", "max_tokens": 1})", &st, {{"Authorization", "Bearer sekrit"}});
   EXPECT_EQ(st, 200);
   EXPECT_EQ(keyed.client().Get("/health")->status, 200);
+  // The tokenizer routes and /metrics sit behind the key too (a flag opens /metrics).
+  post(keyed, "/tokenize", R"({"prompt": "x"})", &st);
+  EXPECT_EQ(st, 401);
+  post(keyed, "/detokenize", R"({"tokens": [0]})", &st);
+  EXPECT_EQ(st, 401);
+  post(keyed, "/tokenize", R"({"prompt": "x"})", &st, {{"x-api-key", "sekrit"}});
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(keyed.client().Get("/metrics")->status, 401);
+  EXPECT_EQ(keyed.client().Get("/metrics", {{"Authorization", "Bearer sekrit"}})->status, 200);
+  so.metrics_without_key = true;
+  Running scraped(so, backend_);
+  EXPECT_EQ(scraped.client().Get("/metrics")->status, 200);
+  post(scraped, "/tokenize", R"({"prompt": "x"})", &st);
+  EXPECT_EQ(st, 401);
 
   Running loading(server::ServerOptions{}, nullptr);
   auto c = loading.client();
   EXPECT_EQ(c.Get("/health")->status, 503);
   post(loading, "/v1/completions", R"({"prompt": "x"})", &st);
   EXPECT_EQ(st, 503);
+}
+
+// What a web page can make a browser send: a foreign Origin is refused before any work (even a
+// request CORS would call "simple"), and a POST body must say it is JSON.
+TEST_F(ServerTest, ForeignOriginsAndNonJsonBodiesAreRefused) {
+  auto c = srv().client();
+  const std::string body = R"({"prompt": "x", "max_tokens": 1})";
+  auto r = c.Post("/v1/completions", {{"Origin", "http://evil.example"}}, body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("evil.example"), std::string::npos);
+  r = c.Post("/tokenize", {{"Origin", "null"}}, R"({"prompt": "x"})", "application/json");
+  EXPECT_EQ(r->status, 403);
+  r = c.Get("/v1/models", {{"Origin", "http://evil.example"}});
+  EXPECT_EQ(r->status, 403);
+  // The server's own origin (the chat page) is fine.
+  const std::string self = "http://127.0.0.1:" + std::to_string(srv().port);
+  r = c.Post("/v1/completions", {{"Origin", self}}, body, "application/json");
+  EXPECT_EQ(r->status, 200) << r->body;
+
+  for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"}) {
+    r = c.Post("/v1/completions", body, type);
+    EXPECT_EQ(r->status, 415) << type;
+  }
+  r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", "text/plain;charset=UTF-8");
+  EXPECT_EQ(r->status, 415);
+  r = c.Post("/v1/completions", body, "Application/JSON; charset=utf-8");
+  EXPECT_EQ(r->status, 200) << r->body;
+  // A body with no Content-Type at all (a fetch of a Blob) is refused as well.
+  httplib::Request raw;
+  raw.method = "POST";
+  raw.path = "/v1/completions";
+  raw.body = body;
+  auto none = c.send(raw);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 415);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+TEST_F(ServerTest, HeadAnswersLikeGetWithoutABody) {
+  auto c = srv().client();
+  auto h = c.Head("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto m = c.Head("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_TRUE(m->body.empty());
+  const auto get = c.Get("/v1/models");
+  EXPECT_EQ(m->get_header_value("Content-Length"), std::to_string(get->body.size()));
+  auto wrong = c.Head("/v1/completions");
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(c.Get("/health")->status, 200);  // the connection's framing survived a body-less answer
 }
 
 TEST_F(ServerTest, PrefixCacheHitOverHttp) {

@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "tokenizer/chat/encoder.h"
+#include "tokenizer/chat/family.h"
 
 namespace fs = std::filesystem;
 using namespace deepinfer::chat;
@@ -162,4 +164,32 @@ TEST(ChatEncoder, V41ReleaseTestExpectations) {
   o.thinking_mode = "thinking";
   o.context = Json::parse(R"([{"role": "user", "content": "question"}])");
   EXPECT_EQ(encode_messages(ChatFamily::V41, assistant, o), completion);
+}
+
+// Tool-call arguments are a client's JSON text inside a string: nested past the limits of a
+// request body they are refused with a clear error in every family, never parsed into a value
+// whose copies recurse 100k levels deep (that crashed the server).
+TEST(ChatEncoder, DeeplyNestedArgumentsAreRefusedNotRecursed) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (ChatFamily family : {ChatFamily::V4, ChatFamily::V4_0731, ChatFamily::V41}) {
+    // The text itself, and (for V4.1, which unwraps a string twice) the text inside a JSON string.
+    const bool twice = family == ChatFamily::V41;
+    for (const Json& args : twice ? std::vector<Json>{Json(deep), Json(Json(deep).dump())} : std::vector<Json>{Json(deep)}) {
+      const Json call = {{"type", "function"}, {"function", {{"name", "f"}, {"arguments", args}}}};
+      const Json messages = Json::array({Json{{"role", "user"}, {"content", "hi"}},
+                                         Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", {call}}}});
+      try {
+        (void)encode_messages(family, messages, EncodeOptions{});
+        ADD_FAILURE() << family_name(family) << ": accepted";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << e.what();
+      }
+    }
+  }
+  // Moderate nesting still renders.
+  const Json call = {{"type", "function"}, {"function", {{"name", "f"}, {"arguments", R"({"a": [[[1]]]})"}}}};
+  const Json ok = Json::array({Json{{"role", "user"}, {"content", "hi"}},
+                               Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", {call}}}});
+  for (ChatFamily family : {ChatFamily::V4, ChatFamily::V4_0731, ChatFamily::V41})
+    EXPECT_NE(encode_messages(family, ok, EncodeOptions{}).find("[[[1]]]"), std::string::npos);
 }

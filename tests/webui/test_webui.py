@@ -87,7 +87,7 @@ def http_post(url, body, key):
 
 def metric(url, name, label=None):
     """The value of one sample of /metrics (the first whose labels contain `label`)."""
-    _, _, text = http_get(url + "/metrics")
+    _, _, text = http_get(url + "/metrics", API_KEY)  # /metrics is behind --api-key too
     for line in text.decode().splitlines():
         if line.startswith(name + "{") and (label is None or label in line):
             return float(line.rsplit(" ", 1)[1])

@@ -5,7 +5,7 @@
 //                 [--prefix-cache-entries 64] [--prefix-cache-granularity 512] [--api-key K] [--served-model-name NAME]
 //                 [--max-body-bytes 16777216] [--http-threads 256] [--max-connections 4096]
 //                 [--max-connections-per-client 256] [--shutdown-timeout 30] [--allowed-origins O,O]
-//                 [--no-webui]
+//                 [--no-webui] [--metrics-without-key]
 // OpenAI-compatible HTTP server (src/server/server.h lists the routes) and the chat page at /
 // (src/server/webui.h). It listens first
 // and answers /health with 503 until the model is loaded. SIGINT / SIGTERM stop accepting,
@@ -96,7 +96,8 @@ int run(const std::vector<std::string>& argv) {
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--header-timeout", "--speculative", "--num-draft-tokens"},
-            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel"});
+            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel",
+             "--metrics-without-key"});
   const EngineOptions eo = engine_options(args);
   if (world().rank() > 0) {
     // A worker rank: no HTTP; it runs rank 0's steps until rank 0's engine shuts down, so
@@ -117,6 +118,7 @@ int run(const std::vector<std::string>& argv) {
   if (port < 0 || port > 65535) throw ArgError("--port must be between 0 and 65535");
   so.port = int(port);
   so.api_key = args.get_or("--api-key", "");
+  so.metrics_without_key = args.has("--metrics-without-key");
   so.webui = !args.has("--no-webui");
   so.max_body_bytes = size_t(positive(args, "--max-body-bytes", long(so.max_body_bytes)));
   so.http_threads = int(positive(args, "--http-threads", so.http_threads));
@@ -198,7 +200,9 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
                         "  --host ADDR                  listen address (default 127.0.0.1)\n"
                         "  --port N                     listen port, 0 = any free one (default 8000)\n"
-                        "  --api-key KEY                require this key (Bearer or x-api-key) on /v1/ routes\n"
+                        "  --api-key KEY                require this key (Bearer or x-api-key) on /v1/ routes,\n"
+                        "                               /tokenize, /detokenize and /metrics\n"
+                        "  --metrics-without-key        leave /metrics open (a Prometheus scraper) under --api-key\n"
                         "  --served-model-name NAME     the model id (default: the checkpoint directory name)\n"
                         "  --kv-memory SIZE             KV cache memory, e.g. 4G, 512M (default 4G)\n"
                         "  --num-kv-blocks N            KV cache size in blocks instead of --kv-memory\n"
@@ -225,7 +229,8 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --max-connections-per-client N  per client address; beyond, 503 (default 256)\n"
                         "  --header-timeout S           a request head must arrive within S seconds, else 408 (default 10)\n"
                         "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
-                        "  --allowed-origins LIST       CORS: comma-separated origins allowed from browsers, * = any\n"
+                        "  --allowed-origins LIST       comma-separated origins whose pages may call the API (CORS),\n"
+                        "                               * = any; requests from other pages get 403 (default: none)\n"
                         "  --no-webui                   do not serve the chat page at / (404 there)\n"
                         "  --expert-parallel            under mpirun -np N: rank 0 serves, each rank holds and runs\n"
                         "                               1/N of the routed experts (required when N > 1)\n"

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/json_limits.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::chat {
@@ -141,12 +142,15 @@ Out render_tools(const std::vector<Json>& functions, const Spelling& t) {
   return out;
 }
 
-// json.loads of a str; nullopt where Python raises.
+// json.loads of a str; nullopt where Python raises a JSON error. The text is a client's, so it
+// is held to the limits of a request body: one nested too deep is refused outright (Python
+// would die of recursion too), never parsed into a value whose copies recurse without bound.
 std::optional<Json> json_loads(const Json& v) {
   if (!v.is_string()) return std::nullopt;
-  Json parsed = Json::parse(v.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return std::nullopt;
-  return parsed;
+  const std::string& text = v.get_ref<const std::string&>();
+  const std::string violation = json_limit_violation(text);
+  if (!violation.empty()) fail("tool call arguments: the JSON text is " + violation);
+  return parse_json_bounded<Json>(text);
 }
 
 class Encoder {
