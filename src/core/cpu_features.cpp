@@ -1,5 +1,7 @@
 #include "core/cpu_features.h"
 
+#include <fstream>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -61,6 +63,19 @@ CpuFeatures detect() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? std::string("unknown") : line.substr(start);
+  }
+  return "unknown";
 }
 
 std::string cpu_features_description() {

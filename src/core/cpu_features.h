@@ -33,4 +33,8 @@ const CpuFeatures& cpu_features();
 // Short list of the detected features for logs, e.g. "avx2 fma f16c avx512f ... avx512_bf16".
 std::string cpu_features_description();
 
+// The CPU's model name as the OS reports it (/proc/cpuinfo), e.g. "AMD EPYC 7B13"; "unknown"
+// where it is not readable. Benchmarks record it beside their figures.
+std::string cpu_model_name();
+
 }  // namespace deepinfer

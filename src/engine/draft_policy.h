@@ -8,7 +8,13 @@
 // probe that still says no (so a useless drafter costs a vanishing fraction of the steps).
 // The first cool-down is long enough that a useless probe costs at most ~2% of the steps it
 // waited (16 steps, more for a costly drafter: an MTP draft that reads the whole head).
-// Deterministic: the same acceptance history gives the same draft lengths.
+// A request's draft length starts at 1 and doubles with every verify step that took all its
+// drafts (slow start), so a drafter that does not match the text is found out by one cheap
+// draft, not by a full block of them.
+// The costs start as estimates from bytes read (Model::draft_costs) and are replaced by what
+// DraftCostMeter measures on the machine (on AVX2 the drafter's products are compute-bound
+// and cost more than their bytes say).
+// Deterministic: the same acceptance history and costs give the same draft lengths.
 // A request starts from a prior acceptance: the engine's recent acceptance over all requests
 // once it has seen enough drafts (AcceptanceHistory), so under a useless drafter a new request
 // does not pay to learn it again.
@@ -29,12 +35,21 @@ class DraftPolicy {
               double prior = kDefaultPrior)
       : max_k_(std::max<int64_t>(0, max_k)),
         fixed_k_(std::min(fixed_k, max_k_)),
-        per_token_(std::max(0.0, draft_cost) + std::max(0.0, verify_cost)),
-        per_step_(std::max(0.0, step_cost)),
-        first_backoff_(std::max(kFirstBackoff, int64_t(std::min(std::ceil((per_step_ + per_token_) / kProbeShare),
-                                                                 double(kMaxBackoff))))),
-        prior_successes_(std::clamp(prior, 0.0, 1.0) * kPriorTrials),
-        backoff_(first_backoff_) {}
+        verify_cost_(std::max(0.0, verify_cost)),
+        prior_successes_(std::clamp(prior, 0.0, 1.0) * kPriorTrials) {
+    set_costs(draft_cost, step_cost);
+    backoff_ = first_backoff_;
+  }
+
+  // New cost figures (in plain decode steps), e.g. measured ones: per draft token and per
+  // drafting step. The verify cost per token stays.
+  void set_costs(double draft_cost, double step_cost) {
+    per_token_ = std::max(0.0, draft_cost) + verify_cost_;
+    per_step_ = std::max(0.0, step_cost);
+    first_backoff_ = std::max(kFirstBackoff, int64_t(std::min(std::ceil((per_step_ + per_token_) / kProbeShare),
+                                                              double(kMaxBackoff))));
+    backoff_ = std::max(backoff_, first_backoff_);
+  }
 
   // Before a request has a history of its own: an optimistic guess (drafters are trained to
   // be right most of the time), which a few rejections correct.
@@ -48,7 +63,7 @@ class DraftPolicy {
       --cooldown_;
       return cooldown_ == 0 ? 1 : 0;  // the probe
     }
-    const int64_t k = best_k();
+    const int64_t k = std::min(best_k(), cap_);
     if (k == 0) {
       cooldown_ = backoff_;
       backoff_ = std::min<int64_t>(backoff_ * 2, kMaxBackoff);
@@ -64,6 +79,7 @@ class DraftPolicy {
   // The outcome of a verify step: `drafted` drafts, the first `accepted` of them taken.
   void observe(int64_t drafted, int64_t accepted) {
     if (drafted <= 0) return;
+    if (accepted >= drafted && drafted >= cap_) cap_ = std::min(max_k_, cap_ * 2);
     const double trials = double(accepted) + (accepted < drafted ? 1.0 : 0.0);
     successes_ = kDecay * successes_ + double(accepted);
     trials_ = kDecay * trials_ + trials;
@@ -91,11 +107,42 @@ class DraftPolicy {
   static constexpr double kProbeShare = 0.02;  // a probe's cost / the steps before it
   static constexpr int64_t kFirstBackoff = 16, kMaxBackoff = 256;
   int64_t max_k_, fixed_k_;
-  double per_token_, per_step_;
-  int64_t first_backoff_;
+  double verify_cost_;
+  double per_token_ = 0.0, per_step_ = 0.0;
+  int64_t first_backoff_ = kFirstBackoff;
   double prior_successes_;
   double successes_ = 0.0, trials_ = 0.0;
-  int64_t cooldown_ = 0, backoff_;
+  int64_t cooldown_ = 0, backoff_ = 0;
+  int64_t cap_ = 1;  // slow start: the most drafts the next step may take
+};
+
+// What drafting costs on this machine, in plain decode steps: decayed means of the seconds of
+// plain steps (one token per sequence, nothing drafted) and of drafter calls, per call and
+// per drafted token. Until both have been seen the byte-count estimates stand.
+class DraftCostMeter {
+ public:
+  void plain_step(double seconds) { add(plain_, plain_n_, seconds); }
+  // One drafter call that drafted k tokens in `seconds`.
+  void draft_call(int64_t k, double seconds) {
+    if (k <= 0) return;
+    add(call_, call_n_, seconds);
+    add(per_draft_, per_draft_n_, seconds / double(k));
+  }
+  bool measured() const { return plain_n_ >= kMinPlain && call_n_ >= 1; }
+  // A drafter whose drafts come from one forward (DSpark): its cost per drafting step; one
+  // that runs a forward per draft (MTP): its cost per draft. Else the given estimate.
+  double step_cost(double estimate) const { return measured() ? call_ / plain_ : estimate; }
+  double draft_cost(double estimate) const { return measured() ? per_draft_ / plain_ : estimate; }
+
+ private:
+  static void add(double& mean, int64_t& n, double x) {
+    mean = n == 0 ? x : kKeep * mean + (1.0 - kKeep) * x;
+    ++n;
+  }
+  static constexpr double kKeep = 0.8;
+  static constexpr int64_t kMinPlain = 3;
+  double plain_ = 0.0, call_ = 0.0, per_draft_ = 0.0;
+  int64_t plain_n_ = 0, call_n_ = 0, per_draft_n_ = 0;
 };
 
 // The engine's acceptance over its recent drafts (all requests; decayed counts, so it follows
@@ -113,5 +160,14 @@ class AcceptanceHistory {
   static constexpr double kDecay = 0.98, kMinTrials = 8.0;
   double successes_ = 0.0, trials_ = 0.0;
 };
+
+// The policy's costs from what the meter measured, where it has: a drafter whose drafts come
+// from one forward per step (DSpark: a step cost) or from one forward per draft (MTP).
+inline void apply_measured_costs(DraftPolicy& policy, const DraftCostMeter& meter, double draft_estimate,
+                                 double step_estimate) {
+  if (!meter.measured()) return;
+  if (step_estimate > 0.0) policy.set_costs(draft_estimate, meter.step_cost(step_estimate));
+  else policy.set_costs(meter.draft_cost(draft_estimate), step_estimate);
+}
 
 }  // namespace deepinfer::engine

@@ -262,12 +262,17 @@ int64_t EngineCore::step() {
     chunks_.push_back(c);
     n_run += s.n_tokens;
   }
+  const bool plain_decode = std::all_of(chunks_.begin(), chunks_.end(), [](const ScheduledChunk& c) {
+    return c.n_tokens == 1 && c.want_logits && !c.speculative;
+  });
+  const Clock::time_point t_run = Clock::now();
   try {
     runner_->run(chunks_, logits_);
   } catch (const std::exception& e) {
     fail_scheduled(sched, e.what());
     return 0;
   }
+  if (plain_decode && opt_.num_draft_tokens > 0) draft_meter_.plain_step(seconds(Clock::now() - t_run));
   ++stats_.steps_total;
   stats_.tokens_computed_total += uint64_t(n_run);
   const int64_t V = runner_->vocab_size();
@@ -355,9 +360,13 @@ void EngineCore::draft_next(Request& r) {
   r.drafts.clear();
   // Drafts past max_tokens could never be emitted.
   const int64_t room = r.max_new_tokens - r.num_output() - 1;
+  if (opt_.measure_draft_costs)
+    apply_measured_costs(*r.draft_policy, draft_meter_, opt_.draft_cost, opt_.draft_step_cost);
   const int64_t k = std::min(r.draft_policy->next(), room);
   if (k <= 0) return;
+  const Clock::time_point t0 = Clock::now();
   r.drafts = runner_->draft(r.id, r.tokens, k);
+  draft_meter_.draft_call(k, seconds(Clock::now() - t0));
 }
 
 bool EngineCore::accept_drafts(Request& r, const ScheduledChunk& c, const float* rows, StreamEvent& ev) {

@@ -33,6 +33,9 @@ struct EngineCoreOptions {
   int64_t num_draft_tokens = 0;
   bool adaptive_drafts = true;
   double draft_cost = 0.0, verify_cost = 0.0, draft_step_cost = 0.0;
+  // Replace the byte-count cost estimates by the costs measured while running (off: the
+  // estimates stand, so draft lengths depend only on acceptance: tests that count drafts).
+  bool measure_draft_costs = true;
 };
 
 class EngineCore {
@@ -88,6 +91,7 @@ class EngineCore {
   std::vector<int32_t> scratch_;
   EngineStats stats_;
   AcceptanceHistory acceptance_history_;  // the prior of new requests' draft policies
+  DraftCostMeter draft_meter_;            // what a draft costs here, in plain decode steps
 };
 
 }  // namespace deepinfer::engine

@@ -372,6 +372,51 @@ TEST(DraftPolicy, FollowsAcceptance) {
   EXPECT_LT(d, 5 * 2000);
 }
 
+// Slow start: a fresh request drafts one token, and doubles its length only after a verify step
+// that took every draft, so a drafter that is wrong from the start costs one draft, not five.
+TEST(DraftPolicy, SlowStartDoublesOnFullAcceptance) {
+  DraftPolicy p(5, 0, 0.0, 0.05, 0.2);
+  std::vector<int64_t> ks;
+  for (int i = 0; i < 5; ++i) {
+    ks.push_back(p.next());
+    p.observe(ks.back(), ks.back());
+  }
+  EXPECT_EQ(ks, (std::vector<int64_t>{1, 2, 4, 5, 5}));
+  // A DSpark-like cost (one forward per drafting step) and drafts never taken: two one-token
+  // drafts, then nothing until the first probe (without the slow start: 5 drafts, then 3).
+  DraftPolicy wrong(5, 0, 0.0, 0.05, 0.4);
+  std::vector<int64_t> wrong_ks;
+  for (int i = 0; i < 8; ++i) {
+    wrong_ks.push_back(wrong.next());
+    wrong.observe(wrong_ks.back(), 0);
+  }
+  EXPECT_EQ(wrong_ks, (std::vector<int64_t>{1, 1, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(DraftPolicy(5, 5, 0.0, 0.05, 1.1).next(), 5);  // a fixed length is not ramped
+}
+
+// The meter turns seconds into plain-step units once it has seen plain steps and a draft; the
+// policy then probes as rarely as the measured cost asks (a drafting step measured at 3 plain
+// steps waits ceil(3.05 / 0.02) = 153 steps, where the estimate of 0.5 said 28).
+TEST(DraftPolicy, MeasuredCostsReplaceTheEstimates) {
+  DraftCostMeter m;
+  EXPECT_EQ(m.step_cost(0.5), 0.5);
+  m.plain_step(0.010);
+  m.plain_step(0.010);
+  m.draft_call(5, 0.030);
+  EXPECT_FALSE(m.measured());  // three plain steps first
+  m.plain_step(0.010);
+  ASSERT_TRUE(m.measured());
+  EXPECT_NEAR(m.step_cost(0.5), 3.0, 1e-9);
+  EXPECT_NEAR(m.draft_cost(0.5), 0.6, 1e-9);
+  DraftPolicy p(5, 0, 0.0, 0.05, 0.5);
+  EXPECT_EQ(p.first_backoff(), 28);
+  apply_measured_costs(p, m, 0.0, 0.5);
+  EXPECT_EQ(p.first_backoff(), 153);
+  DraftPolicy mtp(3, 0, 0.2, 0.05);
+  apply_measured_costs(mtp, m, 0.2, 0.0);  // per draft: 0.6 + 0.05 verify
+  EXPECT_EQ(mtp.first_backoff(), 33);
+}
+
 // A useless probe costs at most ~2% of the steps it waited for: a cheap drafter probes after
 // 16 steps, a costly one (an MTP draft that reads the whole head: ~0.8 plain steps per drafted
 // and verified token) after 40, so over a 64-token bench it probes once, not twice (it drafted
@@ -390,9 +435,10 @@ TEST(DraftPolicy, CostlyDraftersProbeLessOften) {
     return drafted;
   };
   std::vector<int64_t> cheap_at, costly_at;
-  // The cheap one drafts while the optimistic prior says so (steps 0-3), then probes after
-  // cool-downs of 16 and 32 steps; the costly one never pays at the prior, and probes at 40.
-  drafts_in(0.05, 64, &cheap_at);
+  // The cheap one drafts one token at a time (slow start) while the optimistic prior says so
+  // (steps 0-3), then probes after cool-downs of 16 and 32 steps; the costly one never pays at
+  // the prior, and probes at 40.
+  EXPECT_EQ(drafts_in(0.05, 64, &cheap_at), 6);
   EXPECT_EQ(cheap_at, (std::vector<int64_t>{0, 1, 2, 3, 20, 53}));
   EXPECT_EQ(drafts_in(0.63, 64, &costly_at), 1);
   EXPECT_EQ(costly_at, (std::vector<int64_t>{40}));
@@ -426,9 +472,10 @@ TEST(Speculative, LaterRequestsStartFromTheEnginesAcceptance) {
     EXPECT_EQ(c.sinks[id]->tokens(), outputs[i]);
     drafted.push_back(c.core->stats().spec_draft_tokens - before);
   }
-  EXPECT_GE(drafted[0], 8u);  // the default prior: drafts until the rejections say otherwise
-  EXPECT_LE(drafted[1], 2u);  // only the probes (one draft each, every 16+ steps)
-  EXPECT_LE(drafted[2], 2u);
+  EXPECT_GE(drafted[0], 2u);  // the default prior: drafts until the rejections say otherwise
+  EXPECT_LE(drafted[1], 1u);  // only the probes (one draft each, every 16+ steps)
+  EXPECT_LE(drafted[2], 1u);
+  EXPECT_LT(drafted[1], drafted[0]);
 }
 
 namespace {

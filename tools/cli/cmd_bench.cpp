@@ -14,9 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "args.h"
 #include "command.h"
+#include "core/cpu_features.h"
 #include "core/profile.h"
 #include "core/log.h"
 #include "model_cli.h"
@@ -336,6 +338,12 @@ int run(const std::vector<std::string>& argv) {
     j["prefill_gflop_s"] = prefill_gflop_s(f);
     j["threads"] = compute.pool->size();
     j["kernels"] = compute.backend->name();
+    // Which machine the figures came from: an AVX2 and an AVX-512 CPU differ by far more
+    // than run-to-run noise (compute-bound drafter stages above all).
+    j["cpu"] = {{"model", cpu_model_name()},
+                {"kernel_tier", cpu_features().has_avx512_tier() ? "avx512" : cpu_features().has_avx2_tier() ? "avx2" : "portable"},
+                {"features", cpu_features_description()},
+                {"hardware_threads", std::thread::hardware_concurrency()}};
     j["numerics"] = v4::numerics_name(compute.num.mode);
     j["n_prefill"] = n_prefill;
     j["n_decode"] = n_decode;

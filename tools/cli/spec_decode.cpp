@@ -9,6 +9,10 @@
 namespace deepinfer::cli {
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 engine::DraftPolicy make_policy(const v4::Model& m, const SpecDecodeOptions& o) {
   const v4::Model::DraftCosts cost = m.draft_costs();
   return engine::DraftPolicy(o.max_drafts, o.adaptive ? 0 : o.max_drafts, cost.per_draft, cost.verify_per_token,
@@ -18,7 +22,7 @@ engine::DraftPolicy make_policy(const v4::Model& m, const SpecDecodeOptions& o) 
 }  // namespace
 
 SpecDecoder::SpecDecoder(const v4::Model& m, const v4::Numerics& num, const SpecDecodeOptions& o)
-    : m_(m), num_(num), o_(o), st_(m.new_sequence()), policy_(make_policy(m, o)) {}
+    : m_(m), num_(num), o_(o), st_(m.new_sequence()), policy_(make_policy(m, o)), cost_(m.draft_costs()) {}
 
 void SpecDecoder::feed(const std::vector<int32_t>& ids) {
   if (ids.empty()) throw std::invalid_argument("SpecDecoder::feed: no tokens");
@@ -50,13 +54,16 @@ SpecDecodeResult SpecDecoder::generate(int64_t n, const std::function<bool(int32
   bool go = true;
   while (go && int64_t(res.tokens.size()) < n) {
     const int64_t done = int64_t(res.tokens.size());
+    engine::apply_measured_costs(policy_, meter_, cost_.per_draft, cost_.per_step);
     const int64_t k = std::min(policy_.next(), n - done - 1);
     std::vector<int32_t> drafts;
     if (k > 0) {
       if (o_.drafts == Drafts::kOracle) {
         drafts.assign(o_.oracle->begin() + done, o_.oracle->begin() + done + k);
       } else {
+        const auto t_draft = std::chrono::steady_clock::now();
         drafts = m_.draft(st_, ds_, tokens_, k, num_);
+        meter_.draft_call(k, seconds_since(t_draft));
         if (o_.drafts == Drafts::kWrong)
           for (size_t i = 0; i < drafts.size(); ++i) drafts[i] = int32_t(((*o_.oracle)[size_t(done) + i] + 1) % V);
       }
@@ -67,8 +74,10 @@ SpecDecodeResult SpecDecoder::generate(int64_t n, const std::function<bool(int32
     if (S > 1) st_.save_undo(false, st_.n_past, S, &undo);
     logits_.resize(size_t(S * V));
     const int64_t pos0 = st_.n_past;
+    const auto t_forward = std::chrono::steady_clock::now();
     m_.forward_batch({v4::SequenceChunk{chunk.data(), S, &st_, logits_.data(), true}}, num_,
                      drafting() ? &streams_ : nullptr);
+    if (S == 1) meter_.plain_step(seconds_since(t_forward));
     ++res.forward_steps;
     int64_t emitted = 0, accepted = 0;
     for (int64_t j = 0; j < S && go; ++j) {

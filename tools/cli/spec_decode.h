@@ -61,6 +61,8 @@ class SpecDecoder {
   v4::SequenceState st_;
   v4::DrafterState ds_;
   engine::DraftPolicy policy_;
+  v4::Model::DraftCosts cost_;    // the byte-count estimates, until the meter has measured
+  engine::DraftCostMeter meter_;  // this machine's cost of a draft, in plain steps
   std::vector<int32_t> tokens_;
   std::vector<float> logits_, streams_;
 };
