@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/kernels.h"
 
 namespace deepinfer::kernels {
@@ -91,7 +92,12 @@ const Backend& ref_backend() {
 std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool) {
   if (name == "ref") return std::make_unique<RefBackend>();  // stateless: a fresh one is the same
   if (name == "cpu") return make_cpu_backend(pool);
-  throw std::invalid_argument("unknown kernel backend '" + name + "' (expected ref or cpu)");
+  // A forced ISA, for measuring another tier's kernels on a machine that has both (an
+  // AVX-512 machine running its AVX2 kernels as an AVX2-only CPU would).
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (name == std::string("cpu-") + isa_name(isa)) return make_cpu_backend_isa(pool, isa);
+  throw std::invalid_argument("unknown kernel backend '" + name +
+                              "' (expected ref or cpu, or cpu-avx2 / cpu-avx512 / cpu-scalar to force an ISA)");
 }
 
 void Backend::prefetch_hint(const WeightMatrix* const*, int) const {}

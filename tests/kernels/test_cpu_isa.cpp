@@ -185,11 +185,17 @@ TEST(CpuIsa, FeaturesAndDispatch) {
   EXPECT_STREQ(be->name(), "cpu");
   EXPECT_EQ(be->pool(), &pool);
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (isa_supported(isa))
+    const std::string forced = std::string("cpu-") + isa_name(isa);  // --kernels cpu-avx2 etc.
+    if (isa_supported(isa)) {
       EXPECT_NO_THROW(make_cpu_backend_isa(&pool, isa));
-    else
+      EXPECT_NO_THROW(make_backend(forced, &pool));
+    } else {
       EXPECT_THROW(make_cpu_backend_isa(&pool, isa), std::invalid_argument);
+      EXPECT_THROW(make_backend(forced, &pool), std::invalid_argument);
+    }
   }
+  EXPECT_THROW(make_backend("cpu-sse", &pool), std::invalid_argument);
+  EXPECT_FALSE(cpu_model_name().empty());
   std::printf("cpu features: %s; dispatch: %s\n", cpu_features_description().c_str(), isa_name(cpu_dispatch_isa()));
 }
 

@@ -20,6 +20,7 @@
 #include "command.h"
 #include "core/cpu_features.h"
 #include "core/profile.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "core/log.h"
 #include "model_cli.h"
 #include "spec_decode.h"
@@ -340,8 +341,11 @@ int run(const std::vector<std::string>& argv) {
     j["kernels"] = compute.backend->name();
     // Which machine the figures came from: an AVX2 and an AVX-512 CPU differ by far more
     // than run-to-run noise (compute-bound drafter stages above all).
+    const std::string kernels_arg = args.get_or("--kernels", "cpu");
     j["cpu"] = {{"model", cpu_model_name()},
-                {"kernel_tier", cpu_features().has_avx512_tier() ? "avx512" : cpu_features().has_avx2_tier() ? "avx2" : "portable"},
+                {"kernel_isa", kernels_arg == "cpu" ? kernels::isa_name(kernels::cpu_dispatch_isa())
+                               : kernels_arg.rfind("cpu-", 0) == 0 ? kernels_arg.substr(4)
+                                                                  : kernels_arg},
                 {"features", cpu_features_description()},
                 {"hardware_threads", std::thread::hardware_concurrency()}};
     j["numerics"] = v4::numerics_name(compute.num.mode);

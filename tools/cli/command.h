@@ -33,7 +33,8 @@ struct CommandRegistration {
   "                               (default reference)\n"                                     \
   "  --threads N                  compute threads (default: all cores, split among the ranks\n"  \
   "                               of one machine under mpirun)\n"                            \
-  "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu)\n"          \
+  "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu); cpu-avx2,\n"  \
+  "                               cpu-avx512, cpu-scalar force one ISA of the fast kernels\n"          \
   "  --expert-parallel            under mpirun -np N: each rank holds and runs 1/N of the\n"      \
   "                               routed experts (required when N > 1)\n"
 
