@@ -1,8 +1,12 @@
 #include "server/common.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <random>
+#include <fstream>
+#include <stdexcept>
 
 #include "core/log.h"
 #include "server/errors.h"
@@ -12,11 +16,36 @@
 
 namespace deepinfer::server {
 
+namespace {
+
+// n bytes from the kernel's CSPRNG: getrandom(2), or /dev/urandom where the call is missing.
+void os_random_bytes(unsigned char* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r > 0) got += size_t(r);
+    else if (r < 0 && errno == EINTR) continue;
+    else break;
+  }
+  if (got == n) return;
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (urandom.read(reinterpret_cast<char*>(out + got), std::streamsize(n - got))) return;
+  throw std::runtime_error("no randomness from the OS for an id (getrandom and /dev/urandom failed)");
+}
+
+}  // namespace
+
+// Ids name stored responses (GET / DELETE /v1/responses/{id}, previous_response_id), so
+// knowing one must not tell another: 128 bits from the OS each, never a seeded generator.
 std::string random_id(const std::string& prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
+  unsigned char bytes[kRandomIdBytes];
+  os_random_bytes(bytes, sizeof bytes);
   static const char* hex = "0123456789abcdef";
   std::string s = prefix;
-  for (int i = 0; i < 24; ++i) s.push_back(hex[rng() & 15]);
+  for (unsigned char b : bytes) {
+    s.push_back(hex[b >> 4]);
+    s.push_back(hex[b & 15]);
+  }
   return s;
 }
 
