@@ -131,13 +131,22 @@ std::string TextDecoder::finish() {
   return dec_->finish().text;
 }
 
+namespace {
+// Why a request cut short by a forced shutdown ends (http::server_stopping()).
+Status shutting_down() {
+  return Status::error(ErrorCode::kUnavailable, "the server is shutting down: the request was cancelled; retry it");
+}
+}  // namespace
+
 Collected collect(RequestStream& stream) {
   Collected c;
   for (;;) {
     auto ev = stream.next(std::chrono::milliseconds(200));
-    // A client that hung up gets nothing: stop its work as a dropped stream is stopped.
+    // A client that hung up gets nothing: stop its work as a dropped stream is stopped. One
+    // whose request the shutdown cuts short is told so (503).
     if (http::client_gone()) {
       stream.cancel();
+      if (http::server_stopping()) throw ApiError(shutting_down());
       throw ApiError(ErrorCode::kCancelled, "the client closed the connection");
     }
     if (!ev) continue;
@@ -204,9 +213,20 @@ std::optional<StreamEvent> poll(SseJob& job, size_t* index) {
   return std::nullopt;
 }
 
+// The shutdown cut the requests short: their error, then the stream's end.
+bool sse_stop(SseJob& job, httplib::DataSink& sink) {
+  job.done = true;
+  job.cancel_all();
+  const bool ok = job.on_error(sink, shutting_down());
+  if (ok) sink.done();
+  return ok;
+}
+
 // One call of the content provider: the opening chunks, then one engine event (or a
-// keep-alive comment when none came within `keepalive`).
+// keep-alive comment when none came within `keepalive`). The wait is sliced so that a
+// shutdown is seen within kStopPoll.
 bool sse_step(SseJob& job, httplib::DataSink& sink, std::chrono::milliseconds keepalive) {
+  constexpr std::chrono::milliseconds kStopPoll{200};
   if (job.done) {
     sink.done();
     return true;
@@ -221,15 +241,18 @@ bool sse_step(SseJob& job, httplib::DataSink& sink, std::chrono::milliseconds ke
   }
   size_t index = 0;
   std::optional<StreamEvent> ev;
-  if (job.streams.size() == 1 || !job.waiter) {
-    ev = job.streams[0]->next(keepalive);
-  } else {
-    const auto deadline = std::chrono::steady_clock::now() + keepalive;
-    while (!(ev = poll(job, &index))) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      job.waiter->wait(left);
+  const auto deadline = std::chrono::steady_clock::now() + keepalive;
+  for (;;) {
+    if (http::server_stopping()) return sse_stop(job, sink);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto slice = std::clamp(left, std::chrono::milliseconds(0), kStopPoll);
+    if (job.streams.size() == 1 || !job.waiter) {
+      ev = job.streams[0]->next(slice);
+    } else if (!(ev = poll(job, &index)) && slice.count() > 0) {
+      job.waiter->wait(slice);
+      continue;
     }
+    if (ev || left.count() <= 0) break;
   }
   if (!ev) {
     if (sse_write_raw(sink, ": keep-alive\n\n")) return true;
