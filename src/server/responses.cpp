@@ -34,7 +34,7 @@ class ResponseStore {
   struct Entry {
     Json messages;
     json response;
-    json input_items = json::array();
+    Json input_items = Json::array();  // as the client sent them (key order kept)
   };
   void put(const std::string& id, Entry e) {
     const size_t bytes = e.messages.dump().size() + e.response.dump().size() + e.input_items.dump().size();
@@ -162,31 +162,35 @@ void append_input(const Json& input, Json& messages) {
 
 // The request's input as the item list OpenAI returns from input_items (oldest first): a
 // string is one user message; a message's string content becomes one text part; an item
-// without an id gets one. (Called after append_input() accepted the input.)
-json input_item_list(const Json& input) {
-  auto text_part = [](const std::string& role, const Json& text) {
-    return json{{"type", role == "assistant" ? "output_text" : "input_text"}, {"text", json::parse(text.dump())}};
+// without an id gets one. Client items keep their fields and order (chat::Json, no re-parse).
+// (Called after append_input() accepted the input.)
+Json input_item_list(const Json& input) {
+  auto text_part = [](const std::string& role, const std::string& text) {
+    return Json{{"type", role == "assistant" ? "output_text" : "input_text"}, {"text", text}};
   };
-  json items = json::array();
+  Json items = Json::array();
   if (input.is_string()) {
-    items.push_back(json{{"id", random_id("msg_")}, {"type", "message"}, {"role", "user"}, {"status", "completed"},
-                         {"content", json::array({text_part("user", input)})}});
+    items.push_back(Json{{"id", random_id("msg_")}, {"type", "message"}, {"role", "user"}, {"status", "completed"},
+                         {"content", Json::array({text_part("user", input.get<std::string>())})}});
     return items;
   }
   for (const Json& in : input) {
-    json item = json::parse(in.dump());
-    const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+    Json item = in;
+    const Json* type_field = find_field(in, "type");
+    const std::string type = type_field && type_field->is_string() ? type_field->get<std::string>() : "message";
     if (type == "message") {
       item["type"] = "message";
-      const std::string role = item["role"].get<std::string>();
-      if (!item.contains("content") || item["content"].is_null()) item["content"] = json::array();
-      else if (item["content"].is_string()) item["content"] = json::array({text_part(role, in["content"])});
+      const Json* content = find_field(in, "content");
+      if (!content || content->is_null()) item["content"] = Json::array();
+      else if (content->is_string())
+        item["content"] = Json::array({text_part(in["role"].get<std::string>(), content->get<std::string>())});
     }
-    if (!item.contains("id") || !item["id"].is_string()) {
+    const Json* id = find_field(in, "id");
+    if (!id || !id->is_string()) {
       const char* prefix = type == "message" ? "msg_" : type == "function_call" ? "fc_" : type == "reasoning" ? "rs_" : "item_";
       item["id"] = random_id(prefix);
     }
-    if (type != "reasoning" && !item.contains("status")) item["status"] = "completed";
+    if (type != "reasoning" && !find_field(in, "status")) item["status"] = "completed";
     items.push_back(std::move(item));
   }
   return items;
@@ -376,7 +380,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
   if (const Json* bg = find_field(obody, "background"); bg && bg->is_boolean() && bg->get<bool>())
     bad("background responses are not supported", "background");
   const Json chat = chat_body_of(obody, history);
-  json input_items = input_item_list(*find_field(obody, "input"));
+  Json input_items = input_item_list(*find_field(obody, "input"));
   const json chat_plain = json::parse(chat.dump());
   const RequestOptions ro = parse_request_options(chat_plain, Api::kChat);
   const ChatPrompt cp = build_chat_prompt(b, chat);
@@ -564,7 +568,7 @@ namespace {
 // GET /v1/responses/{id}/input_items: a page of the stored input items, OpenAI's list shape.
 // Query: order (desc, the default, or asc), limit (1..100, default 20), after / before (an
 // item id: the page starts after it / ends before it, in that order).
-void send_input_items(const json& all, const httplib::Request& req, httplib::Response& res) {
+void send_input_items(const Json& all, const httplib::Request& req, httplib::Response& res) {
   const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
   if (order != "asc" && order != "desc") bad("'order' must be asc or desc", "order");
   int64_t limit = 20;
@@ -574,8 +578,8 @@ void send_input_items(const json& all, const httplib::Request& req, httplib::Res
     else limit = std::stoll(v);
     if (limit < 1 || limit > 100) bad("'limit' must be an integer from 1 to 100", "limit");
   }
-  std::vector<const json*> items;
-  for (const json& it : all) items.push_back(&it);
+  std::vector<const Json*> items;
+  for (const Json& it : all) items.push_back(&it);
   if (order == "desc") std::reverse(items.begin(), items.end());
   auto position = [&](const char* param) -> size_t {
     const std::string id = req.get_param_value(param);
@@ -587,13 +591,15 @@ void send_input_items(const json& all, const httplib::Request& req, httplib::Res
   if (req.has_param("after")) begin = position("after") + 1;
   if (req.has_param("before")) end = std::max(begin, position("before"));
   const size_t stop = std::min(end, begin + size_t(limit));
-  json data = json::array();
+  Json data = Json::array();
   for (size_t i = begin; i < stop; ++i) data.push_back(*items[i]);
-  send_json(res, json{{"object", "list"},
-                      {"data", data},
-                      {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
-                      {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
-                      {"has_more", stop < end}});
+  const Json page = {{"object", "list"},
+                     {"data", data},
+                     {"first_id", data.empty() ? Json(nullptr) : data.front()["id"]},
+                     {"last_id", data.empty() ? Json(nullptr) : data.back()["id"]},
+                     {"has_more", stop < end}};
+  res.status = 200;
+  res.set_content(page.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace
