@@ -1,8 +1,12 @@
 #include "server/common.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <random>
+#include <fstream>
+#include <stdexcept>
 
 #include "core/log.h"
 #include "server/errors.h"
@@ -12,11 +16,36 @@
 
 namespace deepinfer::server {
 
+namespace {
+
+// n bytes from the kernel's CSPRNG: getrandom(2), or /dev/urandom where the call is missing.
+void os_random_bytes(unsigned char* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r > 0) got += size_t(r);
+    else if (r < 0 && errno == EINTR) continue;
+    else break;
+  }
+  if (got == n) return;
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (urandom.read(reinterpret_cast<char*>(out + got), std::streamsize(n - got))) return;
+  throw std::runtime_error("no randomness from the OS for an id (getrandom and /dev/urandom failed)");
+}
+
+}  // namespace
+
+// Ids name stored responses (GET / DELETE /v1/responses/{id}, previous_response_id), so
+// knowing one must not tell another: 128 bits from the OS each, never a seeded generator.
 std::string random_id(const std::string& prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
+  unsigned char bytes[kRandomIdBytes];
+  os_random_bytes(bytes, sizeof bytes);
   static const char* hex = "0123456789abcdef";
   std::string s = prefix;
-  for (int i = 0; i < 24; ++i) s.push_back(hex[rng() & 15]);
+  for (unsigned char b : bytes) {
+    s.push_back(hex[b >> 4]);
+    s.push_back(hex[b & 15]);
+  }
   return s;
 }
 
@@ -102,13 +131,22 @@ std::string TextDecoder::finish() {
   return dec_->finish().text;
 }
 
+namespace {
+// Why a request cut short by a forced shutdown ends (http::server_stopping()).
+Status shutting_down() {
+  return Status::error(ErrorCode::kUnavailable, "the server is shutting down: the request was cancelled; retry it");
+}
+}  // namespace
+
 Collected collect(RequestStream& stream) {
   Collected c;
   for (;;) {
     auto ev = stream.next(std::chrono::milliseconds(200));
-    // A client that hung up gets nothing: stop its work as a dropped stream is stopped.
+    // A client that hung up gets nothing: stop its work as a dropped stream is stopped. One
+    // whose request the shutdown cuts short is told so (503).
     if (http::client_gone()) {
       stream.cancel();
+      if (http::server_stopping()) throw ApiError(shutting_down());
       throw ApiError(ErrorCode::kCancelled, "the client closed the connection");
     }
     if (!ev) continue;
@@ -175,9 +213,20 @@ std::optional<StreamEvent> poll(SseJob& job, size_t* index) {
   return std::nullopt;
 }
 
+// The shutdown cut the requests short: their error, then the stream's end.
+bool sse_stop(SseJob& job, httplib::DataSink& sink) {
+  job.done = true;
+  job.cancel_all();
+  const bool ok = job.on_error(sink, shutting_down());
+  if (ok) sink.done();
+  return ok;
+}
+
 // One call of the content provider: the opening chunks, then one engine event (or a
-// keep-alive comment when none came within `keepalive`).
+// keep-alive comment when none came within `keepalive`). The wait is sliced so that a
+// shutdown is seen within kStopPoll.
 bool sse_step(SseJob& job, httplib::DataSink& sink, std::chrono::milliseconds keepalive) {
+  constexpr std::chrono::milliseconds kStopPoll{200};
   if (job.done) {
     sink.done();
     return true;
@@ -192,15 +241,18 @@ bool sse_step(SseJob& job, httplib::DataSink& sink, std::chrono::milliseconds ke
   }
   size_t index = 0;
   std::optional<StreamEvent> ev;
-  if (job.streams.size() == 1 || !job.waiter) {
-    ev = job.streams[0]->next(keepalive);
-  } else {
-    const auto deadline = std::chrono::steady_clock::now() + keepalive;
-    while (!(ev = poll(job, &index))) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      job.waiter->wait(left);
+  const auto deadline = std::chrono::steady_clock::now() + keepalive;
+  for (;;) {
+    if (http::server_stopping()) return sse_stop(job, sink);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto slice = std::clamp(left, std::chrono::milliseconds(0), kStopPoll);
+    if (job.streams.size() == 1 || !job.waiter) {
+      ev = job.streams[0]->next(slice);
+    } else if (!(ev = poll(job, &index)) && slice.count() > 0) {
+      job.waiter->wait(slice);
+      continue;
     }
+    if (ev || left.count() <= 0) break;
   }
   if (!ev) {
     if (sse_write_raw(sink, ": keep-alive\n\n")) return true;

@@ -18,6 +18,8 @@ namespace deepinfer::server {
 
 using json = nlohmann::json;
 
+// prefix + 32 lowercase hex digits: kRandomIdBytes from the OS's CSPRNG (unguessable).
+constexpr size_t kRandomIdBytes = 16;
 std::string random_id(const std::string& prefix);
 int64_t unix_time();
 // Serialises with invalid UTF-8 replaced (token text may split a character).

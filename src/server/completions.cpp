@@ -38,6 +38,7 @@ std::vector<int32_t> ids_from_json(const json& a) {
 struct Prompt {
   std::vector<int32_t> ids;
   std::optional<std::string> text;  // as the client sent it (echo); unset for token ids
+  bool bos_added = false;           // ids[0] is a BOS put before the text (not in the echo)
 };
 
 // Text is encoded with special tokens recognised and BOS added (add_special_tokens, as
@@ -46,8 +47,10 @@ Prompt text_prompt(const std::string& text, const json& body, const Backend& b) 
   if (!b.tokenizer) throw ApiError(ErrorCode::kInvalidRequest, "no tokenizer is loaded: send token ids", "prompt");
   Prompt p{b.tokenizer->encode(text, true), text};
   const int32_t bos = b.engine->info().bos_token_id;
-  if (get_bool(body, "add_special_tokens").value_or(true) && (p.ids.empty() || p.ids[0] != bos))
+  if (get_bool(body, "add_special_tokens").value_or(true) && (p.ids.empty() || p.ids[0] != bos)) {
     p.ids.insert(p.ids.begin(), bos);
+    p.bos_added = true;
+  }
   return p;
 }
 
@@ -82,23 +85,34 @@ std::string utf8_key(const std::string& s) {
   return json::parse(json(s).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
 }
 
-// The legacy completions logprobs object: tokens, token_logprobs, top_logprobs,
-// text_offset (byte offsets of each token's text, running on from *offset).
+// Characters (code points) that token bytes add to the text: a character counts with the
+// token that holds its first byte, so one split across tokens counts once.
+int64_t text_chars(std::string_view bytes) {
+  int64_t n = 0;
+  for (char c : bytes) n += (uint8_t(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// The legacy completions logprobs object: tokens, token_logprobs, top_logprobs, text_offset.
+// text_offset is where each token's text starts in the choice's "text", in characters (as
+// OpenAI and vLLM count them, not UTF-8 bytes), running on from *offset; a token that puts
+// nothing in the text (a BOS added before a text prompt, EOS, a special token skipped) does
+// not move it.
 struct LogprobsJson {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-  void add(const Backend& b, int32_t token, json lp, json top, int64_t* offset) {
+  void add(const Backend& b, int32_t token, json lp, json top, int64_t* offset, bool in_text) {
     const std::string s = token_text(b, token);
     tokens.push_back(s);
     lps.push_back(std::move(lp));
     tops.push_back(std::move(top));
     offsets.push_back(*offset);
-    *offset += int64_t(s.size());
+    if (in_text) *offset += text_chars(s);
   }
-  void add(const Backend& b, const GeneratedToken& t, int64_t* offset) {
+  void add(const Backend& b, const GeneratedToken& t, int64_t* offset, bool in_text) {
     json top = json::object();
     // Keyed by text: two tokens with the same (lossy) text keep the better one, listed first.
     for (const TokenLogprob& a : t.top) top.emplace(utf8_key(token_text(b, a.token)), json_logprob(a.logprob));
-    add(b, t.token, json_logprob(t.logprob), std::move(top), offset);
+    add(b, t.token, json_logprob(t.logprob), std::move(top), offset, in_text);
   }
   json value() const {
     return json{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
@@ -107,11 +121,19 @@ struct LogprobsJson {
 
 // The echoed prompt's logprobs: its first token has none (null), the others come from the
 // engine's prompt_logprobs.
-void add_prompt_logprobs(LogprobsJson& out, const Backend& b, const std::vector<int32_t>& prompt,
+// (The echo is the client's text, or all the ids decoded: every token but an added BOS shows.)
+void add_prompt_logprobs(LogprobsJson& out, const Backend& b, const Prompt& prompt,
                          const std::vector<GeneratedToken>& lps, int64_t* offset) {
-  if (prompt.empty()) return;
-  out.add(b, prompt[0], nullptr, nullptr, offset);
-  for (const GeneratedToken& t : lps) out.add(b, t, offset);
+  if (prompt.ids.empty()) return;
+  out.add(b, prompt.ids[0], nullptr, nullptr, offset, !prompt.bos_added);
+  for (const GeneratedToken& t : lps) out.add(b, t, offset, true);
+}
+
+// Whether a generated token's text is in the choice's text (TextDecoder drops stop tokens,
+// and special tokens under skip_special_tokens).
+bool generated_in_text(const Backend& b, const GeneratedToken& t, bool skip_special_tokens) {
+  if (t.is_stop_token) return false;
+  return !(skip_special_tokens && b.tokenizer && b.tokenizer->is_special(t.token));
 }
 
 json token_ids(const std::vector<GeneratedToken>& toks) {
@@ -196,9 +218,9 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
         text += dec.finish();
         LogprobsJson lp;
         int64_t offset = 0;
-        if (logprobs && ro.echo) add_prompt_logprobs(lp, b, prompts[pi].ids, c.prompt_logprobs, &offset);
+        if (logprobs && ro.echo) add_prompt_logprobs(lp, b, prompts[pi], c.prompt_logprobs, &offset);
         if (logprobs)
-          for (const GeneratedToken& t : c.tokens) lp.add(b, t, &offset);
+          for (const GeneratedToken& t : c.tokens) lp.add(b, t, &offset, generated_in_text(b, t, ro.skip_special_tokens));
         json choice = {{"index", int64_t(pi) * n + j},
                        {"text", text},
                        {"logprobs", logprobs ? lp.value() : json(nullptr)},
@@ -230,7 +252,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
   auto job = std::make_shared<SseJob>();
   job->streams = streams;
   job->waiter = waiter;
-  const bool usage = ro.include_usage, echo = ro.echo;
+  const bool usage = ro.include_usage, echo = ro.echo, skip_special = ro.skip_special_tokens;
   auto chunk = [envelope](json choice) { return envelope(json::array({std::move(choice)})); };
   job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev, size_t i) {
     Choice& st = (*state)[i];
@@ -243,7 +265,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
         (st.prompt_lps.size() + 1 >= prompt.ids.size() || !logprobs || !ev.tokens.empty() || ev.finished)) {
       st.echoed = true;
       LogprobsJson lp;
-      if (logprobs) add_prompt_logprobs(lp, *bp, prompt.ids, st.prompt_lps, &st.offset);
+      if (logprobs) add_prompt_logprobs(lp, *bp, prompt, st.prompt_lps, &st.offset);
       json c = {{"index", index}, {"text", echo_text(*bp, prompt)},
                 {"logprobs", logprobs ? lp.value() : json(nullptr)}, {"finish_reason", nullptr}};
       if (want_ids) c["prompt_token_ids"] = prompt.ids;
@@ -254,7 +276,7 @@ void handle_completions(std::shared_ptr<const Backend> bp, const ServerOptions& 
     if (ev.finished) text += st.dec->finish();
     LogprobsJson lp;
     if (logprobs)
-      for (const GeneratedToken& t : ev.tokens) lp.add(*bp, t, &st.offset);
+      for (const GeneratedToken& t : ev.tokens) lp.add(*bp, t, &st.offset, generated_in_text(*bp, t, skip_special));
     json c = {{"index", index},
               {"text", text},
               {"logprobs", logprobs ? lp.value() : json(nullptr)},

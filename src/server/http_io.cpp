@@ -53,6 +53,9 @@ const char* reason_phrase(int status) {
   }
 }
 
+// What a response may still write after a forced stop (server_stopping()).
+constexpr size_t kLastWordsBytes = size_t(64) << 10;
+
 // The per-thread connection a worker serves, for client_gone().
 struct WorkerContext {
   int fd = -1;
@@ -61,10 +64,11 @@ struct WorkerContext {
 };
 thread_local WorkerContext tl_worker;
 
-// Writes all of data before the deadline; false if the peer is gone or too slow.
+// Writes all of data before the deadline; false if the peer is gone or too slow. Once
+// `force` is set (a forced shutdown) nothing waits: what the socket takes at once still goes
+// (a request's last words: its 503 or its stream's error event), the rest fails.
 bool write_all(int fd, const char* data, size_t n, Clock::time_point deadline, const std::atomic<bool>* force) {
   while (n > 0) {
-    if (force && force->load()) return false;
     const ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
     if (w > 0) {
       data += w;
@@ -73,6 +77,7 @@ bool write_all(int fd, const char* data, size_t n, Clock::time_point deadline, c
     }
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (force && force->load()) return false;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return false;
       pollfd p{fd, POLLOUT, 0};
@@ -113,6 +118,8 @@ void raise_fd_limit(size_t wanted) {
 }
 
 }  // namespace
+
+bool server_stopping() { return tl_worker.fd >= 0 && tl_worker.force_stop && tl_worker.force_stop->load(); }
 
 bool client_gone() {
   if (tl_worker.fd < 0) return false;
@@ -344,10 +351,12 @@ struct Listener::Impl {
       return false;
     }
     bool ok = true, done = false;
-    size_t offset = 0;
+    size_t offset = 0, after_stop = 0;
     httplib::DataSink sink;
     sink.write = [&](const char* data, size_t n) {
-      if (!ok || force_stop.load()) return ok = false;
+      if (!ok) return false;
+      // After a forced stop a stream writes its error and its end, and no more.
+      if (force_stop.load() && (after_stop += n) > kLastWordsBytes) return ok = false;
       if (n == 0) return true;
       char size_line[24];
       const int len = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", n);

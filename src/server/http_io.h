@@ -74,7 +74,8 @@ class Listener {
   // Serves until shutdown() has drained; call once, after bind().
   void run();
   // From any thread: stop accepting, let requests in flight finish for up to `grace`, then
-  // fail their writes and make client_gone() true so that they end; run() then returns.
+  // make client_gone() and server_stopping() true so that they end (routes answer 503 or end
+  // their streams with an error) and fail any write that would wait; run() then returns.
   void shutdown(std::chrono::milliseconds grace);
   bool running() const { return running_.load(); }
   bool draining() const { return draining_.load(); }
@@ -93,5 +94,10 @@ class Listener {
 // its connection, or the server is past its shutdown grace. Long non-streaming requests poll
 // it and cancel their work. False outside a worker.
 bool client_gone();
+// Inside a route on a worker thread: true when the server is past its shutdown grace (or
+// stopped at once), which client_gone() also reports. The request is then told why: a 503,
+// or its stream's error event and end (writes that go without waiting still go out, up to
+// 64 KiB per response). False outside a worker.
+bool server_stopping();
 
 }  // namespace deepinfer::server::http

@@ -1221,8 +1221,8 @@ void JsonSchema::compute_need() {
 
 // ------------------------------------------------------------------ grammar
 
-JsonGrammar::JsonGrammar(JsonSchema schema, bool forbid_markers)
-    : schema_(std::move(schema)), forbid_markers_(forbid_markers) {
+JsonGrammar::JsonGrammar(JsonSchema schema, bool forbid_markers, JsonWhitespace whitespace)
+    : schema_(std::move(schema)), forbid_markers_(forbid_markers), whitespace_(whitespace) {
   schema_.forbid_markers = forbid_markers;
 }
 
@@ -1284,8 +1284,15 @@ void JsonGrammar::value_done(JsonState& s) {
   s.ws = 0;
 }
 
-bool JsonGrammar::whitespace(JsonState& s, uint8_t) const {
-  if (s.ws >= kMaxWhitespace) return false;
+bool JsonGrammar::whitespace(JsonState& s, uint8_t c) const {
+  if (whitespace_ == JsonWhitespace::kCompact) {
+    // Inside a container, kValue follows ':' or an array's ',' and kObjKey after the first
+    // member follows ','; every other state follows '{', '[', a key or a value.
+    const bool after_separator = s.depth > 0 && (s.mode == kValue || (s.mode == kObjKey && !s.top.first));
+    if (c != ' ' || !after_separator || s.ws > 0) return false;
+  } else if (s.ws >= kMaxWhitespace) {
+    return false;
+  }
   ++s.ws;
   return true;
 }
@@ -1738,7 +1745,7 @@ bool JsonGrammar::feed(JsonState& s, uint8_t c) {
 namespace {
 // -1: a byte was refused; 0: a valid prefix; 1: a whole document.
 int check_document(std::string_view text) {
-  JsonGrammar g(JsonSchema{}, false);
+  JsonGrammar g(JsonSchema{}, false, JsonWhitespace::kLoose);
   JsonState s = g.start(0);
   for (char c : text)
     if (!g.feed(s, uint8_t(c))) return -1;

@@ -47,8 +47,15 @@
 // (a schema value is only opened where what it requires still fits, so the grammar never
 // dead-ends; a schema that cannot fit in 32 levels is a 400), numbers <= 32 bytes with at
 // most 2 exponent digits (no overflow to infinity), values of schema type "integer" <= 18
-// digits (an int64 in every client), whitespace runs <= 32 bytes, no whitespace after the
-// top-level value.
+// digits (an int64 in every client), no whitespace after the top-level value.
+//
+// Whitespace (JsonWhitespace): a sampled document is compact. kCompact, the grammar of
+// constrained decoding, allows one space after ':' and after ',' (the separators of Python's
+// json.dumps) and no other whitespace, so both that style and fully compact JSON (OpenAI's
+// strict outputs) are accepted; a model cannot spend its tokens on indentation, and every
+// whitespace byte stands next to a separator, so the document finishes as soon as its values
+// do. kLoose, for validating text written by others (json_valid), allows any whitespace
+// between tokens, in runs of at most 32 bytes.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -60,6 +67,8 @@
 #include "tokenizer/chat/py_json.h"
 
 namespace deepinfer::server {
+
+enum class JsonWhitespace : uint8_t { kCompact, kLoose };
 
 // A schema the grammar cannot enforce: the message names the keyword and its JSON pointer.
 struct SchemaError : std::invalid_argument {
@@ -199,11 +208,11 @@ class JsonGrammar {
   static constexpr int kMaxNumberBytes = 32;
   static constexpr int kMaxIntegerDigits = 18;  // schema "integer": fits an int64
   static constexpr int kMaxBoundedDigits = 15;  // numbers with bounds: integer / fraction digits
-  static constexpr int kMaxWhitespace = 32;
+  static constexpr int kMaxWhitespace = 32;  // kLoose: bytes in one whitespace run
 
   // forbid_markers: strings may not contain what the chat output parser treats as markup
   // ("<｜", "｜DSML", "<think>", "</think>"), so the parsed content keeps the document.
-  JsonGrammar(JsonSchema schema, bool forbid_markers);
+  JsonGrammar(JsonSchema schema, bool forbid_markers, JsonWhitespace whitespace = JsonWhitespace::kCompact);
 
   JsonState start(int32_t schema_node) const;
   bool feed(JsonState& s, uint8_t c);
@@ -248,10 +257,12 @@ class JsonGrammar {
 
   JsonSchema schema_;
   bool forbid_markers_;
+  JsonWhitespace whitespace_;
   std::vector<Below> arena_;
 };
 
-// Whether `text` is a complete valid document (no schema; the limits above apply).
+// Whether `text` is a complete valid document (no schema; the limits above apply, with
+// kLoose whitespace).
 bool json_valid(std::string_view text);
 // Whether `text` is a prefix of some valid document.
 bool json_valid_prefix(std::string_view text);

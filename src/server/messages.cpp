@@ -180,8 +180,10 @@ const char* stop_reason(const StreamEvent& e, bool tool_use) {
   return tool_use ? "tool_use" : "end_turn";
 }
 
+// Anthropic counts prompt tokens read from the cache apart: input_tokens +
+// cache_read_input_tokens is the whole prompt.
 json usage_of(const Usage& u) {
-  return json{{"input_tokens", u.prompt_tokens}, {"output_tokens", u.completion_tokens},
+  return json{{"input_tokens", u.prompt_tokens - u.cached_tokens}, {"output_tokens", u.completion_tokens},
               {"cache_read_input_tokens", u.cached_tokens}};
 }
 
@@ -247,7 +249,6 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   const Status s = b.engine->validate(g);
   if (!s.ok()) throw ApiError(s);
   const std::vector<std::string> stops = g.params.stop;
-  const int64_t n_prompt = int64_t(g.prompt.size());
   auto stream = b.engine->submit(std::move(g));
   const std::string id = random_id("msg_");
 
@@ -280,16 +281,21 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
   auto dec = std::make_shared<TextDecoder>(b, stops, skip_special, hidden);
   auto blocks = std::make_shared<BlockStream>();
   const std::string model = b.model_id;
-  job->on_start = [id, model, n_prompt](httplib::DataSink& sink) {
-    json m = {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model}, {"content", json::array()},
-              {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-              {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}};
-    return event(sink, "message_start", {{"message", m}});
-  };
+  // message_start goes out with the first engine event: its usage is the first to know how
+  // much of the prompt came from the prefix cache (until then, keep-alive comments).
+  auto started = std::make_shared<bool>(false);
   job->on_error = [](httplib::DataSink& sink, const Status& s) {
     return event(sink, "error", {{"error", anthropic_error(s)["error"]}});
   };
   job->on_event = [=](httplib::DataSink& sink, StreamEvent& ev, size_t) {
+    if (!*started) {
+      *started = true;
+      json usage = usage_of(ev.usage);
+      usage["output_tokens"] = 0;
+      json m = {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model}, {"content", json::array()},
+                {"stop_reason", nullptr}, {"stop_sequence", nullptr}, {"usage", std::move(usage)}};
+      if (!event(sink, "message_start", {{"message", m}})) return false;
+    }
     std::string text = dec->push(ev.tokens);
     if (ev.finished) text += dec->finish();
     std::vector<chat::ChatEvent> events = parser->feed(text);
@@ -301,7 +307,7 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
            event(sink, "message_delta",
                  {{"delta", {{"stop_reason", stop_reason(ev, blocks->any_tool)},
                              {"stop_sequence", ev.stop_string.empty() ? json(nullptr) : json(ev.stop_string)}}},
-                  {"usage", {{"output_tokens", ev.usage.completion_tokens}}}}) &&
+                  {"usage", usage_of(ev.usage)}}) &&
            event(sink, "message_stop", json::object());
   };
   start_sse(res, job, o.sse_keepalive);

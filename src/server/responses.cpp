@@ -1,4 +1,5 @@
-// POST /v1/responses (OpenAI's Responses API), GET / DELETE /v1/responses/{id}.
+// POST /v1/responses (OpenAI's Responses API), GET / DELETE /v1/responses/{id}, and
+// GET /v1/responses/{id}/input_items.
 //
 // A Responses request is translated into the chat request it means (input items -> messages,
 // flat function tools -> chat tools, text.format -> response_format, reasoning.effort ->
@@ -7,6 +8,7 @@
 // output items: reasoning, message (output_text), function_call. Conversations continue with
 // previous_response_id from an in-memory store (least recently used out first); a restart
 // forgets them.
+#include <algorithm>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -25,15 +27,17 @@ namespace deepinfer::server {
 using chat::Json;
 
 // id -> the conversation up to and including that response (chat messages, no
-// instructions), and the response object for GET.
+// instructions), the response object for GET, and the request's input items for
+// GET /v1/responses/{id}/input_items.
 class ResponseStore {
  public:
   struct Entry {
     Json messages;
     json response;
+    Json input_items = Json::array();  // as the client sent them (key order kept)
   };
   void put(const std::string& id, Entry e) {
-    const size_t bytes = e.messages.dump().size() + e.response.dump().size();
+    const size_t bytes = e.messages.dump().size() + e.response.dump().size() + e.input_items.dump().size();
     std::lock_guard<std::mutex> lk(mu_);
     erase_locked(id);
     order_.push_front(id);
@@ -154,6 +158,42 @@ void append_input(const Json& input, Json& messages) {
       bad(where + ": input item type '" + t + "' is not supported", "input");
     }
   }
+}
+
+// The request's input as the item list OpenAI returns from input_items (oldest first): a
+// string is one user message; a message's string content becomes one text part; an item
+// without an id gets one. Client items keep their fields and order (chat::Json, no re-parse).
+// (Called after append_input() accepted the input.)
+Json input_item_list(const Json& input) {
+  auto text_part = [](const std::string& role, const std::string& text) {
+    return Json{{"type", role == "assistant" ? "output_text" : "input_text"}, {"text", text}};
+  };
+  Json items = Json::array();
+  if (input.is_string()) {
+    items.push_back(Json{{"id", random_id("msg_")}, {"type", "message"}, {"role", "user"}, {"status", "completed"},
+                         {"content", Json::array({text_part("user", input.get<std::string>())})}});
+    return items;
+  }
+  for (const Json& in : input) {
+    Json item = in;
+    const Json* type_field = find_field(in, "type");
+    const std::string type = type_field && type_field->is_string() ? type_field->get<std::string>() : "message";
+    if (type == "message") {
+      item["type"] = "message";
+      const Json* content = find_field(in, "content");
+      if (!content || content->is_null()) item["content"] = Json::array();
+      else if (content->is_string())
+        item["content"] = Json::array({text_part(in["role"].get<std::string>(), content->get<std::string>())});
+    }
+    const Json* id = find_field(in, "id");
+    if (!id || !id->is_string()) {
+      const char* prefix = type == "message" ? "msg_" : type == "function_call" ? "fc_" : type == "reasoning" ? "rs_" : "item_";
+      item["id"] = random_id(prefix);
+    }
+    if (type != "reasoning" && !find_field(in, "status")) item["status"] = "completed";
+    items.push_back(std::move(item));
+  }
+  return items;
 }
 
 // The chat request a Responses request means.
@@ -340,6 +380,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
   if (const Json* bg = find_field(obody, "background"); bg && bg->is_boolean() && bg->get<bool>())
     bad("background responses are not supported", "background");
   const Json chat = chat_body_of(obody, history);
+  Json input_items = input_item_list(*find_field(obody, "input"));
   const json chat_plain = json::parse(chat.dump());
   const RequestOptions ro = parse_request_options(chat_plain, Api::kChat);
   const ChatPrompt cp = build_chat_prompt(b, chat);
@@ -378,7 +419,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
     if (store) {
       Json saved = convo;
       saved.push_back(Json::parse(assistant_message(out.content, out.reasoning_content, calls).dump()));
-      store_ptr->put(id, ResponseStore::Entry{std::move(saved), r});
+      store_ptr->put(id, ResponseStore::Entry{std::move(saved), r, std::move(input_items)});
     }
     send_json(res, r);
     return;
@@ -515,17 +556,63 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
     if (store) {
       Json saved = convo;
       saved.push_back(Json::parse(assistant_message(st->content_all, st->reasoning_all, st->calls).dump()));
-      store_ptr->put(id, ResponseStore::Entry{std::move(saved), r});
+      store_ptr->put(id, ResponseStore::Entry{std::move(saved), r, input_items});
     }
     return emit(sink, r["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", r}});
   };
   start_sse(res, job, o.sse_keepalive);
 }
 
-void handle_response_get(const Backend& b, const std::string& id, httplib::Response& res) {
+namespace {
+
+// GET /v1/responses/{id}/input_items: a page of the stored input items, OpenAI's list shape.
+// Query: order (desc, the default, or asc), limit (1..100, default 20), after / before (an
+// item id: the page starts after it / ends before it, in that order).
+void send_input_items(const Json& all, const httplib::Request& req, httplib::Response& res) {
+  const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+  if (order != "asc" && order != "desc") bad("'order' must be asc or desc", "order");
+  int64_t limit = 20;
+  if (req.has_param("limit")) {
+    const std::string v = req.get_param_value("limit");
+    if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos) limit = 0;
+    else limit = std::stoll(v);
+    if (limit < 1 || limit > 100) bad("'limit' must be an integer from 1 to 100", "limit");
+  }
+  std::vector<const Json*> items;
+  for (const Json& it : all) items.push_back(&it);
+  if (order == "desc") std::reverse(items.begin(), items.end());
+  auto position = [&](const char* param) -> size_t {
+    const std::string id = req.get_param_value(param);
+    for (size_t i = 0; i < items.size(); ++i)
+      if ((*items[i])["id"] == id) return i;
+    throw ApiError(ErrorCode::kNotFound, "no input item '" + id + "' in this response", param);
+  };
+  size_t begin = 0, end = items.size();
+  if (req.has_param("after")) begin = position("after") + 1;
+  if (req.has_param("before")) end = std::max(begin, position("before"));
+  const size_t stop = std::min(end, begin + size_t(limit));
+  Json data = Json::array();
+  for (size_t i = begin; i < stop; ++i) data.push_back(*items[i]);
+  const Json page = {{"object", "list"},
+                     {"data", data},
+                     {"first_id", data.empty() ? Json(nullptr) : data.front()["id"]},
+                     {"last_id", data.empty() ? Json(nullptr) : data.back()["id"]},
+                     {"has_more", stop < end}};
+  res.status = 200;
+  res.set_content(page.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+}  // namespace
+
+void handle_response_get(const Backend& b, const httplib::Request& req, httplib::Response& res) {
+  static constexpr std::string_view kRoute = "/v1/responses/", kItems = "/input_items";
+  std::string id = req.path.substr(kRoute.size());
+  const bool want_items = id.size() > kItems.size() && id.compare(id.size() - kItems.size(), kItems.size(), kItems) == 0;
+  if (want_items) id.resize(id.size() - kItems.size());
   auto e = b.responses->get(id);
   if (!e) throw ApiError(ErrorCode::kNotFound, "no stored response '" + id + "'");
-  send_json(res, e->response);
+  if (want_items) send_input_items(e->input_items, req, res);
+  else send_json(res, e->response);
 }
 
 void handle_response_delete(const Backend& b, const std::string& id, httplib::Response& res) {

@@ -21,7 +21,8 @@ void handle_models(const Backend& b, httplib::Response& res);
 void handle_model(const Backend& b, const std::string& id, httplib::Response& res);
 // OpenAI Responses API (responses.cpp): POST /v1/responses, GET / DELETE /v1/responses/{id}.
 void handle_responses(BackendPtr b, const ServerOptions& o, const httplib::Request& req, httplib::Response& res);
-void handle_response_get(const Backend& b, const std::string& id, httplib::Response& res);
+// GET /v1/responses/{id} and GET /v1/responses/{id}/input_items (req.path names which).
+void handle_response_get(const Backend& b, const httplib::Request& req, httplib::Response& res);
 void handle_response_delete(const Backend& b, const std::string& id, httplib::Response& res);
 void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);

@@ -346,7 +346,7 @@ void Server::Impl::install_routes() {
   add("POST", "/v1/responses", false, big,
       [this](const Request& req, Response& res) { handle_responses(ready(), opt, req, res); });
   add("GET", "/v1/responses/", true, kSmallBodyBytes,
-      [this](const Request& req, Response& res) { handle_response_get(*ready(), req.path.substr(14), res); });
+      [this](const Request& req, Response& res) { handle_response_get(*ready(), req, res); });
   add("DELETE", "/v1/responses/", true, kSmallBodyBytes,
       [this](const Request& req, Response& res) { handle_response_delete(*ready(), req.path.substr(14), res); });
   add("POST", "/tokenize", false, small, [this](const Request& req, Response& res) { handle_tokenize(*ready(), req, res); });

@@ -279,6 +279,16 @@ TEST(Cli, HelpEveryCommandListsEveryOption) {
     EXPECT_NE(g.output.find(opt), std::string::npos) << opt;
 }
 
+// The embedded default is a small model trained on the KJV Bible, not random weights: the
+// help of the commands that default to it says so.
+TEST(Cli, HelpNamesTheDefaultModelForWhatItIs) {
+  for (const char* c : {"serve", "chat", "logits", "bench"}) {
+    const Result h = run(std::string(c) + " --help");
+    EXPECT_EQ(h.output.find("random one"), std::string::npos) << c << ":\n" << h.output;
+    EXPECT_NE(h.output.find("trained on the King James Bible"), std::string::npos) << c << ":\n" << h.output;
+  }
+}
+
 TEST(Cli, HelpUnknownArgumentsStillFail) {
   EXPECT_EQ(run("generate --bogus").code, 2);
   EXPECT_EQ(run("help nosuchcommand").code, 2);

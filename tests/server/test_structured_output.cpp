@@ -106,6 +106,24 @@ TEST(ToolGrammar, RequiredParallelCallsAndFreeKeys) {
   EXPECT_EQ(feed_tools(one, t, text), 53);  // "\n<" then '｜' where "</" must close the block
 }
 
+// tool_choice "required": once one call is complete the block may close, and then the turn
+// ends (only EOS is left); a JSON argument takes no whitespace around it.
+TEST(ToolGrammar, RequiredMayEndAfterOneCall) {
+  ToolGrammar g(chat::ChatFamily::V4, weather_tools(), true);
+  ToolState s = g.start(-1);
+  ASSERT_EQ(feed_tools(g, s, "<｜DSML｜invoke name=\"noop\">\n\n</｜DSML｜invoke>"), -1);
+  EXPECT_FALSE(g.complete(s));
+  ToolState closed = s;
+  ASSERT_EQ(feed_tools(g, closed, "\n</｜DSML｜tool_calls>"), -1);
+  EXPECT_TRUE(g.complete(closed));
+  EXPECT_EQ(feed_tools(g, closed, "\n"), 0);
+  ToolState more = s;
+  EXPECT_EQ(feed_tools(g, more, "\n<｜DSML｜invoke name=\"noop\">\n\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"), -1);
+  EXPECT_TRUE(g.complete(more));
+  ToolState arg = g.start(0);
+  EXPECT_EQ(feed_tools(g, arg, "<｜DSML｜parameter name=\"days\" string=\"false\"> 3"), 48);
+}
+
 TEST(ToolGrammar, V41Spelling) {
   ToolGrammar g(chat::ChatFamily::V41, weather_tools(), false);
   EXPECT_EQ(g.forced_prefix(1), "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"noop\">\n");

@@ -393,7 +393,7 @@ int run(const std::vector<std::string>& argv) {
 
 CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run,
                         "usage: deepinfer bench [--model DIR] [options]\n\n"
-                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        DI_USAGE_MODEL
                         "  --prefill N                  prompt tokens per measurement (default 512)\n"
                         "  --decode N                   decoded tokens per measurement (default 128)\n"
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"

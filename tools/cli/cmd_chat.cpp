@@ -116,7 +116,7 @@ int run(const std::vector<std::string>& argv) {
 
 CommandRegistration reg("chat", "interactive chat with the checkpoint's DeepSeek prompt format", run,
                         "usage: deepinfer chat [--model DIR] [options]   (one user turn per stdin line)\n\n"
-                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        DI_USAGE_MODEL
                         "  --system TEXT                system message\n"
                         "  --thinking                   thinking mode (reasoning shown, dropped from history)\n"
                         "  --reasoning-effort E         as the prompt family accepts it (v4: high|max, ...)\n"

@@ -99,7 +99,7 @@ int run(const std::vector<std::string>& argv) {
 
 CommandRegistration reg("logits", "dump logits of a token file as .npy [T, vocab]", run,
                         "usage: deepinfer logits [--model DIR] --tokens-file F --out OUT.npy [options]\n\n"
-                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        DI_USAGE_MODEL
                         "  --tokens-file F              whitespace-separated token ids\n"
                         "  --out OUT.npy                float32 [T, vocab]; row i = logits after tokens 0..i\n"
                         "  --mode prefill|decode|chunk:N  all at once, one token per call, or N per call\n"

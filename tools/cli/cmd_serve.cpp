@@ -52,7 +52,7 @@ EngineOptions engine_options(const Args& args) {
   o.model_dir = args.get_or("--model", "");
   if (o.model_dir.empty()) {
     o.model_dir = default_model_dir();
-    log_info("no --model given: using the embedded default checkpoint %s (RANDOM weights)", o.model_dir.c_str());
+    log_info("no --model given: using the embedded default checkpoint %s (" DI_DEFAULT_MODEL_WHAT ")", o.model_dir.c_str());
   }
   o.threads = int(positive(args, "--threads", default_threads_per_rank()));
   o.comm = &world();
@@ -197,7 +197,7 @@ int run(const std::vector<std::string>& argv) {
 
 CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "usage: deepinfer serve [--model DIR] [options]\n\n"
-                        "  --model DIR                  checkpoint directory (default: the embedded random one)\n"
+                        DI_USAGE_MODEL
                         "  --host ADDR                  listen address (default 127.0.0.1)\n"
                         "  --port N                     listen port, 0 = any free one (default 8000)\n"
                         "  --api-key KEY                require this key (Bearer or x-api-key) on /v1/ routes,\n"

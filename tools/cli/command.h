@@ -48,6 +48,12 @@ struct CommandRegistration {
   "                               block size); fewer, down to\n" \
   "                               none, while drafts are rarely accepted\n"
 
+// What the embedded default checkpoint is, for help texts and the start-up log.
+#define DI_DEFAULT_MODEL_WHAT "a small DeepSeek-V4 trained on the King James Bible"
+#define DI_USAGE_MODEL \
+  "  --model DIR                  checkpoint directory (default: the embedded one, a small\n" \
+  "                               DeepSeek-V4 trained on the King James Bible)\n"
+
 // The load-time weight scan of the commands that load a model.
 #define DI_USAGE_VERIFY \
   "  --verify-weights             scan every weight for NaN / Inf codes at load (reads all of them)\n"
@@ -55,7 +61,8 @@ struct CommandRegistration {
 // The job's communicator (one process unless started by mpirun; see main.cpp).
 dist::Communicator& world();
 
-// Checkpoint used when --model is omitted (made by the setup command; random weights).
+// Checkpoint used when --model is omitted: models/default, copied by ./setup.sh from
+// models-src/default (README "The embedded default model").
 std::string default_model_dir();
 
 }  // namespace deepinfer::cli

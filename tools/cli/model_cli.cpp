@@ -20,7 +20,7 @@ std::string model_dir_arg(const Args& args) {
 
 std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   if (!args.get("--model"))
-    log_info("no --model given: using the embedded default checkpoint %s (a small model trained on the KJV Bible)", default_model_dir().c_str());
+    log_info("no --model given: using the embedded default checkpoint %s (" DI_DEFAULT_MODEL_WHAT ")", default_model_dir().c_str());
   dist::Communicator& comm = world();
   v4::LoadOptions options{args.has("--verify-weights")};
   options.comm = &comm;
