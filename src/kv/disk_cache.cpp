@@ -226,27 +226,38 @@ DiskCache::Payload DiskCache::read(const std::vector<int32_t>& tokens, int64_t n
   };
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(std::strerror(errno));
+  // Header, tokens, payload and checksum each straight into their own buffer: the payload is
+  // not copied again after the read.
   struct stat st {};
-  std::vector<char> file;
-  const bool got = fstat(fd, &st) == 0 && st.st_size > off_t(kHeaderBytes + 8) &&
-                   (file.resize(size_t(st.st_size)), read_at(fd, file.data(), file.size(), 0));
+  char head[kHeaderBytes];
+  Header h;
+  const bool header_ok = fstat(fd, &st) == 0 && read_at(fd, head, kHeaderBytes, 0) && parse_header(head, &h) &&
+                         h.version == kFormatVersion && h.fingerprint == fingerprint_ && h.n_tokens == uint64_t(n) &&
+                         uint64_t(st.st_size) == kHeaderBytes + h.n_tokens * 4 + h.payload_bytes + 8;
+  if (!header_ok) {
+    close(fd);
+    return fail("its header does not match");
+  }
+  std::vector<int32_t> file_tokens(size_t(n), 0);
+  auto payload = std::make_shared<std::vector<char>>(size_t(h.payload_bytes));
+  uint64_t sum = 0;
+  const off_t payload_at = off_t(kHeaderBytes + size_t(n) * 4);
+  const bool got = read_at(fd, file_tokens.data(), size_t(n) * 4, off_t(kHeaderBytes)) &&
+                   read_at(fd, payload->data(), payload->size(), payload_at) &&
+                   read_at(fd, &sum, 8, payload_at + off_t(payload->size()));
   close(fd);
   if (!got) return fail("cannot read it");
-  Header h;
-  if (!parse_header(file.data(), &h) || h.version != kFormatVersion || h.fingerprint != fingerprint_ ||
-      h.n_tokens != uint64_t(n) || file.size() != kHeaderBytes + h.n_tokens * 4 + h.payload_bytes + 8)
-    return fail("its header does not match");
-  uint64_t sum = 0;
-  std::memcpy(&sum, file.data() + file.size() - 8, 8);
-  if (fnv1a(file.data(), file.size() - 8) != sum) return fail("checksum mismatch");
-  if (std::memcmp(file.data() + kHeaderBytes, tokens.data(), size_t(n) * 4) != 0) return fail("its tokens differ");
-  auto payload = std::make_shared<std::vector<char>>(file.begin() + long(kHeaderBytes + size_t(n) * 4), file.end() - 8);
+  uint64_t h_sum = fnv1a(head, kHeaderBytes);
+  h_sum = fnv1a(file_tokens.data(), size_t(n) * 4, h_sum);
+  h_sum = fnv1a(payload->data(), payload->size(), h_sum);
+  if (h_sum != sum) return fail("checksum mismatch");
+  if (file_tokens != std::vector<int32_t>(tokens.begin(), tokens.begin() + n)) return fail("its tokens differ");
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) it->second.last_use = ++clock_;
     ++stats_.reads;
-    stats_.read_bytes += uint64_t(file.size());
+    stats_.read_bytes += uint64_t(st.st_size);
   }
   utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU order survives a restart
   return payload;
