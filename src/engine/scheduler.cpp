@@ -72,20 +72,20 @@ bool Scheduler::start_disk_read(Request* r, int64_t min_len, int64_t budget_left
 }
 
 // r's disk read is done: a payload that was read and checked (a bad file is a miss) and still
-// is the longest hit and still fits becomes a new snapshot in fresh blocks, and the admission
-// goes on as for a memory hit. Otherwise r is admitted without it.
-std::optional<kv::PrefixCache::Hit> Scheduler::finish_disk_read(Request* r, int64_t min_len, int64_t budget_left) {
+// is the longest hit and still fits becomes a new snapshot in fresh blocks (true). Otherwise
+// r is admitted without it.
+bool Scheduler::finish_disk_read(Request* r, int64_t min_len, int64_t budget_left) {
   kv::DiskCache::Payload payload = r->disk_read.get();
   const int64_t n = r->disk_read_tokens;
   r->disk_checked = true;
   r->disk_read_tokens = 0;
   if (!payload) {
     ++counters_.disk_reads_failed;
-    return std::nullopt;
+    return false;
   }
-  if (n <= min_len || !disk_load_fits(r, n, budget_left)) return std::nullopt;
+  if (n <= min_len || !disk_load_fits(r, n, budget_left)) return false;
   while (kv_.free_blocks() < kv_.spec().blocks_for(n))
-    if (!evict_one_snapshot()) return std::nullopt;
+    if (!evict_one_snapshot()) return false;
   const uint64_t snap = next_snapshot_++;
   if (!kv_.reserve(snap | kSnapshotBit, n)) throw std::logic_error("scheduler: disk load check and KV pool disagree");
   StateOp op = state_op(StateOp::Kind::kLoadSnapshot, 0, snap);
@@ -96,11 +96,11 @@ std::optional<kv::PrefixCache::Hit> Scheduler::finish_disk_read(Request* r, int6
   for (uint64_t evicted : cache_.insert(snap, std::vector<int32_t>(r->tokens.begin(), r->tokens.begin() + n))) {
     kv_.free(evicted | kSnapshotBit);
     ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));
-    if (evicted == snap) return std::nullopt;
+    if (evicted == snap) return false;
   }
   ++counters_.disk_hits;
   counters_.disk_hit_tokens += uint64_t(n);
-  return kv::PrefixCache::Hit{snap, n};
+  return true;
 }
 
 bool Scheduler::waiting_for_disk() const {
@@ -310,8 +310,10 @@ bool Scheduler::admit(Request* r, int64_t budget_left, bool long_ok, int64_t* n_
         if (start_disk_read(r, min_len, budget_left)) return false;  // admitted once it is read
       } else if (r->disk_read.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
         return false;  // still reading
-      } else if (auto from_disk = finish_disk_read(r, min_len, budget_left)) {
-        hit = from_disk;
+      } else if (finish_disk_read(r, min_len, budget_left)) {
+        // The snapshot is copied into its pages in this step; r starts from it (a memory hit)
+        // in the next, so that copy and r's first chunk do not lengthen the same step.
+        return false;
       }
     }
   }

@@ -103,7 +103,8 @@ class Scheduler {
   // into a fresh snapshot at admission. The file is read on the disk cache's reader thread:
   // meanwhile the request waits at the head of the queue (FCFS: those behind it wait too)
   // and running requests are scheduled as usual; only the copy into the KV pages (the
-  // kLoadSnapshot op) is on this thread. Null: no disk cache. Not owned.
+  // kLoadSnapshot op) is on this thread, in a step before the one that admits the request
+  // (as a memory hit). Null: no disk cache. Not owned.
   void set_disk_cache(kv::DiskCache* disk) { disk_ = disk; }
   // The head of the queue waits for its disk read; wait_for_disk blocks until that read is
   // done or `timeout` passed (for a step loop with nothing else to run).
@@ -141,7 +142,7 @@ class Scheduler {
   int64_t cap_at_checkpoint(const Request* r, int64_t from, int64_t n) const;
   void take_checkpoint(Request* r);
   bool start_disk_read(Request* r, int64_t min_len, int64_t budget_left);
-  std::optional<kv::PrefixCache::Hit> finish_disk_read(Request* r, int64_t min_len, int64_t budget_left);
+  bool finish_disk_read(Request* r, int64_t min_len, int64_t budget_left);
   bool disk_load_fits(const Request* r, int64_t n, int64_t budget_left) const;
   void save_later(uint64_t snap, const std::vector<int32_t>& tokens);
 
