@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "deepinfer/engine.h"
+#include "engine/checkpoint_fingerprint.h"
 #include "engine/engine_core.h"
 #include "engine/engine_impl.h"
 #include "engine/dist_runner.h"
@@ -213,37 +214,6 @@ namespace deepinfer {
 
 namespace {
 
-// What a saved sequence state depends on: the checkpoint (config.json and every shard's
-// tensor index: names, dtypes, shapes, offsets), then the caller's settings.
-uint64_t checkpoint_fingerprint(const std::string& dir, const std::string& settings) {
-  auto file_prefix = [](const std::string& path, size_t limit) {
-    std::ifstream f(path, std::ios::binary);
-    std::string s(limit, '\0');
-    f.read(s.data(), std::streamsize(limit));
-    s.resize(size_t(f.gcount()));
-    return s;
-  };
-  uint64_t h = kv::DiskCache::fnv1a(settings.data(), settings.size());
-  const std::string config = file_prefix(dir + "/config.json", size_t(1) << 24);
-  h = kv::DiskCache::fnv1a(config.data(), config.size(), h);
-  std::vector<std::string> shards;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().extension() == ".safetensors") shards.push_back(e.path().string());
-  std::sort(shards.begin(), shards.end());
-  for (const std::string& s : shards) {
-    const std::string len = file_prefix(s, 8);
-    uint64_t n = 0;
-    if (len.size() == 8) std::memcpy(&n, len.data(), 8);
-    const std::string header = file_prefix(s, size_t(8 + std::min<uint64_t>(n, uint64_t(1) << 28)));
-    h = kv::DiskCache::fnv1a(header.data(), header.size(), h);
-  }
-  return h;
-}
-
-}  // namespace
-
-namespace {
-
 bool multi_process(const EngineOptions& o) { return o.comm && o.comm->size() > 1; }
 
 // "mtp", "dspark" or "off" for --speculative on this checkpoint (the workers of a
@@ -411,7 +381,7 @@ EngineSetup prepare_engine(const EngineOptions& o) {
                                  " block_bytes=" + std::to_string(spec.block_bytes) +
                                  " fixed_blocks=" + std::to_string(spec.fixed_blocks);
     copt.disk_cache = std::make_shared<kv::DiskCache>(o.kv_cache_dir, o.kv_cache_disk_bytes,
-                                                      checkpoint_fingerprint(o.model_dir, settings));
+                                                      engine::checkpoint_fingerprint(o.model_dir, settings));
   }
   copt.token_text = o.token_text;
   if (spec_mode != "off") {

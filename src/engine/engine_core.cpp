@@ -228,7 +228,12 @@ bool EngineCore::sample_next(Request& r, const float* row, StreamEvent& ev, int3
 int64_t EngineCore::step() {
   const std::vector<ScheduledRequest> sched = scheduler_.schedule();
   apply_state_ops();
-  if (sched.empty()) return 0;
+  if (sched.empty()) {
+    // Nothing runs until a disk read is done: wait for it a little here, so that a caller
+    // looping on has_work() does not spin (and a cancel still gets through soon).
+    if (scheduler_.waiting_for_disk()) scheduler_.wait_for_disk(std::chrono::milliseconds(10));
+    return 0;
+  }
   const Clock::time_point now = Clock::now();
   chunks_.clear();
   step_ids_.clear();

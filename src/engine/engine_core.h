@@ -55,7 +55,8 @@ class EngineCore {
   void drop_prefix_cache();
 
   bool has_work() const { return scheduler_.has_work(); }
-  // One scheduler step. Returns the number of tokens run through the model.
+  // One scheduler step. Returns the number of tokens run through the model. With nothing to
+  // run while a disk-cache read is in flight, it waits up to 10 ms for that read first.
   int64_t step();
 
   const Scheduler& scheduler() const { return scheduler_; }

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,12 @@ struct Request {
   int64_t num_computed = 0;
   int64_t num_cached = 0;        // prompt tokens that came from a prefix-cache snapshot
   bool prefix_checked = false;   // looked up once per admission
+  // The disk cache, once per admission too: the snapshot of the first disk_read_tokens tokens
+  // being read off the scheduler thread (the request waits at the head of the queue, running
+  // requests go on), then disk_checked.
+  std::future<std::shared_ptr<const std::vector<char>>> disk_read;
+  int64_t disk_read_tokens = 0;
+  bool disk_checked = false;
   std::vector<int64_t> cache_points;      // from the request (sorted, unique, inside the prompt)
   std::vector<int64_t> checkpoints_due;   // this admission's prefix-cache checkpoints still to take, ascending
   int64_t n_preemptions = 0;

@@ -49,18 +49,43 @@ void Scheduler::save_later(uint64_t snap, const std::vector<int32_t>& tokens) {
   if (disk_ && disk_->usable() && !disk_->contains(tokens.data(), int64_t(tokens.size()))) to_save_.push_back({snap, tokens});
 }
 
-// A hit from the disk cache longer than min_len: the file is read and checked now (a bad one
-// is a miss), fresh blocks hold it as a new snapshot, and the admission goes on as for a
-// memory hit. Only when the whole first chunk would then fit.
-std::optional<kv::PrefixCache::Hit> Scheduler::load_from_disk(Request* r, int64_t min_len, int64_t budget_left) {
-  const int64_t n = disk_->longest_prefix(r->tokens, min_len);
-  if (n == 0) return std::nullopt;
+// Whether a disk hit of n tokens and r's first chunk after it would fit in free blocks plus
+// what evicting snapshots frees.
+bool Scheduler::disk_load_fits(const Request* r, int64_t n, int64_t budget_left) const {
   const int64_t want = kv_.spec().blocks_for(n + std::min(r->num_tokens() - n, budget_left));
-  if (want > kv_.free_blocks() + evictable_blocks(std::nullopt)) return std::nullopt;
-  auto payload = disk_->read(r->tokens, n);
-  if (!payload) return std::nullopt;
+  return want <= kv_.free_blocks() + evictable_blocks(std::nullopt);
+}
+
+// A hit from the disk cache longer than min_len that would fit: its file is queued for the
+// reader thread, and r waits for it (true). False: nothing to read, r is admitted without.
+bool Scheduler::start_disk_read(Request* r, int64_t min_len, int64_t budget_left) {
+  const int64_t n = disk_->longest_prefix(r->tokens, min_len);
+  if (n == 0) {
+    r->disk_checked = true;
+    return false;
+  }
+  if (!disk_load_fits(r, n, budget_left)) return false;  // looked at again on the next try
+  r->disk_read = disk_->read_async(std::vector<int32_t>(r->tokens.begin(), r->tokens.begin() + n));
+  r->disk_read_tokens = n;
+  ++counters_.disk_reads_started;
+  return true;
+}
+
+// r's disk read is done: a payload that was read and checked (a bad file is a miss) and still
+// is the longest hit and still fits becomes a new snapshot in fresh blocks (true). Otherwise
+// r is admitted without it.
+bool Scheduler::finish_disk_read(Request* r, int64_t min_len, int64_t budget_left) {
+  kv::DiskCache::Payload payload = r->disk_read.get();
+  const int64_t n = r->disk_read_tokens;
+  r->disk_checked = true;
+  r->disk_read_tokens = 0;
+  if (!payload) {
+    ++counters_.disk_reads_failed;
+    return false;
+  }
+  if (n <= min_len || !disk_load_fits(r, n, budget_left)) return false;
   while (kv_.free_blocks() < kv_.spec().blocks_for(n))
-    if (!evict_one_snapshot()) return std::nullopt;
+    if (!evict_one_snapshot()) return false;
   const uint64_t snap = next_snapshot_++;
   if (!kv_.reserve(snap | kSnapshotBit, n)) throw std::logic_error("scheduler: disk load check and KV pool disagree");
   StateOp op = state_op(StateOp::Kind::kLoadSnapshot, 0, snap);
@@ -71,11 +96,20 @@ std::optional<kv::PrefixCache::Hit> Scheduler::load_from_disk(Request* r, int64_
   for (uint64_t evicted : cache_.insert(snap, std::vector<int32_t>(r->tokens.begin(), r->tokens.begin() + n))) {
     kv_.free(evicted | kSnapshotBit);
     ops_.push_back(state_op(StateOp::Kind::kDropSnapshot, 0, evicted));
-    if (evicted == snap) return std::nullopt;
+    if (evicted == snap) return false;
   }
   ++counters_.disk_hits;
   counters_.disk_hit_tokens += uint64_t(n);
-  return kv::PrefixCache::Hit{snap, n};
+  return true;
+}
+
+bool Scheduler::waiting_for_disk() const {
+  return !waiting_.empty() && waiting_.front()->disk_read.valid() &&
+         waiting_.front()->disk_read.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+void Scheduler::wait_for_disk(std::chrono::milliseconds timeout) const {
+  if (!waiting_.empty() && waiting_.front()->disk_read.valid()) waiting_.front()->disk_read.wait_for(timeout);
 }
 
 std::vector<StateOp> Scheduler::take_state_ops() {
@@ -193,6 +227,7 @@ void Scheduler::preempt(Request* victim) {
   victim->num_computed = 0;
   victim->num_cached = 0;
   victim->prefix_checked = false;
+  victim->disk_checked = false;
   victim->phase = Phase::kWaiting;
   ++victim->n_preemptions;
   ++counters_.preemptions;
@@ -269,8 +304,18 @@ bool Scheduler::admit(Request* r, int64_t budget_left, bool long_ok, int64_t* n_
   // A prompt_logprobs request needs every prompt row computed, so it starts from scratch.
   if (cache_.max_entries() > 0 && r->num_computed == 0 && r->params.prompt_logprobs < 0) {
     hit = cache_.lookup(r->tokens);
-    if (disk_ && disk_->usable() && !r->prefix_checked)
-      if (auto from_disk = load_from_disk(r, hit ? hit->n_tokens : 0, budget_left)) hit = from_disk;
+    if (disk_ && disk_->usable() && !r->disk_checked) {
+      const int64_t min_len = hit ? hit->n_tokens : 0;
+      if (!r->disk_read.valid()) {
+        if (start_disk_read(r, min_len, budget_left)) return false;  // admitted once it is read
+      } else if (r->disk_read.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        return false;  // still reading
+      } else if (finish_disk_read(r, min_len, budget_left)) {
+        // The snapshot is copied into its pages in this step; r starts from it (a memory hit)
+        // in the next, so that copy and r's first chunk do not lengthen the same step.
+        return false;
+      }
+    }
   }
   std::optional<uint64_t> keep;
   if (hit) keep = hit->snapshot_id;

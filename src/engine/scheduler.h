@@ -31,6 +31,7 @@
 // Ordering invariant (checked by check_integrity): running requests are sorted by arrival,
 // waiting requests too, and every running request arrived before every waiting one.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -72,6 +73,7 @@ struct SchedulerCounters {
   uint64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
   uint64_t checkpoints_taken = 0, checkpoints_skipped = 0;  // skipped: same tokens cached, or no room
   uint64_t disk_hits = 0, disk_hit_tokens = 0;
+  uint64_t disk_reads_started = 0, disk_reads_failed = 0;  // failed: a miss after all (the request prefills)
 };
 
 class Scheduler {
@@ -98,8 +100,16 @@ class Scheduler {
   // again and again).
   std::vector<std::pair<uint64_t, std::vector<int32_t>>> take_snapshots_to_save();
   // Prompts whose longest cached prefix is on disk (and longer than any in memory) load it
-  // into a fresh snapshot at admission. Null: no disk cache. Not owned.
+  // into a fresh snapshot at admission. The file is read on the disk cache's reader thread:
+  // meanwhile the request waits at the head of the queue (FCFS: those behind it wait too)
+  // and running requests are scheduled as usual; only the copy into the KV pages (the
+  // kLoadSnapshot op) is on this thread, in a step before the one that admits the request
+  // (as a memory hit). Null: no disk cache. Not owned.
   void set_disk_cache(kv::DiskCache* disk) { disk_ = disk; }
+  // The head of the queue waits for its disk read; wait_for_disk blocks until that read is
+  // done or `timeout` passed (for a step loop with nothing else to run).
+  bool waiting_for_disk() const;
+  void wait_for_disk(std::chrono::milliseconds timeout) const;
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   const std::vector<Request*>& running() const { return running_; }
@@ -131,7 +141,9 @@ class Scheduler {
   void plan_checkpoints(Request* r, int64_t start);
   int64_t cap_at_checkpoint(const Request* r, int64_t from, int64_t n) const;
   void take_checkpoint(Request* r);
-  std::optional<kv::PrefixCache::Hit> load_from_disk(Request* r, int64_t min_len, int64_t budget_left);
+  bool start_disk_read(Request* r, int64_t min_len, int64_t budget_left);
+  bool finish_disk_read(Request* r, int64_t min_len, int64_t budget_left);
+  bool disk_load_fits(const Request* r, int64_t n, int64_t budget_left) const;
   void save_later(uint64_t snap, const std::vector<int32_t>& tokens);
 
   SchedulerOptions opt_;

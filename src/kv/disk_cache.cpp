@@ -10,6 +10,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 
 #include "core/log.h"
 
@@ -91,6 +92,7 @@ DiskCache::DiskCache(std::string dir, int64_t max_bytes, uint64_t fingerprint)
     evict_locked();
   }
   writer_ = std::thread([this] { writer_loop(); });
+  reader_ = std::thread([this] { reader_loop(); });
 }
 
 DiskCache::~DiskCache() {
@@ -99,7 +101,9 @@ DiskCache::~DiskCache() {
     stop_ = true;
   }
   cv_.notify_all();
+  read_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  if (reader_.joinable()) reader_.join();
 }
 
 std::string DiskCache::path_for(uint64_t key) const {
@@ -204,7 +208,7 @@ void DiskCache::forget_locked(uint64_t key) {
   stats_.entries = int64_t(entries_.size());
 }
 
-std::shared_ptr<const std::vector<char>> DiskCache::read(const std::vector<int32_t>& tokens, int64_t n) {
+DiskCache::Payload DiskCache::read(const std::vector<int32_t>& tokens, int64_t n) {
   const uint64_t key = token_key(tokens.data(), n);
   std::string path;
   {
@@ -213,7 +217,7 @@ std::shared_ptr<const std::vector<char>> DiskCache::read(const std::vector<int32
     if (!usable_ || it == entries_.end()) return nullptr;
     path = it->second.path;
   }
-  auto fail = [&](const char* why) -> std::shared_ptr<const std::vector<char>> {
+  auto fail = [&](const char* why) -> Payload {
     log_warn("kv disk cache: %s: %s; treated as a miss and forgotten", path.c_str(), why);
     std::lock_guard<std::mutex> lock(mu_);
     forget_locked(key);
@@ -222,30 +226,83 @@ std::shared_ptr<const std::vector<char>> DiskCache::read(const std::vector<int32
   };
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(std::strerror(errno));
+  // Header, tokens, payload and checksum each straight into their own buffer: the payload is
+  // not copied again after the read.
   struct stat st {};
-  std::vector<char> file;
-  const bool got = fstat(fd, &st) == 0 && st.st_size > off_t(kHeaderBytes + 8) &&
-                   (file.resize(size_t(st.st_size)), read_at(fd, file.data(), file.size(), 0));
+  char head[kHeaderBytes];
+  Header h;
+  const bool header_ok = fstat(fd, &st) == 0 && read_at(fd, head, kHeaderBytes, 0) && parse_header(head, &h) &&
+                         h.version == kFormatVersion && h.fingerprint == fingerprint_ && h.n_tokens == uint64_t(n) &&
+                         uint64_t(st.st_size) == kHeaderBytes + h.n_tokens * 4 + h.payload_bytes + 8;
+  if (!header_ok) {
+    close(fd);
+    return fail("its header does not match");
+  }
+  std::vector<int32_t> file_tokens(size_t(n), 0);
+  auto payload = std::make_shared<std::vector<char>>(size_t(h.payload_bytes));
+  uint64_t sum = 0;
+  const off_t payload_at = off_t(kHeaderBytes + size_t(n) * 4);
+  const bool got = read_at(fd, file_tokens.data(), size_t(n) * 4, off_t(kHeaderBytes)) &&
+                   read_at(fd, payload->data(), payload->size(), payload_at) &&
+                   read_at(fd, &sum, 8, payload_at + off_t(payload->size()));
   close(fd);
   if (!got) return fail("cannot read it");
-  Header h;
-  if (!parse_header(file.data(), &h) || h.version != kFormatVersion || h.fingerprint != fingerprint_ ||
-      h.n_tokens != uint64_t(n) || file.size() != kHeaderBytes + h.n_tokens * 4 + h.payload_bytes + 8)
-    return fail("its header does not match");
-  uint64_t sum = 0;
-  std::memcpy(&sum, file.data() + file.size() - 8, 8);
-  if (fnv1a(file.data(), file.size() - 8) != sum) return fail("checksum mismatch");
-  if (std::memcmp(file.data() + kHeaderBytes, tokens.data(), size_t(n) * 4) != 0) return fail("its tokens differ");
-  auto payload = std::make_shared<std::vector<char>>(file.begin() + long(kHeaderBytes + size_t(n) * 4), file.end() - 8);
+  uint64_t h_sum = fnv1a(head, kHeaderBytes);
+  h_sum = fnv1a(file_tokens.data(), size_t(n) * 4, h_sum);
+  h_sum = fnv1a(payload->data(), payload->size(), h_sum);
+  if (h_sum != sum) return fail("checksum mismatch");
+  if (file_tokens != std::vector<int32_t>(tokens.begin(), tokens.begin() + n)) return fail("its tokens differ");
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) it->second.last_use = ++clock_;
     ++stats_.reads;
-    stats_.read_bytes += uint64_t(file.size());
+    stats_.read_bytes += uint64_t(st.st_size);
   }
   utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU order survives a restart
   return payload;
+}
+
+std::future<DiskCache::Payload> DiskCache::read_async(std::vector<int32_t> tokens) {
+  PendingRead r{std::move(tokens), {}};
+  std::future<Payload> result = r.result.get_future();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!usable_ || stop_) {
+    r.result.set_value(nullptr);
+    return result;
+  }
+  reads_.push_back(std::move(r));
+  read_cv_.notify_all();
+  return result;
+}
+
+void DiskCache::hold_reads(bool hold) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reads_held_ = hold;
+  read_cv_.notify_all();
+}
+
+void DiskCache::reader_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    read_cv_.wait(lock, [this] { return stop_ || (!reads_.empty() && !reads_held_); });
+    if (stop_) break;
+    PendingRead r = std::move(reads_.front());
+    reads_.pop_front();
+    ++stats_.background_reads;
+    lock.unlock();
+    Payload payload;
+    try {
+      payload = read(r.tokens, int64_t(r.tokens.size()));
+    } catch (const std::exception& e) {  // no memory for a huge file: a miss like any other
+      log_warn("kv disk cache: a read failed (%s); treated as a miss", e.what());
+    }
+    r.result.set_value(std::move(payload));
+    lock.lock();
+  }
+  // Shutting down: nobody will wait for these.
+  for (PendingRead& r : reads_) r.result.set_value(nullptr);
+  reads_.clear();
 }
 
 void DiskCache::put(std::vector<int32_t> tokens, std::vector<char> payload) {

@@ -1,13 +1,14 @@
-// The prefix cache's files on disk (kv/disk_cache.h): round trip, found again after a
-// restart, ignored under another fingerprint, and every failure a miss: corrupt, truncated or
-// deleted files, leftovers of an interrupted write, an unusable, vanished or read-only
-// directory, a disk that fills up mid-write.
+// The prefix cache's files on disk (kv/disk_cache.h): round trip (also on the reader
+// thread), found again after a restart, ignored under another fingerprint, and every failure a
+// miss: corrupt, truncated or deleted files, leftovers of an interrupted write, an unusable,
+// vanished or read-only directory, a disk that fills up mid-write.
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -235,4 +236,37 @@ TEST(DiskCache, FullDiskLeavesNoPartialFileAndRecovers) {
   // A restart indexes exactly the complete files.
   DiskCache again(d.path.string(), 1 << 24, 1);
   EXPECT_EQ(again.stats().entries, 2);
+}
+
+// read_async answers on the reader thread what read() answers; held reads wait (nothing is
+// read meanwhile); reads still queued when the cache is destroyed become misses.
+TEST(DiskCache, ReadAsyncOnTheReaderThread) {
+  TempDir d;
+  const std::vector<int32_t> prompt = toks(100);
+  std::future<DiskCache::Payload> queued;
+  {
+    DiskCache c(d.path.string(), 1 << 20, 5);
+    c.put(std::vector<int32_t>(prompt.begin(), prompt.begin() + 40), bytes(3000, 6));
+    c.flush();
+    auto hit = c.read_async(std::vector<int32_t>(prompt.begin(), prompt.begin() + 40));
+    auto miss = c.read_async(std::vector<int32_t>(prompt.begin(), prompt.begin() + 41));
+    const DiskCache::Payload p = hit.get();
+    ASSERT_TRUE(p);
+    EXPECT_EQ(*p, bytes(3000, 6));
+    EXPECT_EQ(miss.get(), nullptr);
+    EXPECT_EQ(c.stats().background_reads, 2u);
+    EXPECT_EQ(c.stats().reads, 1u);
+
+    c.hold_reads(true);
+    auto held = c.read_async(std::vector<int32_t>(prompt.begin(), prompt.begin() + 40));
+    EXPECT_EQ(held.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+    EXPECT_EQ(c.stats().reads, 1u);
+    c.hold_reads(false);
+    ASSERT_TRUE(held.get());
+    EXPECT_EQ(c.stats().reads, 2u);
+
+    c.hold_reads(true);
+    queued = c.read_async(std::vector<int32_t>(prompt.begin(), prompt.begin() + 40));
+  }
+  EXPECT_EQ(queued.get(), nullptr);
 }

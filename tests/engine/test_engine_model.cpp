@@ -331,6 +331,109 @@ TEST(EngineModel, V41PromptCheckpointsAndDiskCache) {
   disk_restart_and_cold("reference", "ref", 0.0f, kV41);
 }
 
+// Fills a disk cache in `dir` from a server that prefilled `first` (checkpoints at 64 and 128,
+// the cache point at 97, the finished sequence), then starts one over the same directory.
+std::shared_ptr<kv::DiskCache> filled_disk_cache(const std::filesystem::path& dir, const std::vector<int32_t>& first) {
+  std::filesystem::remove_all(dir);
+  {
+    auto disk = std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
+    ModelCore before(256, 8, 400, 16, "reference", "ref", "tiny-v4-c", 64, disk);
+    before.submit(first, greedy(3), {97});
+    before.run();
+    disk->flush();
+    EXPECT_EQ(disk->stats().writes, 4u);
+  }
+  return std::make_shared<kv::DiskCache>(dir.string(), int64_t(1) << 30, 99);
+}
+
+// `first`'s first 150 tokens, then others.
+std::vector<int32_t> sharing_150(const std::vector<int32_t>& first) {
+  std::vector<int32_t> p(first.begin(), first.begin() + 150);
+  for (int k = 0; k < 21; ++k) p.push_back(int32_t(300 + 11 * k));
+  return p;
+}
+
+// Four streams decoding on `core`: admitted and prefilled in one step.
+std::vector<uint64_t> start_four_streams(ModelCore& core) {
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(core.submit(prompt(20, 40 + i), greedy(30)));
+  EXPECT_EQ(core.core->step(), 80);
+  return ids;
+}
+
+void expect_cold_result(ModelCore& warm, uint64_t w, const std::vector<int32_t>& p, int64_t max_tokens) {
+  ModelCore cold(256, 8, 400, 0, "reference", "ref");
+  const uint64_t c = cold.submit(p, greedy(max_tokens));
+  cold.run();
+  EXPECT_EQ(warm.sinks[w]->tokens(), cold.sinks[c]->tokens());
+  EXPECT_EQ(warm.rows[w].size(), cold.rows[c].size());
+  EXPECT_EQ(max_abs_diff(warm.rows[w], cold.rows[c]), 0.0f);  // referee kernels: bit for bit
+}
+
+// A disk hit is read off the scheduler thread. With the disk cache's reader held, the prompt
+// with the hit waits in the queue while four decoding streams get one token per step, and
+// no file is read (with the read on the scheduler thread it would have been read, and the
+// prompt prefilled, in the first of these steps); released, the snapshot loads and the
+// prompt gets exactly its cold tokens and logits.
+TEST(EngineModel, DiskLoadDoesNotStallRunningStreams) {
+  const auto dir = std::filesystem::temp_directory_path() / ("di-engine-disk-async-" + std::to_string(getpid()));
+  const std::vector<int32_t> first = prompt(200, 21);
+  auto disk = filled_disk_cache(dir, first);
+  ModelCore after(256, 8, 400, 16, "reference", "ref", "tiny-v4-c", 64, disk);
+  const std::vector<uint64_t> streams = start_four_streams(after);
+  disk->hold_reads(true);
+  const std::vector<int32_t> p = sharing_150(first);
+  const uint64_t w = after.submit(p, greedy(5));
+  for (size_t step = 1; step <= 8; ++step) {
+    EXPECT_EQ(after.core->step(), 4) << step;  // the four decode tokens only
+    for (uint64_t id : streams) EXPECT_EQ(after.sinks[id]->tokens().size(), 1 + step) << step;
+    std::string why;
+    ASSERT_TRUE(after.core->scheduler().check_integrity(&why)) << why;
+  }
+  EXPECT_TRUE(after.core->scheduler().waiting_for_disk());
+  EXPECT_TRUE(after.sinks[w]->events.empty());
+  EXPECT_EQ(disk->stats().reads + disk->stats().read_errors, 0u);
+  EXPECT_EQ(after.core->scheduler().counters().disk_reads_started, 1u);
+  disk->hold_reads(false);
+  after.run();
+  EXPECT_EQ(after.core->stats().prefix_cache_disk_hits, 1u);
+  EXPECT_EQ(disk->stats().reads, 1u);
+  EXPECT_EQ(disk->stats().background_reads, 1u);  // the only read, on the reader thread
+  EXPECT_EQ(after.sinks[w]->events.back().usage.cached_tokens, 128);
+  expect_cold_result(after, w, p, 5);
+  std::filesystem::remove_all(dir);
+}
+
+// A disk read that fails (the files deleted while it waits) falls back to a prefill from the
+// start, with the cold result; a request cancelled while its read is in flight leaves
+// nothing behind.
+TEST(EngineModel, FailedOrCancelledDiskLoadFallsBack) {
+  const auto dir = std::filesystem::temp_directory_path() / ("di-engine-disk-fail-" + std::to_string(getpid()));
+  const std::vector<int32_t> first = prompt(200, 21);
+  auto disk = filled_disk_cache(dir, first);
+  ModelCore after(256, 8, 400, 16, "reference", "ref", "tiny-v4-c", 64, disk);
+  const std::vector<uint64_t> streams = start_four_streams(after);
+  disk->hold_reads(true);
+  const uint64_t cancelled = after.submit(sharing_150(first), greedy(5));
+  EXPECT_EQ(after.core->step(), 4);
+  after.core->abort(cancelled);
+  EXPECT_EQ(after.sinks[cancelled]->reason(), FinishReason::kAbort);
+  std::vector<int32_t> p = sharing_150(first);
+  p.back() = 999;
+  const uint64_t w = after.submit(p, greedy(5));
+  EXPECT_EQ(after.core->step(), 4);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) std::filesystem::remove(e.path());
+  disk->hold_reads(false);
+  after.run();
+  for (uint64_t id : streams) EXPECT_EQ(after.sinks[id]->tokens().size(), 30u);
+  EXPECT_EQ(after.core->stats().prefix_cache_disk_hits, 0u);
+  EXPECT_EQ(after.core->scheduler().counters().disk_reads_failed, 1u);
+  EXPECT_GE(disk->stats().read_errors, 1u);
+  EXPECT_EQ(after.sinks[w]->events.back().usage.cached_tokens, 0);
+  expect_cold_result(after, w, p, 5);
+  std::filesystem::remove_all(dir);
+}
+
 // A pool too small for every fork to grow: later forks wait or take the snapshot by move,
 // growth preempts the newest; integrity is checked after every step and every request
 // still gets the tokens and logits of a roomy cold run. Memory never exceeds the arena.
