@@ -13,7 +13,8 @@ NB_MODULE(_core, m) {
   m.doc() = "DeepInfer engine bindings (use the deepinfer package, not this module)";
   nb::exception<EngineError>(m, "EngineError", PyExc_RuntimeError);
   m.def("default_model_dir", [] { return std::string(DEEPINFER_DEFAULT_MODEL_DIR); },
-        "models/default of the source tree this package was built from (random weights)");
+        "models/default of the source tree this package was built from (the embedded default: a small "
+        "DeepSeek-V4 trained on the King James Bible); the package prefers its own installed copy");
   bind_text(m);
   bind_engine(m);
 }
