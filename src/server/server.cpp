@@ -91,6 +91,20 @@ bool origin_allowed(const std::vector<std::string>& allowed, const std::string& 
   return false;
 }
 
+// The host of a Host header value ("127.0.0.1:8000" -> "127.0.0.1", "[::1]:80" -> "::1").
+std::string host_name(const std::string& host_header) {
+  if (!host_header.empty() && host_header[0] == '[') {
+    const size_t close = host_header.find(']');
+    return close == std::string::npos ? host_header : host_header.substr(1, close - 1);
+  }
+  return host_header.substr(0, host_header.find(':'));
+}
+
+bool is_loopback_name(std::string name) {
+  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return name == "localhost" || name == "::1" || name.rfind("127.", 0) == 0;
+}
+
 // The media type of a Content-Type value, lower-cased, without parameters.
 std::string media_type(const std::string& content_type) {
   std::string t = content_type.substr(0, content_type.find(';'));
@@ -176,7 +190,11 @@ struct Server::Impl {
     const std::string origin = req.get_header_value("Origin");
     if (origin_allowed(opt.allowed_origins, origin)) return false;
     const std::string host = req.get_header_value("Host");
-    return host.empty() || (origin != "http://" + host && origin != "https://" + host);
+    if (host.empty() || (origin != "http://" + host && origin != "https://" + host)) return true;
+    // Same origin by the headers. A server on a loopback address is only ever that under a
+    // loopback name; any other name (evil.example re-pointed at 127.0.0.1: DNS rebinding)
+    // makes a foreign page look like our own.
+    return is_loopback_name(opt.host) && !is_loopback_name(host_name(host));
   }
 
   bool authorized(const httplib::Request& req) const {

@@ -268,6 +268,15 @@ TEST_F(ServerTest, ForeignOriginsAndNonJsonBodiesAreRefused) {
   const std::string self = "http://127.0.0.1:" + std::to_string(srv().port);
   r = c.Post("/v1/completions", {{"Origin", self}}, body, "application/json");
   EXPECT_EQ(r->status, 200) << r->body;
+  // DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 is "same origin"
+  // by its headers, but a loopback server is never reached under that name.
+  const std::string port = std::to_string(srv().port);
+  r = c.Post("/v1/completions", {{"Origin", "http://evil.example:" + port}, {"Host", "evil.example:" + port}}, body,
+             "application/json");
+  EXPECT_EQ(r->status, 403);
+  r = c.Post("/v1/completions", {{"Origin", "http://localhost:" + port}, {"Host", "localhost:" + port}}, body,
+             "application/json");
+  EXPECT_EQ(r->status, 200) << r->body;
 
   for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"}) {
     r = c.Post("/v1/completions", body, type);
