@@ -122,6 +122,99 @@ struct Run {
   double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
 };
 
+// Speculative decoding on `prompt` (see run()): plain greedy decode, which is also the oracle
+// continuation; the checkpoint's drafter with its adaptive length; every draft rejected; every
+// draft accepted for K = 1..5. Each variant against its own adjacent plain runs (medians of
+// spec_rounds pairs). Throws if any variant changes the greedy output.
+nlohmann::json measure_speculative(const v4::Model& model, const Compute& compute, const std::vector<int32_t>& prompt,
+                                   int64_t n_decode, int64_t max_drafts, int64_t spec_rounds) {
+  auto tok_s = [&](const SpecDecodeResult& r) {
+    return r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
+  };
+  // Each variant is timed right after a plain run of its own and reported against it, so a
+  // machine whose speed drifts (other tenants, memory state) skews the ratios less.
+  SpecDecodeOptions plain_opt;
+  plain_opt.max_drafts = 0;
+  const SpecDecodeResult plain = spec_decode(model, compute.num, prompt, n_decode, plain_opt);
+  double plain_sum = tok_s(plain);
+  int plain_runs = 1;
+  // spec_rounds pairs (a plain run, then the variant); the ratio is the pairs' median, so
+  // one pair that a stall of the machine hit moves it little. *out: the last variant run.
+  auto against_plain = [&](const SpecDecodeOptions& o, SpecDecodeResult* out, nlohmann::json* ratios) {
+    std::vector<double> r;
+    for (int64_t round = 0; round < spec_rounds; ++round) {
+      const double base = tok_s(spec_decode(model, compute.num, prompt, n_decode, plain_opt));
+      plain_sum += base;
+      ++plain_runs;
+      profile::reset();
+      const int64_t profile_t0 = profile::now_ns();
+      *out = spec_decode(model, compute.num, prompt, n_decode, o);
+      if (profile::enabled()) {
+        std::fprintf(stderr, "speculative profile (%s drafts, K=%lld, %lld verify steps; %% of the time):\n",
+                     o.drafts == SpecDecodeOptions::Drafts::kOracle  ? "all-accepted"
+                     : o.drafts == SpecDecodeOptions::Drafts::kWrong ? "all-rejected"
+                                                                      : "model",
+                     (long long)o.max_drafts, (long long)out->verify_steps);
+        profile::report(stderr, profile::now_ns() - profile_t0);
+      }
+      if (out->tokens != plain.tokens) throw std::runtime_error("bench: speculative decoding changed the greedy output");
+      r.push_back(tok_s(*out) / base);
+    }
+    *ratios = r;
+    return summarize(r).median;
+  };
+  SpecDecodeOptions o;
+  o.oracle = &plain.tokens;
+  o.max_drafts = max_drafts;
+  SpecDecodeResult own, wrong;  // the checkpoint's drafts; every draft replaced by a wrong one
+  nlohmann::json own_runs, wrong_runs, full_runs = nlohmann::json::object();
+  const double own_speedup = against_plain(o, &own, &own_runs);
+  o.drafts = SpecDecodeOptions::Drafts::kWrong;
+  const double wrong_speedup = against_plain(o, &wrong, &wrong_runs);
+  nlohmann::json full = nlohmann::json::object();
+  o.drafts = SpecDecodeOptions::Drafts::kOracle;
+  o.adaptive = false;
+  for (int64_t k = 1; k <= std::min<int64_t>(5, max_drafts); ++k) {
+    o.max_drafts = k;
+    SpecDecodeResult r;
+    full[std::to_string(k)] = against_plain(o, &r, &full_runs[std::to_string(k)]);
+    log_info("speculative: every draft accepted, K=%lld: %.2f tok/s (%.2fx plain)", (long long)k, tok_s(r),
+             double(full[std::to_string(k)]));
+  }
+  const double base = plain_sum / plain_runs;
+  const double acc = own.drafted ? double(own.accepted) / double(own.drafted) : 0.0;
+  const std::string mode = model.drafter() == v4::Model::Drafter::kDspark ? "dspark" : "mtp";
+  // The adaptive draft length's cost model (in plain decode steps, from bytes read).
+  const v4::Model::DraftCosts cost = model.draft_costs();
+  const double draft_cost = mode == "dspark" ? cost.per_step : cost.per_draft;
+  log_info("speculative: cost model %s draft %.3f plain steps %s, verify %.3f per token", mode.c_str(), draft_cost,
+           mode == "dspark" ? "per drafting step" : "per draft", cost.verify_per_token);
+  const nlohmann::json spec = {{"mode", mode},
+                               {"num_draft_tokens", max_drafts},
+                               {"acceptance_rate", acc},
+                               {"mean_accepted_per_verify",
+                                own.verify_steps ? double(own.accepted) / double(own.verify_steps) : 0.0},
+                               {"drafted_tokens", own.drafted},
+                               {"accepted_tokens", own.accepted},
+                               {"decode_tok_s", tok_s(own)},
+                               {"plain_decode_tok_s", base},
+                               {"speedup", own_speedup},
+                               {"greedy_output_equal", own.tokens == plain.tokens},
+                               {"full_acceptance_speedup", full},
+                               {"zero_acceptance_speedup", wrong_speedup},
+                               {"spec_rounds", spec_rounds},
+                               {"speedup_runs", own_runs},
+                               {"zero_acceptance_speedup_runs", wrong_runs},
+                               {"full_acceptance_speedup_runs", full_runs},
+                               {"zero_acceptance_verify_steps", wrong.verify_steps},
+                               {"cost_model", {{"draft", draft_cost}, {"verify_per_token", cost.verify_per_token}}},
+                               {"n_decode", n_decode}};
+  log_info("speculative: plain %.2f tok/s (mean of %d runs); %s drafts %.2f tok/s (%.2fx, acceptance %.2f); all "
+           "rejected %.2fx",
+           base, plain_runs, mode.c_str(), tok_s(own), own_speedup, acc, wrong_speedup);
+  return spec;
+}
+
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens", "--spec-rounds"},
@@ -223,92 +316,9 @@ int run(const std::vector<std::string>& argv) {
   // (Only when asked for: --speculative auto|mtp.)
   const int64_t max_drafts = args.get("--speculative") ? speculative_args(args, *model) : 0;
   nlohmann::json spec;
-  if (max_drafts > 0) {
-    const std::vector<int32_t> prompt = random_tokens(std::min<int64_t>(n_prefill, 128));
-    auto tok_s = [&](const SpecDecodeResult& r) {
-      return r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
-    };
-    // Each variant is timed right after a plain run of its own and reported against it, so a
-    // machine whose speed drifts (other tenants, memory state) skews the ratios less.
-    SpecDecodeOptions plain_opt;
-    plain_opt.max_drafts = 0;
-    const SpecDecodeResult plain = spec_decode(*model, compute.num, prompt, n_decode, plain_opt);
-    double plain_sum = tok_s(plain);
-    int plain_runs = 1;
-    // spec_rounds pairs (a plain run, then the variant); the ratio is the pairs' median, so
-    // one pair that a stall of the machine hit moves it little. *out: the last variant run.
-    auto against_plain = [&](const SpecDecodeOptions& o, SpecDecodeResult* out, nlohmann::json* ratios) {
-      std::vector<double> r;
-      for (int64_t round = 0; round < spec_rounds; ++round) {
-        const double base = tok_s(spec_decode(*model, compute.num, prompt, n_decode, plain_opt));
-        plain_sum += base;
-        ++plain_runs;
-        profile::reset();
-        const int64_t profile_t0 = profile::now_ns();
-        *out = spec_decode(*model, compute.num, prompt, n_decode, o);
-        if (profile::enabled()) {
-          std::fprintf(stderr, "speculative profile (%s drafts, K=%lld, %lld verify steps; %% of the time):\n",
-                       o.drafts == SpecDecodeOptions::Drafts::kOracle  ? "all-accepted"
-                       : o.drafts == SpecDecodeOptions::Drafts::kWrong ? "all-rejected"
-                                                                        : "model",
-                       (long long)o.max_drafts, (long long)out->verify_steps);
-          profile::report(stderr, profile::now_ns() - profile_t0);
-        }
-        if (out->tokens != plain.tokens) throw std::runtime_error("bench: speculative decoding changed the greedy output");
-        r.push_back(tok_s(*out) / base);
-      }
-      *ratios = r;
-      return summarize(r).median;
-    };
-    SpecDecodeOptions o;
-    o.oracle = &plain.tokens;
-    o.max_drafts = max_drafts;
-    SpecDecodeResult mtp, wrong;
-    nlohmann::json mtp_runs, wrong_runs, full_runs = nlohmann::json::object();
-    const double mtp_speedup = against_plain(o, &mtp, &mtp_runs);
-    o.drafts = SpecDecodeOptions::Drafts::kWrong;
-    const double wrong_speedup = against_plain(o, &wrong, &wrong_runs);
-    nlohmann::json full = nlohmann::json::object();
-    o.drafts = SpecDecodeOptions::Drafts::kOracle;
-    o.adaptive = false;
-    for (int64_t k = 1; k <= std::min<int64_t>(5, max_drafts); ++k) {
-      o.max_drafts = k;
-      SpecDecodeResult r;
-      full[std::to_string(k)] = against_plain(o, &r, &full_runs[std::to_string(k)]);
-      log_info("speculative: every draft accepted, K=%lld: %.2f tok/s (%.2fx plain)", (long long)k, tok_s(r),
-               double(full[std::to_string(k)]));
-    }
-    const double base = plain_sum / plain_runs;
-    const double acc = mtp.drafted ? double(mtp.accepted) / double(mtp.drafted) : 0.0;
-    const std::string mode = model->drafter() == v4::Model::Drafter::kDspark ? "dspark" : "mtp";
-    // The adaptive draft length's cost model (in plain decode steps, from bytes read).
-    const v4::Model::DraftCosts cost = model->draft_costs();
-    const double draft_cost = mode == "dspark" ? cost.per_step : cost.per_draft;
-    log_info("speculative: cost model %s draft %.3f plain steps %s, verify %.3f per token", mode.c_str(), draft_cost,
-             mode == "dspark" ? "per drafting step" : "per draft", cost.verify_per_token);
-    spec = {{"mode", mode},
-            {"num_draft_tokens", max_drafts},
-            {"acceptance_rate", acc},
-            {"mean_accepted_per_verify", mtp.verify_steps ? double(mtp.accepted) / double(mtp.verify_steps) : 0.0},
-            {"drafted_tokens", mtp.drafted},
-            {"accepted_tokens", mtp.accepted},
-            {"decode_tok_s", tok_s(mtp)},
-            {"plain_decode_tok_s", base},
-            {"speedup", mtp_speedup},
-            {"greedy_output_equal", mtp.tokens == plain.tokens},
-            {"full_acceptance_speedup", full},
-            {"zero_acceptance_speedup", wrong_speedup},
-            {"spec_rounds", spec_rounds},
-            {"speedup_runs", mtp_runs},
-            {"zero_acceptance_speedup_runs", wrong_runs},
-            {"full_acceptance_speedup_runs", full_runs},
-            {"zero_acceptance_verify_steps", wrong.verify_steps},
-            {"cost_model", {{"draft", draft_cost}, {"verify_per_token", cost.verify_per_token}}},
-            {"n_decode", n_decode}};
-    log_info("speculative: plain %.2f tok/s (mean of %d runs); %s drafts %.2f tok/s (%.2fx, acceptance %.2f); all "
-             "rejected %.2fx",
-             base, plain_runs, mode.c_str(), tok_s(mtp), mtp_speedup, acc, wrong_speedup);
-  }
+  if (max_drafts > 0)
+    spec = measure_speculative(*model, compute, random_tokens(std::min<int64_t>(n_prefill, 128)), n_decode, max_drafts,
+                               spec_rounds);
 
   const int64_t rss = peak_rss_bytes();
   // Every rank's peak (each holds its share of the experts), for rank 0 to print.
