@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -121,6 +122,63 @@ struct Run {
   // Expert parallel: this rank's time in collectives and bytes received, per token.
   double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
 };
+
+// Prefill of n_prefill tokens and greedy decode of n_decode after `depth` tokens of context,
+// each on a fresh sequence; tokens drawn from `draw` (the caller's generator: the same seed
+// gives the same prompts).
+Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth, int64_t n_prefill, int64_t n_decode,
+                  const std::function<int32_t()>& draw) {
+  const v4::Config& c = model.config();
+  dist::Communicator& comm = world();
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = draw();
+    return t;
+  };
+  Run r{depth, 0, 0, 0};
+  comm.reset_stats();
+  auto st = model.new_sequence();
+  if (depth > 0) run_chunked(model, random_tokens(depth), 512, st, compute.num, nullptr);
+  auto prompt = random_tokens(n_prefill);
+  std::vector<float> last_logits(c.vocab_size);
+  const std::vector<v4::SequenceChunk> chunk{{prompt.data(), n_prefill, &st, last_logits.data(), false}};
+  profile::reset();
+  const int64_t prefill_t0 = profile::now_ns();
+  auto t0 = Clock::now();
+  model.forward_batch(chunk, compute.num);
+  r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
+  if (profile::enabled()) {
+    std::fprintf(stderr, "prefill profile at depth %lld (%lld tokens; %% of the prefill time):\n", (long long)depth,
+                 (long long)n_prefill);
+    profile::report(stderr, profile::now_ns() - prefill_t0);
+  }
+  r.prefill_comm_s = comm.stats().seconds / double(n_prefill);
+  r.prefill_comm_bytes = double(comm.stats().bytes_received) / double(n_prefill);
+
+  st = model.new_sequence();
+  if (depth > 0) run_chunked(model, random_tokens(depth), 512, st, compute.num, nullptr);
+  int32_t next = draw();
+  std::vector<float> row(c.vocab_size);
+  profile::reset();
+  comm.reset_stats();
+  const int64_t profile_t0 = profile::now_ns();
+  t0 = Clock::now();
+  for (int64_t i = 0; i < n_decode; ++i) {
+    r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
+    model.forward(&next, 1, st, compute.num, row.data());
+    next = argmax_lowest(row.data(), c.vocab_size);
+  }
+  r.decode_tok_s = double(n_decode) / seconds_since(t0);
+  r.decode_comm_s = comm.stats().seconds / double(n_decode);
+  r.decode_comm_bytes = double(comm.stats().bytes_received) / double(n_decode);
+  if (profile::enabled()) {
+    std::fprintf(stderr, "decode profile at depth %lld (%lld tokens; %% of the decode time):\n", (long long)depth,
+                 (long long)n_decode);
+    profile::report(stderr, profile::now_ns() - profile_t0);
+  }
+  r.kv_bytes /= double(n_decode);
+  return r;
+}
 
 // Speculative decoding on `prompt` (see run()): plain greedy decode, which is also the oracle
 // continuation; the checkpoint's drafter with its adaptive length; every draft rejected; every
@@ -263,49 +321,8 @@ int run(const std::vector<std::string>& argv) {
   };
   std::vector<Run> runs;
   for (int64_t depth : depths) {
-    Run r{depth, 0, 0, 0};
-    comm.reset_stats();
-    auto st = model->new_sequence();
-    if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
-    auto prompt = random_tokens(n_prefill);
-    std::vector<float> last_logits(c.vocab_size);
-    const std::vector<v4::SequenceChunk> chunk{{prompt.data(), n_prefill, &st, last_logits.data(), false}};
-    profile::reset();
-    const int64_t prefill_t0 = profile::now_ns();
-    auto t0 = Clock::now();
-    model->forward_batch(chunk, compute.num);
-    r.prefill_tok_s = double(n_prefill) / seconds_since(t0);
-    if (profile::enabled()) {
-      std::fprintf(stderr, "prefill profile at depth %lld (%lld tokens; %% of the prefill time):\n", (long long)depth,
-                   (long long)n_prefill);
-      profile::report(stderr, profile::now_ns() - prefill_t0);
-    }
-    r.prefill_comm_s = comm.stats().seconds / double(n_prefill);
-    r.prefill_comm_bytes = double(comm.stats().bytes_received) / double(n_prefill);
-
-    st = model->new_sequence();
-    if (depth > 0) run_chunked(*model, random_tokens(depth), 512, st, compute.num, nullptr);
-    int32_t next = draw();
-    std::vector<float> row(c.vocab_size);
-    profile::reset();
-    comm.reset_stats();
-    const int64_t profile_t0 = profile::now_ns();
-    t0 = Clock::now();
-    for (int64_t i = 0; i < n_decode; ++i) {
-      r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
-      model->forward(&next, 1, st, compute.num, row.data());
-      next = argmax_lowest(row.data(), c.vocab_size);
-    }
-    r.decode_tok_s = double(n_decode) / seconds_since(t0);
-    r.decode_comm_s = comm.stats().seconds / double(n_decode);
-    r.decode_comm_bytes = double(comm.stats().bytes_received) / double(n_decode);
-    if (profile::enabled()) {
-      std::fprintf(stderr, "decode profile at depth %lld (%lld tokens; %% of the decode time):\n", (long long)depth,
-                   (long long)n_decode);
-      profile::report(stderr, profile::now_ns() - profile_t0);
-    }
-    r.kv_bytes /= double(n_decode);
-    runs.push_back(r);
+    runs.push_back(measure_depth(*model, compute, depth, n_prefill, n_decode, draw));
+    const Run& r = runs.back();
     log_info("depth %lld: prefill %.2f tok/s, decode %.2f tok/s", (long long)depth, r.prefill_tok_s, r.decode_tok_s);
   }
 
