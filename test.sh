@@ -68,7 +68,8 @@ if [ $status -ne 0 ] || [ "${1:-}" = "--fast" ]; then
 fi
 echo "== ASan + UBSan tests (build-san/)"
 # -g1 (line tables: what the sanitizers' stack traces print) builds much faster than -g.
-cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_SANITIZE=ON \
+# The microbenchmarks have no tests: not compiled a second time.
+cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_SANITIZE=ON -DDEEPINFER_BENCHMARKS=OFF \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build-san -j"$jobs"
 # Client deadlines in the Python tests stretch with the sanitizers' slowdown.
