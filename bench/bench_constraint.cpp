@@ -33,9 +33,12 @@ std::shared_ptr<const TokenIndex> v4_index() {
   return cache.get(v4());
 }
 
-const char* kDocument = R"({"name": "Alice Johnson", "age": 34, "email": "alice.johnson@example.com",
- "bio": "Alice has worked as a data engineer for eleven years, mostly on streaming pipelines; she enjoys hiking, chess and writing about distributed systems.",
- "tags": ["engineer", "speaker", "mentor"], "scores": [1.5, 2.25, 3.125], "active": true, "manager": null})";
+// One line, one space after ':' and ',': the compact form sampled documents take.
+const char* kDocument =
+    R"({"name": "Alice Johnson", "age": 34, "email": "alice.johnson@example.com", )"
+    R"("bio": "Alice has worked as a data engineer for eleven years, mostly on streaming pipelines; she enjoys )"
+    R"(hiking, chess and writing about distributed systems.", "tags": ["engineer", "speaker", "mentor"], )"
+    R"("scores": [1.5, 2.25, 3.125], "active": true, "manager": null})";
 
 const char* kSchema = R"({"type": "object", "properties": {
   "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string"},
