@@ -213,7 +213,7 @@ struct Server::Impl {
 
   // HEAD is GET without the body (http_io writes the head only).
   const Route* find(const std::string& method_in, const std::string& path, bool* path_known) const {
-    const std::string& method = method_in == "HEAD" ? std::string("GET") : method_in;
+    const std::string_view method = method_in == "HEAD" ? std::string_view("GET") : std::string_view(method_in);
     *path_known = false;
     for (const Route& r : routes) {
       const bool match = r.prefix ? path.size() > r.path.size() && path.compare(0, r.path.size(), r.path) == 0

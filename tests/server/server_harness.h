@@ -122,4 +122,12 @@ inline json post(const Running& r, const std::string& path, const std::string& b
   return json::parse(res->body, nullptr, false);
 }
 
+// POSTs body and expects a 200 (a test failure otherwise); returns the answer.
+inline json post_ok(const Running& r, const std::string& path, const json& body) {
+  int st = 0;
+  json out = post(r, path, body.dump(), &st);
+  EXPECT_EQ(st, 200) << out.dump();
+  return out;
+}
+
 }  // namespace deepinfer::testing

@@ -63,13 +63,6 @@ std::vector<std::vector<double>> cli_log_softmax(const std::vector<int>& toks) {
   return rows;
 }
 
-json post_ok(const Running& r, const std::string& path, const json& body) {
-  int st = 0;
-  json out = post(r, path, body.dump(), &st);
-  EXPECT_EQ(st, 200) << out.dump();
-  return out;
-}
-
 // POST /v1/messages/count_tokens through its handler (the route table lives in server.cpp).
 json count_tokens(const std::shared_ptr<const server::Backend>& b, const json& body, int* status) {
   httplib::Request req;

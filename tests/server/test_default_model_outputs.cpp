@@ -31,12 +31,6 @@ class DefaultModel : public ::testing::Test {
     delete server_;
     backend_.reset();
   }
-  static json post_ok(const std::string& path, const json& body) {
-    int st = 0;
-    json r = post(*server_, path, body.dump(), &st);
-    EXPECT_EQ(st, 200) << r.dump();
-    return r;
-  }
   static inline std::shared_ptr<const server::Backend> backend_;
   static inline Running* server_ = nullptr;
 };
@@ -79,7 +73,7 @@ TEST_F(DefaultModel, SchemaSamplesAtTemperatureOneFinishAsCompactJson) {
       {"n", 30},
       {"seed", 1},
       {"max_tokens", 200}};
-  const json r = post_ok("/v1/chat/completions", body);
+  const json r = post_ok(*server_, "/v1/chat/completions", body);
   ASSERT_EQ(r["choices"].size(), 30u);
   for (const json& c : r["choices"]) {
     const std::string text = c["message"]["content"].get<std::string>();
@@ -106,7 +100,7 @@ TEST_F(DefaultModel, RequiredToolChoiceTurnsEndAfterTheirCalls) {
                      {"n", 30},
                      {"seed", 2},
                      {"max_tokens", 1000}};  // room for the most the grammar allows: 8 calls
-  const json r = post_ok("/v1/chat/completions", body);
+  const json r = post_ok(*server_, "/v1/chat/completions", body);
   ASSERT_EQ(r["choices"].size(), 30u);
   int single = 0;
   for (const json& c : r["choices"]) {
@@ -128,7 +122,7 @@ TEST_F(DefaultModel, RequiredToolChoiceTurnsEndAfterTheirCalls) {
 
   // Anthropic "any" is the same constraint.
   for (int i = 0; i < 3; ++i) {
-    const json a = post_ok("/v1/messages",
+    const json a = post_ok(*server_, "/v1/messages",
                            {{"max_tokens", 1000},  // unseeded: room for the 8 calls the grammar allows
                             {"temperature", 1},
                             {"messages", {{{"role", "user"}, {"content", "Set the level to three."}}}},

@@ -11,12 +11,6 @@ namespace {
 
 class Responses : public TinyServerSuite<Responses> {
  protected:
-  json post_ok(const std::string& path, const json& body) {
-    int st = 0;
-    json r = post(srv(), path, body.dump(), &st);
-    EXPECT_EQ(st, 200) << r.dump();
-    return r;
-  }
   // Greedy text of a response's message items.
   static std::string output_text(const json& r) {
     std::string s;
@@ -28,9 +22,9 @@ class Responses : public TinyServerSuite<Responses> {
 };
 
 TEST_F(Responses, SameTokensAndTextAsTheChatRequestItMeans) {
-  const json resp = post_ok("/v1/responses", {{"input", "Hello there"}, {"instructions", "Be brief."},
+  const json resp = post_ok(srv(), "/v1/responses", {{"input", "Hello there"}, {"instructions", "Be brief."},
                                               {"max_output_tokens", 6}, {"temperature", 0}});
-  const json chat = post_ok("/v1/chat/completions",
+  const json chat = post_ok(srv(), "/v1/chat/completions",
                             {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello there"}}}},
                              {"max_tokens", 6},
                              {"temperature", 0}});
@@ -43,14 +37,14 @@ TEST_F(Responses, SameTokensAndTextAsTheChatRequestItMeans) {
 }
 
 TEST_F(Responses, PreviousResponseIdContinuesTheConversation) {
-  const json first = post_ok("/v1/responses", {{"input", "First question"}, {"max_output_tokens", 4}, {"temperature", 0}});
-  const json second = post_ok("/v1/responses", {{"input", "Second question"},
+  const json first = post_ok(srv(), "/v1/responses", {{"input", "First question"}, {"max_output_tokens", 4}, {"temperature", 0}});
+  const json second = post_ok(srv(), "/v1/responses", {{"input", "Second question"},
                                                 {"previous_response_id", first["id"]},
                                                 {"max_output_tokens", 4},
                                                 {"temperature", 0}});
   EXPECT_EQ(second["previous_response_id"], first["id"]);
   // The same conversation spelled out as chat messages renders the same prompt.
-  const json chat = post_ok("/v1/chat/completions",
+  const json chat = post_ok(srv(), "/v1/chat/completions",
                             {{"messages",
                               {{{"role", "user"}, {"content", "First question"}},
                                {{"role", "assistant"}, {"content", output_text(first)}},
@@ -82,7 +76,7 @@ TEST_F(Responses, FunctionCallItemsBecomeToolTurns) {
   const json input = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}},
                                   {{"type", "function_call"}, {"call_id", "c1"}, {"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}},
                                   {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "sunny"}}});
-  const json resp = post_ok("/v1/responses", {{"input", input}, {"tools", tools}, {"max_output_tokens", 3}, {"temperature", 0}});
+  const json resp = post_ok(srv(), "/v1/responses", {{"input", input}, {"tools", tools}, {"max_output_tokens", 3}, {"temperature", 0}});
   const json chat_tools = json::array({{{"type", "function"},
                                         {"function",
                                          {{"name", "get_weather"},
@@ -94,7 +88,7 @@ TEST_F(Responses, FunctionCallItemsBecomeToolTurns) {
         {"content", ""},
         {"tool_calls", {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}}}},
        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}});
-  const json chat = post_ok("/v1/chat/completions", {{"messages", messages}, {"tools", chat_tools}, {"max_tokens", 3}, {"temperature", 0}});
+  const json chat = post_ok(srv(), "/v1/chat/completions", {{"messages", messages}, {"tools", chat_tools}, {"max_tokens", 3}, {"temperature", 0}});
   EXPECT_EQ(resp["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
 }
 
@@ -116,7 +110,7 @@ TEST_F(Responses, StreamEventsAreOrderedAndComplete) {
   // The deltas add up to the final text, which equals the non-streamed answer.
   const json& final_response = last["response"];
   EXPECT_EQ(deltas, output_text(final_response));
-  const json plain = post_ok("/v1/responses", {{"input", "Hi"}, {"max_output_tokens", 5}, {"temperature", 0}});
+  const json plain = post_ok(srv(), "/v1/responses", {{"input", "Hi"}, {"max_output_tokens", 5}, {"temperature", 0}});
   EXPECT_EQ(output_text(plain), deltas);
   EXPECT_EQ(final_response["usage"]["output_tokens"], plain["usage"]["output_tokens"]);
 }

@@ -18,12 +18,6 @@ namespace {
 
 class Semantics : public TinyServerSuite<Semantics> {
  protected:
-  json post_ok(const std::string& path, const json& body) {
-    int st = 0;
-    json r = post(srv(), path, body.dump(), &st);
-    EXPECT_EQ(st, 200) << r.dump();
-    return r;
-  }
   json get(const std::string& path, int* status) {
     auto res = srv().client().Get(path.c_str());
     *status = res ? res->status : -1;
@@ -40,10 +34,10 @@ TEST_F(Semantics, AnthropicInputTokensExcludeCacheReads) {
                     {"temperature", 0},
                     {"system", "You answer in one line."},
                     {"messages", {{{"role", "user"}, {"content", "Tell me about the weather on the coast in spring."}}}}};
-  const int64_t prompt = post_ok("/v1/messages/count_tokens", req)["input_tokens"].get<int64_t>();
+  const int64_t prompt = post_ok(srv(), "/v1/messages/count_tokens", req)["input_tokens"].get<int64_t>();
   ASSERT_GT(prompt, 10);
-  post_ok("/v1/messages", req);  // leaves the prompt in the prefix cache
-  const json again = post_ok("/v1/messages", req);
+  post_ok(srv(), "/v1/messages", req);  // leaves the prompt in the prefix cache
+  const json again = post_ok(srv(), "/v1/messages", req);
   const json& u = again["usage"];
   EXPECT_GT(u["cache_read_input_tokens"].get<int64_t>(), 0) << u.dump();
   EXPECT_EQ(u["input_tokens"].get<int64_t>() + u["cache_read_input_tokens"].get<int64_t>(), prompt) << u.dump();
@@ -81,7 +75,7 @@ int64_t chars_before(const std::string& s, size_t n) {
 // the BOS put before a text prompt is not in the text and moves nothing.
 TEST_F(Semantics, EchoTextOffsetCountsCharacters) {
   const std::string prompt = "Où est la café? Ünïcödé ☃ and 😀 — done";
-  const json r = post_ok("/v1/completions", {{"prompt", prompt},
+  const json r = post_ok(srv(), "/v1/completions", {{"prompt", prompt},
                                              {"echo", true},
                                              {"logprobs", 1},
                                              {"max_tokens", 6},
@@ -128,7 +122,7 @@ TEST_F(Semantics, ResponseInputItemsList) {
       {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "pong"}},
       {{"role", "user"}, {"content", "Last"}},
   });
-  const json resp = post_ok("/v1/responses", {{"input", input}, {"max_output_tokens", 2}, {"temperature", 0}});
+  const json resp = post_ok(srv(), "/v1/responses", {{"input", input}, {"max_output_tokens", 2}, {"temperature", 0}});
   const std::string base = "/v1/responses/" + resp["id"].get<std::string>() + "/input_items";
   int st = 0;
   const json all = get(base, &st);
@@ -179,7 +173,7 @@ TEST_F(Semantics, ResponseInputItemsList) {
   EXPECT_EQ(before["last_id"], d[1]["id"]);
 
   // A string input is one user message.
-  const json plain = post_ok("/v1/responses", {{"input", "Just this"}, {"max_output_tokens", 1}});
+  const json plain = post_ok(srv(), "/v1/responses", {{"input", "Just this"}, {"max_output_tokens", 1}});
   const json one = get("/v1/responses/" + plain["id"].get<std::string>() + "/input_items", &st);
   ASSERT_EQ(st, 200);
   ASSERT_EQ(one["data"].size(), 1u);
@@ -190,7 +184,7 @@ TEST_F(Semantics, ResponseInputItemsList) {
   json e = get("/v1/responses/resp_nope/input_items", &st);
   EXPECT_EQ(st, 404);
   EXPECT_EQ(e["error"]["code"], "not_found") << e.dump();
-  const json unstored = post_ok("/v1/responses", {{"input", "x"}, {"max_output_tokens", 1}, {"store", false}});
+  const json unstored = post_ok(srv(), "/v1/responses", {{"input", "x"}, {"max_output_tokens", 1}, {"store", false}});
   get("/v1/responses/" + unstored["id"].get<std::string>() + "/input_items", &st);
   EXPECT_EQ(st, 404);
   for (const char* q : {"?limit=0", "?limit=101", "?limit=x", "?order=up"}) {
@@ -227,7 +221,7 @@ TEST_F(Semantics, IdsAreLongRandomAndDistinct) {
     for (const std::string& id : seen) digits.insert(id[pos]);
     EXPECT_EQ(digits.size(), 16u) << pos;
   }
-  const json r = post_ok("/v1/responses", {{"input", "x"}, {"max_output_tokens", 1}});
+  const json r = post_ok(srv(), "/v1/responses", {{"input", "x"}, {"max_output_tokens", 1}});
   EXPECT_TRUE(std::regex_match(r["id"].get<std::string>(), shape)) << r["id"];
   EXPECT_TRUE(std::regex_match(r["output"][0]["id"].get<std::string>(), std::regex("msg_[0-9a-f]{32}")));
 }
