@@ -103,6 +103,7 @@ struct SpecCore {
     o.scheduler.prefix_cache_entries = cache;
     o.num_draft_tokens = drafts;
     o.adaptive_drafts = adaptive;
+    o.measure_draft_costs = false;  // draft lengths from acceptance alone: the tests count drafts
     core = std::make_unique<EngineCore>(o, spec, n_blocks, std::move(owned));
     core->on_logits = [this](uint64_t id, int64_t, const float* row) { rows[id].emplace_back(row, row + 1024); };
   }
