@@ -4,8 +4,10 @@
 // the tokens (from usage when sent, else one per text chunk) instead of failing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -112,4 +114,30 @@ TEST(BenchServe, DetailedListsEveryRequestsTimeline) {
     EXPECT_GE(q["e2el_ms"].get<double>(), q["ttft_ms"].get<double>());
   }
   EXPECT_FALSE(bench(fake.port, 2, 12).contains("requests"));  // only when asked
+}
+
+// --range-ratio 0.5 draws every request's lengths from [len / 2, len * 3 / 2] (vLLM's random range
+// ratio): the requests differ, and none leaves the range.
+TEST(BenchServe, RangeRatioDrawsLengthsFromTheRange) {
+  FakeServer fake(true, 1);
+  const json r = bench(fake.port, 20, 12, "--range-ratio 0.5 --detailed");
+  ASSERT_TRUE(r.is_object());
+  ASSERT_EQ(r["requests"].size(), 20u) << r.dump();
+  int64_t lo = 1 << 30, hi = 0;
+  for (const json& q : r["requests"]) {
+    const int64_t out = q["output_tokens"].get<int64_t>();
+    EXPECT_GE(out, 6);
+    EXPECT_LE(out, 18);
+    lo = std::min(lo, out);
+    hi = std::max(hi, out);
+  }
+  EXPECT_LT(lo, hi);  // not every request the same length
+  const int64_t in = r["total_input_tokens"].get<int64_t>();
+  EXPECT_GE(in, 20 * 4);
+  EXPECT_LE(in, 20 * 12);
+  EXPECT_NE(in, 20 * 8);
+  // A ratio of 1 could draw empty prompts: refused before any request.
+  const std::string refused = std::string(DI_CLI_PATH) + " bench-serve --url http://127.0.0.1:" +
+                              std::to_string(fake.port) + " --range-ratio 1 >/dev/null 2>&1";
+  EXPECT_NE(std::system(refused.c_str()), 0);
 }

@@ -8,12 +8,15 @@ prints each round's figures and the ratios (DeepInfer / llama.cpp) with their sp
 
     tools/bench/vs_llamacpp.py --model DIR --gguf FILE --llama-bench PATH [--runs 3]
         [--threads 2] [--prefill 512] [--decode 128] [--depth 0] [--numerics reference,float] [--json OUT]
-        [--llama-server PATH [--serve-prompts 16 --serve-concurrency 4 --serve-input 256
-         --serve-output 64]]
+        [--llama-server PATH [--serve-concurrency 1,4,16,32 --serve-prompts 16 --serve-input 640
+         --serve-output 160 --serve-range-ratio 0.6]]
 
 With --llama-server, each round also serves the same workload from `deepinfer serve` and from
 `llama-server -np <concurrency>` in turn (one started, measured with `deepinfer bench-serve`,
-stopped, then the other) and compares throughput, TTFT and TPOT.
+stopped, then the other), at every concurrency in the list, and compares throughput, TTFT and
+TPOT. Each concurrency C sends max(--serve-prompts, 2 C) requests, so every slot serves at
+least two; with --serve-range-ratio R their lengths are drawn from [len (1 - R), len (1 + R)]
+(640 / 160 with 0.6: prompts of 256-1024 tokens, 64-256 out).
 
 llama.cpp is built outside this repository (see tools/bench/README.md: the fork
 fairydreaming/llama.cpp @571d0d5 runs DeepSeek-V4 on CPU); nothing of it is vendored here.
@@ -74,22 +77,29 @@ def wait_ready(url: str, proc: subprocess.Popen, seconds: float = 300.0) -> None
     raise RuntimeError("server not ready after %.0f s" % seconds)
 
 
-def run_serving(args, who: str) -> dict:
-    """Starts one server, runs bench-serve against it, stops it."""
+def longest(length: int, ratio: float) -> int:
+    return int(round(length * (1.0 + ratio)))
+
+
+def run_serving(args, who: str, concurrency: int) -> dict:
+    """Starts one server, runs bench-serve against it at `concurrency`, stops it."""
     port = 8171 if who == "deepinfer" else 8172
+    per_slot = longest(args.serve_input, args.serve_range_ratio) + longest(args.serve_output, args.serve_range_ratio) + 16
     if who == "deepinfer":
-        cmd = [str(args.deepinfer), "serve", "--model", args.model, "--threads", str(args.threads), "--port", str(port)]
+        cmd = [str(args.deepinfer), "serve", "--model", args.model, "--threads", str(args.threads), "--port", str(port),
+               "--max-num-seqs", str(max(32, concurrency))]
     else:
-        ctx = args.serve_concurrency * (args.serve_input + args.serve_output + 16)
-        cmd = [args.llama_server, "-m", args.gguf, "-t", str(args.threads), "-np", str(args.serve_concurrency),
-               "-c", str(ctx), "--port", str(port)]
+        # llama-server splits -c between its -np slots: each slot holds its longest request.
+        cmd = [args.llama_server, "-m", args.gguf, "-t", str(args.threads), "-np", str(concurrency),
+               "-c", str(concurrency * per_slot), "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, proc)
-        bench = [str(args.deepinfer), "bench-serve", "--url", url, "--concurrency", str(args.serve_concurrency),
-                 "--num-prompts", str(args.serve_prompts), "--input-len", str(args.serve_input), "--output-len",
-                 str(args.serve_output), "--vocab-size", "100000", "--json"]
+        bench = [str(args.deepinfer), "bench-serve", "--url", url, "--concurrency", str(concurrency),
+                 "--num-prompts", str(max(args.serve_prompts, 2 * concurrency)), "--input-len", str(args.serve_input),
+                 "--output-len", str(args.serve_output), "--range-ratio", str(args.serve_range_ratio),
+                 "--vocab-size", "100000", "--json"]
         # bench-serve exits 1 when requests failed; its report still says how many.
         out = subprocess.run(bench, capture_output=True, text=True)
         try:
@@ -126,51 +136,66 @@ def main() -> int:
     ap.add_argument("--numerics", default="reference,float", help="DeepInfer numerics modes, comma separated")
     ap.add_argument("--json", help="also write every figure here")
     ap.add_argument("--llama-server", help="path of llama.cpp's llama-server: also compare serving")
-    ap.add_argument("--serve-prompts", type=int, default=16)
-    ap.add_argument("--serve-concurrency", type=int, default=4)
+    ap.add_argument("--serve-prompts", type=int, default=16, help="requests per concurrency (at least 2 per slot)")
+    ap.add_argument("--serve-concurrency", default="4", help="comma-separated concurrencies, e.g. 1,4,16,32")
     ap.add_argument("--serve-input", type=int, default=256)
     ap.add_argument("--serve-output", type=int, default=64)
+    ap.add_argument("--serve-range-ratio", type=float, default=0.0)
+    ap.add_argument("--skip-bench", action="store_true", help="serving only: no llama-bench / deepinfer bench pairs")
     args = ap.parse_args()
+    concurrencies = [int(c) for c in args.serve_concurrency.split(",") if c]
     modes = [m for m in args.numerics.split(",") if m]
     rounds = []
     for i in range(args.runs):
         r = {}
         # Alternate who goes first, so a drift of the machine does not favour one side.
         order = ["llama"] + modes if i % 2 else modes + ["llama"]
-        for who in order:
-            r[who] = run_llama(args) if who == "llama" else run_deepinfer(args, who)
+        if not args.skip_bench:
+            for who in order:
+                r[who] = run_llama(args) if who == "llama" else run_deepinfer(args, who)
+            line = [f"round {i + 1}:"]
+            for m in modes:
+                d = r[m]
+                line.append(f"deepinfer {m} pp {d['prefill_tok_s']:.1f} tg {d['decode_tok_s']:.2f} "
+                            f"({100 * d['roofline_fraction']:.0f}% of roofline, triad {d['triad_gb_s'][0]:.1f}/"
+                            f"{d['triad_gb_s'][-1]:.1f} GB/s);")
+            line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f}")
+            print(" ".join(line), flush=True)
         rounds.append(r)
-        line = [f"round {i + 1}:"]
-        for m in modes:
-            d = r[m]
-            line.append(f"deepinfer {m} pp {d['prefill_tok_s']:.1f} tg {d['decode_tok_s']:.2f} "
-                        f"({100 * d['roofline_fraction']:.0f}% of roofline, triad {d['triad_gb_s'][0]:.1f}/"
-                        f"{d['triad_gb_s'][-1]:.1f} GB/s);")
-        line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f}")
-        print(" ".join(line), flush=True)
         if args.llama_server:
-            for who in (["llama-server", "deepinfer"] if i % 2 else ["deepinfer", "llama-server"]):
-                r["serve_" + who] = run_serving(args, who)
-            for who in ("deepinfer", "llama-server"):
-                v = r["serve_" + who]
-                print(f"  serving {who}: {v['total_token_throughput']:.1f} tok/s, TTFT median "
-                      f"{v['ttft_median_ms'] / 1000:.2f} s (mean {v['ttft_mean_ms'] / 1000:.2f}), TPOT median "
-                      f"{v['tpot_median_ms']:.0f} ms, {v['successful']} ok / {v['failed']} failed"
-                      + (f" ({v['first_error'][:80]})" if v["failed"] else ""), flush=True)
+            for c in concurrencies:
+                for who in (["llama-server", "deepinfer"] if (i + c) % 2 else ["deepinfer", "llama-server"]):
+                    r[f"serve_{who}_c{c}"] = run_serving(args, who, c)
+                for who in ("deepinfer", "llama-server"):
+                    v = r[f"serve_{who}_c{c}"]
+                    print(f"  C={c} serving {who}: {v['total_token_throughput']:.1f} tok/s, TTFT median "
+                          f"{v['ttft_median_ms'] / 1000:.2f} s (mean {v['ttft_mean_ms'] / 1000:.2f}), TPOT median "
+                          f"{v['tpot_median_ms']:.0f} ms, {v['successful']} ok / {v['failed']} failed"
+                          + (f" ({v['first_error'][:80]})" if v["failed"] else ""), flush=True)
     summary = {}
-    for m in modes:
+    for m in ([] if args.skip_bench else modes):
         dec = [r[m]["decode_tok_s"] / r["llama"]["decode_tok_s"] for r in rounds]
         pre = [r[m]["prefill_tok_s"] / r["llama"]["prefill_tok_s"] for r in rounds]
         summary[m] = {"decode_ratio": dec, "prefill_ratio": pre}
         print(f"{m}: decode {spread(dec)}, prefill {spread(pre)} (DeepInfer / llama.cpp, {args.runs} rounds)")
     if args.llama_server:
-        thr = [r["serve_deepinfer"]["total_token_throughput"] / r["serve_llama-server"]["total_token_throughput"]
-               for r in rounds]
-        ttft = [r["serve_llama-server"]["ttft_median_ms"] / r["serve_deepinfer"]["ttft_median_ms"] for r in rounds]
-        tpot = [r["serve_llama-server"]["tpot_median_ms"] / r["serve_deepinfer"]["tpot_median_ms"] for r in rounds]
-        summary["serving"] = {"throughput_ratio": thr, "ttft_speedup": ttft, "tpot_speedup": tpot}
-        print(f"serving: throughput {spread(thr)}, TTFT (llama / deepinfer) {spread(ttft)}, "
-              f"TPOT (llama / deepinfer) {spread(tpot)}; llama-server's failed requests count as not served")
+        print("| C | DeepInfer tok/s | llama-server tok/s | throughput ratio | TTFT median DeepInfer / llama-server (s) "
+              "| TPOT median DeepInfer / llama-server (ms) | failed DeepInfer / llama-server |")
+        print("|---|---|---|---|---|---|---|")
+        for c in concurrencies:
+            d = [r[f"serve_deepinfer_c{c}"] for r in rounds]
+            l = [r[f"serve_llama-server_c{c}"] for r in rounds]
+            thr = [a["total_token_throughput"] / b["total_token_throughput"] for a, b in zip(d, l)]
+            ttft = [b["ttft_median_ms"] / a["ttft_median_ms"] for a, b in zip(d, l)]
+            tpot = [b["tpot_median_ms"] / a["tpot_median_ms"] for a, b in zip(d, l)]
+            summary[f"serving_c{c}"] = {"throughput_ratio": thr, "ttft_speedup": ttft, "tpot_speedup": tpot}
+            med = statistics.median
+            print(f"| {c} | {med([a['total_token_throughput'] for a in d]):.1f} | "
+                  f"{med([b['total_token_throughput'] for b in l]):.1f} | {spread(thr)} | "
+                  f"{med([a['ttft_median_ms'] for a in d]) / 1000:.2f} / {med([b['ttft_median_ms'] for b in l]) / 1000:.2f} | "
+                  f"{med([a['tpot_median_ms'] for a in d]):.0f} / {med([b['tpot_median_ms'] for b in l]):.0f} | "
+                  f"{sum(a['failed'] for a in d)} / {sum(b['failed'] for b in l)} |")
+        print("(medians over the rounds; llama-server's failed requests count as not served)")
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "rounds": rounds, "ratios": summary}, indent=1))
     return 0

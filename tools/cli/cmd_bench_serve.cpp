@@ -1,11 +1,13 @@
 // deepinfer bench-serve --url http://127.0.0.1:8000 [--concurrency 8] [--num-prompts 64]
 //                       [--input-len 128] [--output-len 64] [--seed 0] [--api-key K] [--json] [--detailed]
-//                       [--workload random|agent] [--turns 10] [--tool-result-len 200]
+//                       [--range-ratio R] [--workload random|agent] [--turns 10] [--tool-result-len 200]
 // Online serving benchmark in the manner of `vllm bench serve` with the random dataset:
 // random token-id prompts sent to /v1/completions with streaming, ignore_eos and greedy
 // sampling, at most `concurrency` in flight. Reports request and token throughput and
 // TTFT, TPOT (per request: (latency - TTFT) / (output tokens - 1)), ITL (time between
-// streamed chunks carrying tokens) and end-to-end latency: mean, median, p99.
+// streamed chunks carrying tokens) and end-to-end latency: mean, median, p99. With --range-ratio R
+// each request's prompt and output lengths are drawn uniformly from [len * (1 - R), len * (1 + R)]
+// (vLLM's --random-range-ratio), so a mix of long and short requests shares the server.
 // Any OpenAI-compatible server can be measured: where chunks carry no token ids (llama-server,
 // vLLM without return_token_ids), a chunk with text counts as one token, and the output
 // token count comes from the final usage (stream_options.include_usage) when the server
@@ -141,6 +143,7 @@ struct Load {
   std::string url;
   httplib::Headers headers;
   long concurrency = 8, n = 64, in_len = 128, out_len = 64;
+  double range_ratio = 0.0;  // lengths drawn from [len * (1 - r), len * (1 + r)]
   int64_t vocab = 0;  // 0: the server's vocab_size, else 32000
 };
 
@@ -150,11 +153,18 @@ std::vector<json> make_bodies(const Load& l, const json& model, uint64_t seed) {
   const int64_t vocab = l.vocab > 0 ? l.vocab : model.value("vocab_size", int64_t(32000));
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> tok(std::min<int64_t>(100, vocab / 10), vocab - 1);
+  auto length = [&](long len) {
+    const long lo = std::max(1L, long(std::lround(double(len) * (1.0 - l.range_ratio))));
+    const long hi = std::max(lo, long(std::lround(double(len) * (1.0 + l.range_ratio))));
+    return std::uniform_int_distribution<long>(lo, hi)(rng);
+  };
   std::vector<json> bodies;
   for (long i = 0; i < l.n; ++i) {
-    std::vector<int64_t> ids(static_cast<size_t>(l.in_len));
+    const long in_len = l.range_ratio > 0 ? length(l.in_len) : l.in_len;
+    const long out_len = l.range_ratio > 0 ? length(l.out_len) : l.out_len;
+    std::vector<int64_t> ids(static_cast<size_t>(in_len));
     for (auto& t : ids) t = tok(rng);
-    bodies.push_back(json{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", l.out_len}, {"temperature", 0.0},
+    bodies.push_back(json{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", out_len}, {"temperature", 0.0},
                           {"ignore_eos", true}, {"stream", true}, {"return_token_ids", true},
                           {"stream_options", {{"include_usage", true}}}});
   }
@@ -185,6 +195,7 @@ json report(const Load& l, const std::vector<Outcome>& outcomes, double duration
             {"concurrency", l.concurrency},
             {"input_len", l.in_len},
             {"output_len", l.out_len},
+            {"range_ratio", l.range_ratio},
             {"total_input_tokens", in_tokens},
             {"total_output_tokens", out_tokens},
             {"request_throughput", double(ok) / duration},
@@ -325,7 +336,7 @@ int run_agent(const Load& l, const json& model, long turns, long tool_len, uint6
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key",
-             "--vocab-size", "--workload", "--turns", "--tool-result-len"},
+             "--vocab-size", "--range-ratio", "--workload", "--turns", "--tool-result-len"},
             {"--json", "--detailed"});
   Load l;
   l.url = args.get_or("--url", "http://127.0.0.1:8000");
@@ -335,6 +346,8 @@ int run(const std::vector<std::string>& argv) {
   l.out_len = args.get_int("--output-len", 64);
   if (l.concurrency < 1 || l.n < 1 || l.in_len < 1 || l.out_len < 1)
     throw ArgError("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
+  l.range_ratio = args.get_double("--range-ratio", 0.0);
+  if (!(l.range_ratio >= 0.0 && l.range_ratio < 1.0)) throw ArgError("--range-ratio must be in [0, 1)");
   if (auto k = args.get("--api-key")) l.headers.emplace("Authorization", "Bearer " + *k);
   l.vocab = args.get_int("--vocab-size", 0);
   if (l.vocab < 0 || l.vocab == 1) throw ArgError("--vocab-size must be at least 2");
@@ -382,6 +395,8 @@ CommandRegistration reg("bench-serve", "online serving benchmark against a runni
                         "  --num-prompts N              requests in all (default 64)\n"
                         "  --input-len N                prompt tokens per request (default 128)\n"
                         "  --output-len N               generated tokens per request (default 64)\n"
+                        "  --range-ratio R              draw each request's lengths from [len*(1-R), len*(1+R)]\n"
+                        "                               (default 0: every request the same)\n"
                         "  --seed N                     seed of the random prompts (default 0)\n"
                         "  --detailed                   also each request's start, TTFT and latency (JSON)\n"
                         "  --api-key KEY                sent as a Bearer token\n"
