@@ -214,7 +214,7 @@ TEST(Cli, ChatDraftsKeepTheGreedyReplies) {
 }
 
 // generate samples with --temperature and the API's filters: reproducible with --seed, greedy
-// at temperature 0, bad values and drafting with sampling refused (exit 2).
+// at temperature 0, bad values refused (exit 2), drafting with sampling verified.
 TEST(Cli, GenerateSamples) {
   Scratch s;
   const std::string base = "generate --model " + shared_model("tiny-v4-c") + " --numerics float --threads 1 -n 12 " +
@@ -238,9 +238,12 @@ TEST(Cli, GenerateSamples) {
   Result r = run(base + " --top-p 0");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("top_p must be in (0, 1]"), std::string::npos) << r.output;
-  r = run(base + " --temperature 0.5 --speculative mtp");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("greedy decoding only"), std::string::npos) << r.output;
+  // generate runs the engine, whose drafts are verified by rejection sampling: sampled drafting works.
+  r = run(base + " --temperature 0.5 --speculative mtp --seed 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string drafted_ids = ids(r);
+  EXPECT_EQ(std::count(drafted_ids.begin(), drafted_ids.end(), ' '), 11) << r.output;  // 12 ids
+  EXPECT_NE(r.output.find("speculative: 12 tokens in"), std::string::npos) << r.output;
   EXPECT_EQ(run(base + " --temperature warm").code, 2);
 }
 

@@ -2,11 +2,12 @@
 //                [--family v4|v4_0731|v41] [-n MAX_TOKENS] [--numerics ...] [--threads N]
 //                [--speculative auto|mtp|dspark|off] [--num-draft-tokens K]
 // Interactive chat on stdin/stdout: each line is a user turn. The conversation is rendered
-// with the checkpoint's DeepSeek encoder, generated greedily until EOS (with the checkpoint's
-// drafter verifying several tokens per forward where it can: the same tokens), and the reply is
-// streamed with reasoning shown as "[thinking] ..." and kept out of the history as the
-// encoder wants (drop_thinking). Turns extend the previous prompt, so the sequence state is
-// reused and only the new tokens are prefilled.
+// with the checkpoint's DeepSeek encoder, generated greedily until EOS by the same Engine
+// `serve` runs (with the checkpoint's drafter verifying several tokens per forward where it
+// can: the same tokens), and the reply is streamed with reasoning shown as "[thinking] ..." and
+// kept out of the history as the encoder wants (drop_thinking). Each turn's prompt extends the
+// previous one, so the engine's prefix cache finds the state and only the new tokens are
+// prefilled.
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -15,7 +16,6 @@
 #include "command.h"
 #include "core/log.h"
 #include "model_cli.h"
-#include "spec_decode.h"
 #include "tokenizer/chat/encoder.h"
 #include "tokenizer/chat/family.h"
 #include "tokenizer/chat/output_parser.h"
@@ -34,12 +34,11 @@ int run(const std::vector<std::string>& argv) {
             {"--thinking", "--verify-weights"});
   const long max_tokens = args.get_int("-n", 512);
   if (max_tokens < 1) throw ArgError("-n must be >= 1");
-  const Compute compute = compute_args(args);
-  auto model = load_model_arg(args);
-  model->check_numerics(compute.num);
-  const std::string dir = model_dir_arg(args);
-  const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
-  chat::ChatFamily family = chat::detect_family(dir);
+  const EngineOptions eo = engine_options_from_args(args);
+  if (world().size() > 1) throw ArgError("chat runs in one process (serve runs under mpirun)");
+  auto engine = create_engine(eo);
+  const Tokenizer tok = Tokenizer::from_file(eo.model_dir + "/tokenizer.json");
+  chat::ChatFamily family = chat::detect_family(eo.model_dir);
   if (auto f = args.get("--family")) {
     auto parsed = chat::parse_family(*f);
     if (!parsed) throw ArgError("--family must be v4, v4_0731 or v41");
@@ -52,31 +51,22 @@ int run(const std::vector<std::string>& argv) {
 
   nlohmann::json messages = nlohmann::json::array();
   if (auto sys = args.get("--system")) messages.push_back({{"role", "system"}, {"content", *sys}});
-  const v4::Config& cfg = model->config();
-  SpecDecodeOptions so;
-  so.max_drafts = speculative_args(args, *model);
-  std::optional<SpecDecoder> dec;
-  SpecDecodeResult totals;  // drafting counters over the session
+  const bool drafting = engine->info().speculative != "off";
+  Usage totals;  // drafting counters over the session
+  int64_t forwards = 0;
   log_info("chat (%s encoder, %s mode%s): type a message, end with Ctrl-D", chat::family_name(family),
-           thinking ? "thinking" : "chat", so.max_drafts ? ", drafting" : "");
+           thinking ? "thinking" : "chat", drafting ? ", drafting" : "");
   std::string line;
   while (std::fprintf(stdout, "> "), std::fflush(stdout), std::getline(std::cin, line)) {
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
     // What was typed is text: only the encoder's own markers are control tokens.
-    std::vector<int32_t> ids = chat::tokenize_prompt(tok, chat::render_messages(family, messages, opts));
-    // Reuse the state when the new prompt extends what was already fed.
-    size_t common = 0;
-    const int64_t fed = dec ? dec->n_fed() : 0;
-    if (dec) {
-      const std::vector<int32_t>& h = dec->history();
-      while (int64_t(common) < fed && common < ids.size() && h[common] == ids[common]) ++common;
-    }
-    if (!dec || int64_t(common) < fed || common == ids.size()) {
-      dec.emplace(*model, compute.num, so);
-      common = 0;
-    }
-    dec->feed(std::vector<int32_t>(ids.begin() + int64_t(common), ids.end()));
+    GenerateRequest req;
+    req.prompt = chat::tokenize_prompt(tok, chat::render_messages(family, messages, opts));
+    req.cache_points = {int64_t(req.prompt.size())};  // the next turn re-renders the answer from here
+    req.params.temperature = 0.0f;                     // greedy until EOS or -n tokens
+    req.params.max_tokens = max_tokens;
+    const auto stream = engine->submit(std::move(req));
 
     IncrementalDetokenizer detok(tok);
     chat::OutputParser parser(family, thinking);
@@ -90,15 +80,20 @@ int run(const std::vector<std::string>& argv) {
       acc.add(events);
     };
     if (thinking) std::fprintf(stdout, "[thinking] ");
-    // Greedy until EOS (not shown) or max_tokens.
-    const SpecDecodeResult r = dec->generate(max_tokens, [&](int32_t t) {
-      if (t == cfg.eos_token_id) return false;
-      show(parser.feed(detok.push(t)));
-      return true;
-    });
-    totals.drafted += r.drafted;
-    totals.accepted += r.accepted;
-    totals.forward_steps += r.forward_steps;
+    for (bool finished = false; !finished;) {
+      const std::optional<StreamEvent> ev = stream->next(std::chrono::milliseconds(500));
+      if (!ev) continue;
+      for (const GeneratedToken& t : ev->tokens)
+        if (!t.is_stop_token) show(parser.feed(detok.push(t.token)));  // EOS ends the reply, unshown
+      finished = ev->finished;
+      if (finished && ev->finish_reason == FinishReason::kError) throw std::runtime_error(ev->error.message);
+      if (finished) {
+        totals.draft_tokens += ev->usage.draft_tokens;
+        totals.accepted_draft_tokens += ev->usage.accepted_draft_tokens;
+        // One forward gives the first token; each later one a token plus its accepted drafts.
+        forwards += ev->usage.completion_tokens - ev->usage.accepted_draft_tokens;
+      }
+    }
     show(parser.feed(detok.flush()));
     show(parser.finish());
     std::fprintf(stdout, "\n");
@@ -108,9 +103,10 @@ int run(const std::vector<std::string>& argv) {
     messages.push_back(reply);
   }
   std::fprintf(stdout, "\n");
-  if (totals.drafted)
-    log_info("speculative: %lld forwards; %lld drafts, %lld accepted (%.1f%%)", (long long)totals.forward_steps,
-             (long long)totals.drafted, (long long)totals.accepted, 100.0 * double(totals.accepted) / double(totals.drafted));
+  if (totals.draft_tokens)
+    log_info("speculative: %lld forwards; %lld drafts, %lld accepted (%.1f%%)", (long long)forwards,
+             (long long)totals.draft_tokens, (long long)totals.accepted_draft_tokens,
+             100.0 * double(totals.accepted_draft_tokens) / double(totals.draft_tokens));
   return 0;
 }
 

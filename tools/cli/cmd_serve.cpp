@@ -48,19 +48,7 @@ long positive(const Args& args, const std::string& flag, long fallback) {
 }
 
 EngineOptions engine_options(const Args& args) {
-  EngineOptions o;
-  o.model_dir = args.get_or("--model", "");
-  if (o.model_dir.empty()) {
-    o.model_dir = default_model_dir();
-    log_info("no --model given: using the embedded default checkpoint %s (" DI_DEFAULT_MODEL_WHAT ")", o.model_dir.c_str());
-  }
-  o.threads = int(positive(args, "--threads", default_threads_per_rank()));
-  o.comm = &world();
-  o.expert_parallel = args.has("--expert-parallel");
-  o.numerics = args.get_or("--numerics", "reference");
-  if (o.numerics != "reference" && o.numerics != "float") throw ArgError("--numerics must be reference or float");
-  o.kernels = args.get_or("--kernels", "cpu");
-  if (o.kernels != "cpu" && o.kernels != "ref") throw ArgError("--kernels must be cpu or ref");
+  EngineOptions o = engine_options_from_args(args);
   if (args.get("--kv-memory") && args.get("--num-kv-blocks"))
     throw ArgError("give --kv-memory or --num-kv-blocks, not both");
   if (auto v = args.get("--kv-memory")) o.kv_memory_bytes = parse_bytes("--kv-memory", *v);
@@ -77,15 +65,12 @@ EngineOptions engine_options(const Args& args) {
   if (o.prefix_cache_granularity < 0 || o.prefix_cache_granularity % o.kv_block_tokens != 0)
     throw ArgError("--prefix-cache-granularity must be 0 or a multiple of --kv-block-tokens (" +
                    std::to_string(o.kv_block_tokens) + ")");
-  o.verify_weights = args.has("--verify-weights");
   o.kv_cache_dir = args.get_or("--kv-cache-dir", "");
   if (auto v = args.get("--kv-cache-disk-size")) {
     if (o.kv_cache_dir.empty()) throw ArgError("--kv-cache-disk-size needs --kv-cache-dir");
     o.kv_cache_disk_bytes = parse_bytes("--kv-cache-disk-size", *v);
   }
   if (o.prefix_cache_entries < 0) throw ArgError("--prefix-cache-entries must be >= 0");
-  o.speculative = args.get_or("--speculative", "auto");
-  o.num_draft_tokens = args.get_int("--num-draft-tokens", 0);
   return o;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <stdexcept>
 
 #include "command.h"
@@ -40,6 +41,39 @@ std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   }
   dist::agree(comm, error);
   return model;
+}
+
+EngineOptions engine_options_from_args(const Args& args) {
+  EngineOptions o;
+  o.model_dir = args.get_or("--model", "");
+  if (o.model_dir.empty()) {
+    o.model_dir = default_model_dir();
+    log_info("no --model given: using the embedded default checkpoint %s (" DI_DEFAULT_MODEL_WHAT ")", o.model_dir.c_str());
+  }
+  const long threads = args.get_int("--threads", default_threads_per_rank());
+  if (threads < 1 || threads > 1024) throw ArgError("--threads must be between 1 and 1024");
+  o.threads = int(threads);
+  o.comm = &world();
+  o.expert_parallel = args.has("--expert-parallel");
+  o.numerics = args.get_or("--numerics", "reference");
+  if (o.numerics != "reference" && o.numerics != "float") throw ArgError("--numerics must be reference or float");
+  o.kernels = args.get_or("--kernels", "cpu");
+  if (o.kernels != "cpu" && o.kernels != "ref" && o.kernels != "cpu-avx2" && o.kernels != "cpu-avx512" &&
+      o.kernels != "cpu-scalar")
+    throw ArgError("--kernels must be cpu or ref (or cpu-avx2, cpu-avx512, cpu-scalar to force an ISA)");
+  o.verify_weights = args.has("--verify-weights");
+  o.speculative = args.get_or("--speculative", "auto");
+  o.num_draft_tokens = args.get_int("--num-draft-tokens", 0);
+  return o;
+}
+
+std::unique_ptr<Engine> create_engine(const EngineOptions& o) {
+  try {
+    return Engine::create(o);
+  } catch (const std::runtime_error& e) {
+    if (std::string_view(e.what()).substr(0, 2) == "--") throw ArgError(e.what());
+    throw;
+  }
 }
 
 int default_threads_per_rank() {

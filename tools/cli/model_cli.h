@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "args.h"
+#include "deepinfer/engine.h"
 #include "model/deepseek_v4/model.h"
 
 namespace deepinfer::cli {
@@ -13,6 +14,13 @@ namespace deepinfer::cli {
 // --model DIR, or the embedded default checkpoint when omitted.
 std::string model_dir_arg(const Args& args);
 std::unique_ptr<v4::Model> load_model_arg(const Args& args);
+// The EngineOptions of the flags every Engine-backed subcommand (generate, chat, serve) shares:
+// --model (or the embedded default), --threads, --numerics, --kernels, --speculative,
+// --num-draft-tokens, --verify-weights, --expert-parallel; and the job's communicator.
+EngineOptions engine_options_from_args(const Args& args);
+// Engine::create, where a refusal that names one of the flags ("--speculative mtp: this
+// checkpoint ...") is an ArgError (exit 2) like any other bad argument.
+std::unique_ptr<Engine> create_engine(const EngineOptions& o);
 // How to compute: --numerics reference|float (default reference), --threads N (default all
 // cores), --kernels cpu|ref (default cpu; ref is the slow scalar referee).
 struct Compute {

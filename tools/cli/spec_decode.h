@@ -1,6 +1,7 @@
-// Greedy decoding of one sequence with speculative decoding over the model API, for
-// `generate`, `chat` and `bench` (the server's path is the engine's: EngineCore with
-// ModelRunner; both draft with Model::draft and pick draft lengths with engine::DraftPolicy).
+// Greedy decoding of one sequence with speculative decoding over the model API, for `bench`'s
+// speculative variants, which replace the drafts (every one accepted / rejected) to measure
+// the verify path's bounds. `generate` and `chat` run the Engine as `serve` does (EngineCore
+// with ModelRunner); both paths draft with Model::draft and pick lengths with engine::DraftPolicy.
 #pragma once
 #include <cstdint>
 #include <functional>
