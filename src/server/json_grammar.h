@@ -141,7 +141,16 @@ struct JsonSchema {
 
  private:
   struct Ctx;
+  struct Site;  // the schema object being compiled: its keywords and where it sits
   int32_t compile(const chat::Json& s, Ctx& cx, const std::string& where, int depth);
+  // compile() in parts, by keyword family:
+  int32_t compile_ref(const Site& at, Ctx& cx, int depth);                            // $ref
+  int32_t compile_alternatives(const Site& at, const char* comb, Ctx& cx, int depth);  // anyOf / oneOf
+  void compile_object(const Site& at, Ctx& cx, int depth, JsonSchemaNode& n);        // properties, required
+  void compile_array(const Site& at, Ctx& cx, int depth, JsonSchemaNode& n);         // items, lengths
+  void compile_string(const Site& at, JsonSchemaNode& n);                            // lengths, pattern, format
+  static void compile_number(const Site& at, JsonSchemaNode& n);                     // minimum, maximum, ...
+  void keep_literals(const Site& at, int32_t id);                                    // enum / const
   void compute_need();
 };
 

@@ -150,6 +150,26 @@ int32_t JsonSchema::add_types(uint8_t types) {
   return int32_t(nodes.size() - 1);
 }
 
+struct JsonSchema::Site {
+  const Json& s;
+  const std::string& where;
+
+  const Json* field(const char* k) const {
+    auto it = s.find(k);
+    return it == s.end() ? nullptr : &*it;
+  }
+  [[noreturn]] void error(const std::string& what) const { schema_error(where, what); }
+  // Keywords besides `self` (and annotations / allowed) make the combination unsupported.
+  void alone(const char* self, std::initializer_list<const char*> allowed) const {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == self || kAnnotations.count(k)) continue;
+      if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }) != allowed.end()) continue;
+      error(std::string("'") + self + "' together with '" + k + "' is not supported");
+    }
+  }
+};
+
 int32_t JsonSchema::compile(const Json& s, Ctx& cx, const std::string& where, int depth) {
   if (depth > kMaxSchemaDepth) schema_error(where, "the schema is nested too deeply");
   if (s.is_boolean()) {
@@ -164,82 +184,18 @@ int32_t JsonSchema::compile(const Json& s, Ctx& cx, const std::string& where, in
     if (k == "uniqueItems" && !(it->is_boolean() && !it->get<bool>()))
       schema_error(where, "the schema keyword 'uniqueItems' is not supported");
   }
-  auto field = [&](const char* k) -> const Json* {
-    auto it = s.find(k);
-    return it == s.end() ? nullptr : &*it;
-  };
-  // Keywords besides `self` (and annotations / allowed) make the combination unsupported.
-  auto alone = [&](const char* self, std::initializer_list<const char*> allowed) {
-    for (auto it = s.begin(); it != s.end(); ++it) {
-      const std::string& k = it.key();
-      if (k == self || kAnnotations.count(k)) continue;
-      if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }) != allowed.end()) continue;
-      schema_error(where, std::string("'") + self + "' together with '" + k + "' is not supported");
-    }
-  };
-
-  if (const Json* ref = field("$ref")) {
-    alone("$ref", {});
-    if (!ref->is_string()) schema_error(where, "'$ref' must be a string");
-    const std::string r = ref->get<std::string>();
-    if (auto it = cx.refs.find(r); it != cx.refs.end()) return it->second;
-    const Json* target = resolve(*cx.root, r);
-    if (!target) schema_error(where, "'$ref' " + r + " does not resolve within the schema (only local refs are supported)");
-    const int32_t id = int32_t(nodes.size());
-    nodes.emplace_back();
-    cx.refs[r] = id;
-    cx.in_progress.insert(id);
-    const int32_t body = compile(*target, cx, r.substr(1), depth + 1);
-    cx.in_progress.erase(id);
-    JsonSchemaNode copy = nodes[size_t(body)];
-    nodes[size_t(id)] = std::move(copy);
-    return id;
-  }
-  if (const Json* all = field("allOf")) {
-    alone("allOf", {});
-    if (!all->is_array() || all->size() != 1) schema_error(where, "'allOf' is only supported with one schema");
+  const Site at{s, where};
+  if (at.field("$ref")) return compile_ref(at, cx, depth);
+  if (const Json* all = at.field("allOf")) {
+    at.alone("allOf", {});
+    if (!all->is_array() || all->size() != 1) at.error("'allOf' is only supported with one schema");
     return compile((*all)[0], cx, where + "/allOf/0", depth + 1);
   }
-  for (const char* comb : {"anyOf", "oneOf"}) {
-    const Json* a = field(comb);
-    if (!a) continue;
-    alone(comb, {"type"});
-    if (!a->is_array() || a->empty()) schema_error(where, std::string("'") + comb + "' must be a non-empty array");
-    uint8_t allowed = Node::kAnyType;
-    if (const Json* t = field("type")) {
-      const Json only = Json{{"type", *t}};
-      allowed = nodes[size_t(compile(only, cx, where, depth + 1))].types;
-    }
-    std::vector<int32_t> branches;
-    for (size_t i = 0; i < a->size(); ++i) {
-      const int32_t b = compile((*a)[i], cx, where + "/" + comb + "/" + std::to_string(i), depth + 1);
-      if (cx.in_progress.count(b)) schema_error(where, std::string("a recursive '$ref' directly in '") + comb + "' is not supported");
-      branches.push_back(b);
-    }
-    if (branches.size() == 1 && allowed == Node::kAnyType) return branches[0];
-    JsonSchemaNode n;
-    n.branch.assign(7, -1);
-    n.types = 0;
-    for (int32_t b : branches) {
-      const uint8_t t = nodes[size_t(b)].types & allowed;
-      // Numbers are one class by their first byte: integer and number branches overlap.
-      const uint8_t cls = (t & (Node::kInteger | Node::kFraction)) ? uint8_t(t | Node::kInteger | Node::kFraction) : t;
-      for (int bit = 0; bit < 7; ++bit) {
-        if (!((cls >> bit) & 1)) continue;
-        if (n.branch[size_t(bit)] >= 0)
-          schema_error(where, std::string("'") + comb + "' branches that take the same JSON type are not supported");
-      }
-      for (int bit = 0; bit < 7; ++bit)
-        if ((cls >> bit) & 1) n.branch[size_t(bit)] = b;
-      n.types |= t;
-    }
-    if (!n.types) schema_error(where, std::string("no branch of '") + comb + "' allows the schema's type");
-    nodes.push_back(std::move(n));
-    return int32_t(nodes.size() - 1);
-  }
+  for (const char* comb : {"anyOf", "oneOf"})
+    if (at.field(comb)) return compile_alternatives(at, comb, cx, depth);
 
   JsonSchemaNode n;
-  if (const Json* t = field("type")) {
+  if (const Json* t = at.field("type")) {
     auto bits = [&](const Json& x) -> uint8_t {
       const std::string v = x.is_string() ? x.get<std::string>() : "";
       if (v == "object") return Node::kObject;
@@ -249,172 +205,243 @@ int32_t JsonSchema::compile(const Json& s, Ctx& cx, const std::string& where, in
       if (v == "number") return Node::kInteger | Node::kFraction;
       if (v == "boolean") return Node::kBool;
       if (v == "null") return Node::kNull;
-      schema_error(where, "unknown type " + x.dump());
+      at.error("unknown type " + x.dump());
     };
     if (t->is_array()) {
       n.types = 0;
       for (const auto& x : *t) n.types |= bits(x);
-      if (!n.types) schema_error(where, "'type' is an empty list");
+      if (!n.types) at.error("'type' is an empty list");
     } else {
       n.types = bits(*t);
     }
   }
-  // objects
-  if (const Json* p = field("properties")) {
-    if (!p->is_object()) schema_error(where, "'properties' must be an object");
-    if (p->size() > 64) schema_error(where, "more than 64 properties are not supported");
+  compile_object(at, cx, depth, n);
+  compile_array(at, cx, depth, n);
+  compile_string(at, n);
+  compile_number(at, n);
+  if (!n.types) at.error("no value satisfies the schema");
+  const int32_t id = int32_t(nodes.size());
+  nodes.push_back(n);
+  keep_literals(at, id);
+  return id;
+}
+
+int32_t JsonSchema::compile_ref(const Site& at, Ctx& cx, int depth) {
+  at.alone("$ref", {});
+  const Json* ref = at.field("$ref");
+  if (!ref->is_string()) at.error("'$ref' must be a string");
+  const std::string r = ref->get<std::string>();
+  if (auto it = cx.refs.find(r); it != cx.refs.end()) return it->second;
+  const Json* target = resolve(*cx.root, r);
+  if (!target) at.error("'$ref' " + r + " does not resolve within the schema (only local refs are supported)");
+  // The node exists before its body so that a recursive ref finds it.
+  const int32_t id = int32_t(nodes.size());
+  nodes.emplace_back();
+  cx.refs[r] = id;
+  cx.in_progress.insert(id);
+  const int32_t body = compile(*target, cx, r.substr(1), depth + 1);
+  cx.in_progress.erase(id);
+  JsonSchemaNode copy = nodes[size_t(body)];
+  nodes[size_t(id)] = std::move(copy);
+  return id;
+}
+
+int32_t JsonSchema::compile_alternatives(const Site& at, const char* comb, Ctx& cx, int depth) {
+  const Json* a = at.field(comb);
+  at.alone(comb, {"type"});
+  if (!a->is_array() || a->empty()) at.error(std::string("'") + comb + "' must be a non-empty array");
+  uint8_t allowed = Node::kAnyType;
+  if (const Json* t = at.field("type")) {
+    const Json only = Json{{"type", *t}};
+    allowed = nodes[size_t(compile(only, cx, at.where, depth + 1))].types;
+  }
+  std::vector<int32_t> branches;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const int32_t b = compile((*a)[i], cx, at.where + "/" + comb + "/" + std::to_string(i), depth + 1);
+    if (cx.in_progress.count(b)) at.error(std::string("a recursive '$ref' directly in '") + comb + "' is not supported");
+    branches.push_back(b);
+  }
+  if (branches.size() == 1 && allowed == Node::kAnyType) return branches[0];
+  // The grammar picks the branch by the value's first byte, so branches may not share a type.
+  JsonSchemaNode n;
+  n.branch.assign(7, -1);
+  n.types = 0;
+  for (int32_t b : branches) {
+    const uint8_t t = nodes[size_t(b)].types & allowed;
+    // Numbers are one class by their first byte: integer and number branches overlap.
+    const uint8_t cls = (t & (Node::kInteger | Node::kFraction)) ? uint8_t(t | Node::kInteger | Node::kFraction) : t;
+    for (int bit = 0; bit < 7; ++bit) {
+      if (!((cls >> bit) & 1)) continue;
+      if (n.branch[size_t(bit)] >= 0)
+        at.error(std::string("'") + comb + "' branches that take the same JSON type are not supported");
+    }
+    for (int bit = 0; bit < 7; ++bit)
+      if ((cls >> bit) & 1) n.branch[size_t(bit)] = b;
+    n.types |= t;
+  }
+  if (!n.types) at.error(std::string("no branch of '") + comb + "' allows the schema's type");
+  nodes.push_back(std::move(n));
+  return int32_t(nodes.size() - 1);
+}
+
+void JsonSchema::compile_object(const Site& at, Ctx& cx, int depth, JsonSchemaNode& n) {
+  if (const Json* p = at.field("properties")) {
+    if (!p->is_object()) at.error("'properties' must be an object");
+    if (p->size() > 64) at.error("more than 64 properties are not supported");
     n.has_properties = true;
     for (auto it = p->begin(); it != p->end(); ++it) {
       n.keys.push_back(it.key());
-      n.key_schema.push_back(compile(it.value(), cx, where + "/properties/" + it.key(), depth + 1));
+      n.key_schema.push_back(compile(it.value(), cx, at.where + "/properties/" + it.key(), depth + 1));
     }
   }
   bool extra_none = false;
-  if (const Json* a = field("additionalProperties")) {
+  if (const Json* a = at.field("additionalProperties")) {
     if (a->is_boolean()) extra_none = !a->get<bool>();
-    else n.extra = compile(*a, cx, where + "/additionalProperties", depth + 1);
+    else n.extra = compile(*a, cx, at.where + "/additionalProperties", depth + 1);
   }
   n.closed = extra_none;
-  if (const Json* r = field("required")) {
-    if (!r->is_array()) schema_error(where, "'required' must be an array");
+  if (const Json* r = at.field("required")) {
+    if (!r->is_array()) at.error("'required' must be an array");
     for (const auto& k : *r) {
-      if (!k.is_string()) schema_error(where, "'required' must hold strings");
+      if (!k.is_string()) at.error("'required' must hold strings");
       const std::string& key = k.get_ref<const std::string&>();
       size_t i = std::find(n.keys.begin(), n.keys.end(), key) - n.keys.begin();
       if (i == n.keys.size()) {
-        if (extra_none) schema_error(where, "required property '" + key + "' is not allowed by additionalProperties false");
-        if (n.keys.size() >= 64) schema_error(where, "more than 64 properties are not supported");
+        if (extra_none) at.error("required property '" + key + "' is not allowed by additionalProperties false");
+        if (n.keys.size() >= 64) at.error("more than 64 properties are not supported");
         n.keys.push_back(key);
         n.key_schema.push_back(n.extra);
       }
       n.required |= uint64_t(1) << i;
     }
   }
-  // arrays
+}
+
+void JsonSchema::compile_array(const Site& at, Ctx& cx, int depth, JsonSchemaNode& n) {
   auto item_schema = [&](const Json& v, const std::string& w) -> int32_t {
     if (v.is_boolean() && !v.get<bool>()) return -1;
     return compile(v, cx, w, depth + 1);
   };
-  const Json* items = field("items");
-  if (const Json* p = field("prefixItems")) {
-    if (!p->is_array()) schema_error(where, "'prefixItems' must be an array");
+  const std::string& where = at.where;
+  const Json* items = at.field("items");
+  if (const Json* p = at.field("prefixItems")) {
+    if (!p->is_array()) at.error("'prefixItems' must be an array");
     for (size_t i = 0; i < p->size(); ++i) n.prefix_items.push_back(item_schema((*p)[i], where + "/prefixItems/" + std::to_string(i)));
   }
   if (items && items->is_array()) {  // draft 7 tuples
-    if (field("prefixItems")) schema_error(where, "'items' as an array together with 'prefixItems'");
+    if (at.field("prefixItems")) at.error("'items' as an array together with 'prefixItems'");
     for (size_t i = 0; i < items->size(); ++i) n.prefix_items.push_back(item_schema((*items)[i], where + "/items/" + std::to_string(i)));
-    if (const Json* ai = field("additionalItems")) n.items = item_schema(*ai, where + "/additionalItems");
+    if (const Json* ai = at.field("additionalItems")) n.items = item_schema(*ai, where + "/additionalItems");
   } else {
-    if (field("additionalItems")) schema_error(where, "'additionalItems' is only supported with an 'items' array");
+    if (at.field("additionalItems")) at.error("'additionalItems' is only supported with an 'items' array");
     if (items) n.items = item_schema(*items, where + "/items");
   }
-  if (const Json* v = field("minItems")) n.min_items = count_of(*v, where, "minItems");
-  if (const Json* v = field("maxItems")) n.max_items = count_of(*v, where, "maxItems");
+  if (const Json* v = at.field("minItems")) n.min_items = count_of(*v, where, "minItems");
+  if (const Json* v = at.field("maxItems")) n.max_items = count_of(*v, where, "maxItems");
   if (n.items < 0) n.max_items = std::min<uint32_t>(n.max_items, uint32_t(n.prefix_items.size()));
   for (size_t i = 0; i < n.prefix_items.size(); ++i)
     if (n.prefix_items[i] < 0) n.max_items = std::min<uint32_t>(n.max_items, uint32_t(i));
   if (n.min_items > n.max_items) {
     if (n.types & Node::kArray) n.types &= uint8_t(~Node::kArray);
   }
-  // strings
-  if (const Json* v = field("minLength")) n.min_length = count_of(*v, where, "minLength");
-  if (const Json* v = field("maxLength")) n.max_length = count_of(*v, where, "maxLength");
+}
+
+void JsonSchema::compile_string(const Site& at, JsonSchemaNode& n) {
+  if (const Json* v = at.field("minLength")) n.min_length = count_of(*v, at.where, "minLength");
+  if (const Json* v = at.field("maxLength")) n.max_length = count_of(*v, at.where, "maxLength");
   if (n.min_length > n.max_length) n.types &= uint8_t(~Node::kString);
-  const Json* pattern = field("pattern");
+  const Json* pattern = at.field("pattern");
   const char* fmt = nullptr;
-  if (const Json* f = field("format")) {
-    if (!f->is_string()) schema_error(where, "'format' must be a string");
+  if (const Json* f = at.field("format")) {
+    if (!f->is_string()) at.error("'format' must be a string");
     fmt = json_regex::format_pattern(f->get<std::string>());
   }
-  if (pattern && !pattern->is_string()) schema_error(where, "'pattern' must be a string");
-  if ((pattern || fmt) && (n.types & Node::kString)) {
-    try {
-      std::vector<ByteDfa> parts;
-      if (pattern) {
-        parts.push_back(json_regex::pattern_dfa(pattern->get<std::string>()));
-      }
-      if (fmt) parts.push_back(json_regex::pattern_dfa(fmt));
-      if (n.min_length > 0 || n.max_length != UINT32_MAX) parts.push_back(json_regex::length_dfa(n.min_length, n.max_length));
-      ByteDfa d = std::move(parts[0]);
-      for (size_t i = 1; i < parts.size(); ++i) d = json_regex::intersect(d, parts[i]);
-      dfas.push_back(json_regex::pruned(std::move(d)));
-      n.dfa = int32_t(dfas.size() - 1);
-    } catch (const SchemaError& e) {
-      schema_error(where, e.what());
+  if (pattern && !pattern->is_string()) at.error("'pattern' must be a string");
+  if (!(pattern || fmt) || !(n.types & Node::kString)) return;
+  // One byte automaton for the pattern, the format and the length bounds together.
+  try {
+    std::vector<ByteDfa> parts;
+    if (pattern) parts.push_back(json_regex::pattern_dfa(pattern->get<std::string>()));
+    if (fmt) parts.push_back(json_regex::pattern_dfa(fmt));
+    if (n.min_length > 0 || n.max_length != UINT32_MAX) parts.push_back(json_regex::length_dfa(n.min_length, n.max_length));
+    ByteDfa d = std::move(parts[0]);
+    for (size_t i = 1; i < parts.size(); ++i) d = json_regex::intersect(d, parts[i]);
+    dfas.push_back(json_regex::pruned(std::move(d)));
+    n.dfa = int32_t(dfas.size() - 1);
+  } catch (const SchemaError& e) {
+    at.error(e.what());
+  }
+}
+
+void JsonSchema::compile_number(const Site& at, JsonSchemaNode& n) {
+  // Bounds as exact scaled integers: units for integers, 10^-15 for numbers.
+  const bool int_only = !(n.types & Node::kFraction);
+  const int scale = int_only ? 0 : 15;
+  __int128 lo = -kHuge, hi = kHuge;
+  bool any = false;
+  bool excl_min_flag = false, excl_max_flag = false;  // draft 4 boolean forms
+  for (const char* k : {"exclusiveMinimum", "exclusiveMaximum"})
+    if (const Json* v = at.field(k); v && v->is_boolean()) (k[9] == 'i' ? excl_min_flag : excl_max_flag) = v->get<bool>();
+  for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    const Json* v = at.field(k);
+    if (!v || v->is_boolean()) continue;
+    if (!v->is_number()) at.error(std::string("'") + k + "' must be a number");
+    const Scaled x = to_scaled(v->dump(), scale);
+    const bool is_min = std::string_view(k).find("inimum") != std::string_view::npos;
+    const bool excl = k[0] == 'e' || (is_min ? excl_min_flag : excl_max_flag);
+    any = true;
+    if (x.huge) {
+      if (x.negative != is_min) at.error(std::string("no number satisfies '") + k + "'");
+      continue;
+    }
+    if (is_min) {
+      __int128 b = ceil_of(x);
+      if (excl && !x.inexact) ++b;
+      lo = std::max(lo, b);
+    } else {
+      __int128 b = floor_of(x);
+      if (excl && !x.inexact) --b;
+      hi = std::min(hi, b);
     }
   }
-  // numbers
-  {
-    const bool int_only = !(n.types & Node::kFraction);
-    const int scale = int_only ? 0 : 15;
-    __int128 lo = -kHuge, hi = kHuge;
-    bool any = false;
-    bool excl_min_flag = false, excl_max_flag = false;  // draft 4 boolean forms
-    for (const char* k : {"exclusiveMinimum", "exclusiveMaximum"})
-      if (const Json* v = field(k); v && v->is_boolean()) (k[9] == 'i' ? excl_min_flag : excl_max_flag) = v->get<bool>();
-    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-      const Json* v = field(k);
-      if (!v || v->is_boolean()) continue;
-      if (!v->is_number()) schema_error(where, std::string("'") + k + "' must be a number");
-      const Scaled x = to_scaled(v->dump(), scale);
-      const bool is_min = std::string_view(k).find("inimum") != std::string_view::npos;
-      const bool excl = k[0] == 'e' || (is_min ? excl_min_flag : excl_max_flag);
-      any = true;
-      if (x.huge) {
-        if (x.negative != is_min) schema_error(where, std::string("no number satisfies '") + k + "'");
-        continue;
-      }
-      if (is_min) {
-        __int128 b = ceil_of(x);
-        if (excl && !x.inexact) ++b;
-        lo = std::max(lo, b);
-      } else {
-        __int128 b = floor_of(x);
-        if (excl && !x.inexact) --b;
-        hi = std::min(hi, b);
-      }
-    }
-    if (any && (n.types & Node::kInteger)) {
-      n.bounded = true;
-      n.lo = lo;
-      n.hi = hi;
-      const __int128 reach = pow10(int_only ? JsonGrammar::kMaxIntegerDigits : 2 * JsonGrammar::kMaxBoundedDigits) - 1;
-      if (lo > hi || lo > reach || hi < -reach) n.types &= uint8_t(~(Node::kInteger | Node::kFraction));
-    }
+  if (any && (n.types & Node::kInteger)) {
+    n.bounded = true;
+    n.lo = lo;
+    n.hi = hi;
+    const __int128 reach = pow10(int_only ? JsonGrammar::kMaxIntegerDigits : 2 * JsonGrammar::kMaxBoundedDigits) - 1;
+    if (lo > hi || lo > reach || hi < -reach) n.types &= uint8_t(~(Node::kInteger | Node::kFraction));
   }
-  if (!n.types) schema_error(where, "no value satisfies the schema");
-  const int32_t id = int32_t(nodes.size());
-  nodes.push_back(n);
-  // enum / const: the listed values that satisfy the rest of the schema
-  const Json* e = field("enum");
-  const Json* c = field("const");
-  if (e || c) {
-    if (e && (!e->is_array() || e->empty())) schema_error(where, "'enum' must be a non-empty array");
-    std::vector<const Json*> values;
-    if (e)
-      for (const auto& v : *e) values.push_back(&v);
-    else
-      values.push_back(c);
-    std::vector<std::string> lits;
-    uint8_t types = 0;
-    for (const Json* v : values) {
-      if (literal_depth(*v, 0) > kMaxSchemaDepth) schema_error(where, "an enum value is nested too deeply");
-      if (c && e && !(*v == *c)) continue;
-      if (!admits(id, *v)) continue;
-      std::string text = v->dump();
-      if (forbid_markers && contains_marker(text)) continue;
-      types |= value_types(*v);
-      lits.push_back(std::move(text));
-    }
-    if (lits.empty()) schema_error(where, std::string("no '") + (e ? "enum" : "const") + "' value satisfies the schema");
-    std::sort(lits.begin(), lits.end());
-    lits.erase(std::unique(lits.begin(), lits.end()), lits.end());
-    JsonSchemaNode& m = nodes[size_t(id)];
-    m.literals = std::move(lits);
-    m.has_enum = true;
-    m.types = types;
+}
+
+void JsonSchema::keep_literals(const Site& at, int32_t id) {
+  // enum / const: the listed values that satisfy the rest of the schema (node id, compiled).
+  const Json* e = at.field("enum");
+  const Json* c = at.field("const");
+  if (!e && !c) return;
+  if (e && (!e->is_array() || e->empty())) at.error("'enum' must be a non-empty array");
+  std::vector<const Json*> values;
+  if (e)
+    for (const auto& v : *e) values.push_back(&v);
+  else
+    values.push_back(c);
+  std::vector<std::string> lits;
+  uint8_t types = 0;
+  for (const Json* v : values) {
+    if (literal_depth(*v, 0) > kMaxSchemaDepth) at.error("an enum value is nested too deeply");
+    if (c && e && !(*v == *c)) continue;
+    if (!admits(id, *v)) continue;
+    std::string text = v->dump();
+    if (forbid_markers && contains_marker(text)) continue;
+    types |= value_types(*v);
+    lits.push_back(std::move(text));
   }
-  return id;
+  if (lits.empty()) at.error(std::string("no '") + (e ? "enum" : "const") + "' value satisfies the schema");
+  std::sort(lits.begin(), lits.end());
+  lits.erase(std::unique(lits.begin(), lits.end()), lits.end());
+  JsonSchemaNode& m = nodes[size_t(id)];
+  m.literals = std::move(lits);
+  m.has_enum = true;
+  m.types = types;
 }
 
 bool JsonSchema::admits(int32_t id, const Json& v, int depth) const {
