@@ -14,8 +14,8 @@ prints each round's figures and the ratios (DeepInfer / llama.cpp) with their sp
 With --llama-server, each round also serves the same workload from `deepinfer serve` and from
 `llama-server -np <concurrency>` in turn (one started, measured with `deepinfer bench-serve`,
 stopped, then the other), at every concurrency in the list, and compares throughput, TTFT and
-TPOT. Each concurrency C sends max(--serve-prompts, 2 C) requests, so every slot serves at
-least two; with --serve-range-ratio R their lengths are drawn from [len (1 - R), len (1 + R)]
+TPOT. Each concurrency C sends max(--serve-prompts, W C) requests (W = --serve-waves, default
+2), so every slot serves W; with --serve-range-ratio R their lengths are drawn from [len (1 - R), len (1 + R)]
 (640 / 160 with 0.6: prompts of 256-1024 tokens, 64-256 out).
 
 llama.cpp is built outside this repository (see tools/bench/README.md: the fork
@@ -97,7 +97,7 @@ def run_serving(args, who: str, concurrency: int) -> dict:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, proc)
         bench = [str(args.deepinfer), "bench-serve", "--url", url, "--concurrency", str(concurrency),
-                 "--num-prompts", str(max(args.serve_prompts, 2 * concurrency)), "--input-len", str(args.serve_input),
+                 "--num-prompts", str(max(args.serve_prompts, args.serve_waves * concurrency)), "--input-len", str(args.serve_input),
                  "--output-len", str(args.serve_output), "--range-ratio", str(args.serve_range_ratio),
                  "--vocab-size", "100000", "--json"]
         # bench-serve exits 1 when requests failed; its report still says how many.
@@ -136,7 +136,8 @@ def main() -> int:
     ap.add_argument("--numerics", default="reference,float", help="DeepInfer numerics modes, comma separated")
     ap.add_argument("--json", help="also write every figure here")
     ap.add_argument("--llama-server", help="path of llama.cpp's llama-server: also compare serving")
-    ap.add_argument("--serve-prompts", type=int, default=16, help="requests per concurrency (at least 2 per slot)")
+    ap.add_argument("--serve-prompts", type=int, default=16, help="requests per concurrency, at least --serve-waves per slot")
+    ap.add_argument("--serve-waves", type=int, default=2, help="requests per slot at least")
     ap.add_argument("--serve-concurrency", default="4", help="comma-separated concurrencies, e.g. 1,4,16,32")
     ap.add_argument("--serve-input", type=int, default=256)
     ap.add_argument("--serve-output", type=int, default=64)
