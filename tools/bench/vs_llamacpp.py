@@ -87,7 +87,7 @@ def run_serving(args, who: str, concurrency: int) -> dict:
     per_slot = longest(args.serve_input, args.serve_range_ratio) + longest(args.serve_output, args.serve_range_ratio) + 16
     if who == "deepinfer":
         cmd = [str(args.deepinfer), "serve", "--model", args.model, "--threads", str(args.threads), "--port", str(port),
-               "--max-num-seqs", str(max(32, concurrency))]
+               "--max-num-seqs", str(max(32, concurrency))] + args.serve_args.split()
     else:
         # llama-server splits -c between its -np slots: each slot holds its longest request.
         cmd = [args.llama_server, "-m", args.gguf, "-t", str(args.threads), "-np", str(concurrency),
@@ -142,6 +142,7 @@ def main() -> int:
     ap.add_argument("--serve-input", type=int, default=256)
     ap.add_argument("--serve-output", type=int, default=64)
     ap.add_argument("--serve-range-ratio", type=float, default=0.0)
+    ap.add_argument("--serve-args", default="", help="more arguments for `deepinfer serve`, e.g. '--speculative off'")
     ap.add_argument("--skip-bench", action="store_true", help="serving only: no llama-bench / deepinfer bench pairs")
     args = ap.parse_args()
     concurrencies = [int(c) for c in args.serve_concurrency.split(",") if c]
