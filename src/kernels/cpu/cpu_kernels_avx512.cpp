@@ -1122,7 +1122,9 @@ struct Ops {
   static DI_INLINE I shr_i32(I v) { return _mm512_srli_epi32(v, N); }
   template <int N>
   static DI_INLINE I shl_i32(I v) { return _mm512_slli_epi32(v, N); }
-  static DI_INLINE I where_nan(F h, I a, I b) { return _mm512_mask_mov_epi32(b, _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q), a); }
+  static DI_INLINE I where_nan(F h, I a, I b) {
+    return _mm512_mask_mov_epi32(b, _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q), a);
+  }
   static DI_INLINE void store_bf16_bits(uint16_t* p, I v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
   }
