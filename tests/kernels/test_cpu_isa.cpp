@@ -844,6 +844,40 @@ TEST(CpuIsa, SwigluMatchesReferee) {
               (long long)total);
 }
 
+// swiglu is one algorithm on both vector ISAs (cpu_kernels_isa_impl.h; only the final 2^n
+// scaling of exp is per ISA), so AVX2 and AVX-512 give the same bits: the tests on a machine
+// with either one cover the shared code for both. Tails, specials, and g wide enough to take
+// exp into overflow and gradual underflow.
+TEST(CpuIsa, SwigluSameBitsOnBothVectorIsas) {
+  if (!isa_supported(Isa::Avx512) || !isa_supported(Isa::Avx2)) GTEST_SKIP() << "needs AVX-512 and AVX2";
+  std::mt19937 rng(47);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  std::uniform_real_distribution<float> wide(-800.0f, 800.0f);
+  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-42f, 87.0f, -104.0f, 708.5f, -708.5f, 745.5f, -745.5f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 7.0f, -7.0f};
+  const float weight = 0.6875f;
+  ThreadPool pool(1);
+  auto avx2 = make_cpu_backend_isa(&pool, Isa::Avx2), avx512 = make_cpu_backend_isa(&pool, Isa::Avx512);
+  for (int64_t n : {1, 5, 8, 9, 15, 16, 17, 31, 100, 2053})
+    for (float limit : {7.0f, 0.0f})
+      for (bool use_weight : {false, true})
+        for (bool round : {false, true}) {
+          std::vector<float> g(n), u(n), a(n + 1, 9.0f), b(n + 1, 9.0f);
+          for (int64_t i = 0; i < n; ++i) {
+            g[i] = i % 3 == 2 ? wide(rng) : nd(rng);
+            u[i] = nd(rng);
+            if (i % 11 == 4) g[i] = specials[(i / 11) % std::size(specials)];
+            if (i % 13 == 6) u[i] = specials[(i / 13) % std::size(specials)];
+          }
+          const float* w = use_weight ? &weight : nullptr;
+          avx2->swiglu(g.data(), u.data(), n, limit, w, round, a.data());
+          avx512->swiglu(g.data(), u.data(), n, limit, w, round, b.data());
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+              << "n " << n << " limit " << limit << (use_weight ? " weight" : "") << (round ? " bf16" : "");
+        }
+}
+
 // hc_expand and hc_collapse of every variant equal their referees bit for bit: stream counts
 // 1 to 4, column ranges with tails, bf16 rounding on and off, signed zeros / NaN among the values.
 TEST(CpuIsa, HcExpandMatchesReferee) {

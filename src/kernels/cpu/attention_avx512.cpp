@@ -1,5 +1,7 @@
-// AVX-512 sink attention (see attention_cpu.h). Compiled with AVX-512 flags; no shared
-// inline functions or library templates (cpu_isa.h explains why).
+// AVX-512 sink attention (see attention_cpu.h). The algorithm is attention_isa_impl.h's,
+// instantiated in this file's own namespace; only the score dot product is this file's.
+// Compiled with AVX-512 flags; no inline functions or templates shared with other files
+// (cpu_isa.h explains why).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 on _mm512_setzero_ps
 #endif
@@ -13,121 +15,45 @@
 namespace deepinfer::kernels::cpu {
 
 namespace {
+namespace avx512 {
 
-// Round-to-nearest-even fp32 -> bf16 value (finite inputs: probabilities in [0, 1]).
-float round_bf16_local(float f) {
-  uint32_t b;
-  __builtin_memcpy(&b, &f, 4);
-  b += 0x7fffu + ((b >> 16) & 1u);
-  b &= 0xffff0000u;
-  float r;
-  __builtin_memcpy(&r, &b, 4);
-  return r;
-}
+#define DI_ISA_INLINE inline __attribute__((always_inline))
 
-#define DI_ATTN_INLINE inline __attribute__((always_inline))
-
-constexpr int64_t kTile = 64;
-
-// One head's running state over the tiles (the online softmax of sink_attention_ref).
-struct HeadState {
-  float m, den;
-};
-
-DI_ATTN_INLINE void head_begin(HeadState& st, int64_t dim, float* out) {
-  st.m = -__builtin_inff();
-  st.den = 0.0f;
-  for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
-}
-
-// Tile [t0, t1) of the keys for one head.
-DI_ATTN_INLINE void head_tile(HeadState& st, const float* q, const float* const* keys, int64_t t0, int64_t t1,
-                              int64_t dim, float scale, bool round_probs, float* out) {
-  const float neg_inf = -__builtin_inff();
-  float score[kTile];
-  float tile_max = neg_inf;
-  for (int64_t j = t0; j < t1; ++j) {
-    if (!keys[j]) continue;
+struct Ops {
+  using F = __m512;
+  static constexpr int64_t kLanes = 16;
+  static DI_ISA_INLINE F zero() { return _mm512_setzero_ps(); }
+  static DI_ISA_INLINE F set1(float f) { return _mm512_set1_ps(f); }
+  static DI_ISA_INLINE F load(const float* p) { return _mm512_loadu_ps(p); }
+  static DI_ISA_INLINE void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static DI_ISA_INLINE F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static DI_ISA_INLINE F div(F a, F b) { return _mm512_div_ps(a, b); }
+  // Two accumulators over 32 columns, one over a last 16.
+  static DI_ISA_INLINE float score_dot(const float* q, const float* k, int64_t dim) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 32 <= dim; c += 32) {
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(keys[j] + c), a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(keys[j] + c + 16), a1);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(k + c + 16), a1);
     }
-    for (; c < dim; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(keys[j] + c), a0);
-    const float d = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-    score[j - t0] = d * scale;
-    if (score[j - t0] > tile_max) tile_max = score[j - t0];
+    for (; c < dim; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a0);
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
   }
-  if (tile_max == neg_inf) return;
-  const float m_new = st.m > tile_max ? st.m : tile_max;
-  const float alpha = st.m == neg_inf ? 0.0f : expf(st.m - m_new);
-  float psum = 0.0f;
-  float prob[kTile];  // of the valid keys, in order
-  const float* vkey[kTile];
-  int64_t nv = 0;
-  for (int64_t j = t0; j < t1; ++j) {
-    if (!keys[j]) continue;
-    const float p = expf(score[j - t0] - m_new);
-    psum += p;
-    prob[nv] = round_probs ? round_bf16_local(p) : p;
-    vkey[nv++] = keys[j];
-  }
-  st.den = st.den * alpha + psum;
-  // out = out * alpha + sum_j p_j v_j: per column the tile sum starts at 0 and takes the keys
-  // in order, as in the referee; 128 columns at a time stay in registers across the keys.
-  const __m512 va = _mm512_set1_ps(alpha);
-  int64_t c0 = 0;
-  for (; c0 + 128 <= dim; c0 += 128) {
-    __m512 acc[8];
-    for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nv; ++i) {
-      const __m512 pv = _mm512_set1_ps(prob[i]);
-      for (int v = 0; v < 8; ++v) acc[v] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vkey[i] + c0 + 16 * v), acc[v]);
-    }
-    for (int v = 0; v < 8; ++v)
-      _mm512_storeu_ps(out + c0 + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(out + c0 + 16 * v), va, acc[v]));
-  }
-  for (int64_t c = c0; c < dim; c += 16) {  // dim not a multiple of 128: the rest, a vector at a time
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nv; ++i) acc = _mm512_fmadd_ps(_mm512_set1_ps(prob[i]), _mm512_loadu_ps(vkey[i] + c), acc);
-    _mm512_storeu_ps(out + c, _mm512_fmadd_ps(_mm512_loadu_ps(out + c), va, acc));
-  }
-  st.m = m_new;
-}
+};
 
-DI_ATTN_INLINE void head_end(const HeadState& st, int64_t dim, float sink, float* out) {
-  if (st.m == -__builtin_inff()) return;
-  const float den = st.den + expf(sink - st.m);
-  const __m512 vd = _mm512_set1_ps(den);
-  for (int64_t c = 0; c < dim; c += 16) _mm512_storeu_ps(out + c, _mm512_div_ps(_mm512_loadu_ps(out + c), vd));
-}
+#include "kernels/cpu/attention_isa_impl.h"
 
+}  // namespace avx512
 }  // namespace
 
 void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                            float sink, bool round_probs, float* out) {
-  HeadState st;
-  head_begin(st, dim, out);
-  for (int64_t t0 = 0; t0 < n_keys; t0 += kTile)
-    head_tile(st, q, keys, t0, n_keys < t0 + kTile ? n_keys : t0 + kTile, dim, scale, round_probs, out);
-  head_end(st, dim, sink, out);
+  avx512::sink_attention_one<avx512::Ops>(q, keys, n_keys, dim, scale, sink, round_probs, out);
 }
 
 void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                  int64_t dim, float scale, const float* sinks, bool round_probs, float* out) {
-  constexpr int64_t kGroup = 16;  // heads whose state is carried across the tiles together
-  for (int64_t h0 = 0; h0 < n_heads; h0 += kGroup) {
-    const int64_t h1 = n_heads < h0 + kGroup ? n_heads : h0 + kGroup;
-    HeadState st[kGroup];
-    for (int64_t h = h0; h < h1; ++h) head_begin(st[h - h0], dim, out + h * dim);
-    for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
-      const int64_t t1 = n_keys < t0 + kTile ? n_keys : t0 + kTile;
-      for (int64_t h = h0; h < h1; ++h)
-        head_tile(st[h - h0], q + h * dim, keys, t0, t1, dim, scale, round_probs, out + h * dim);
-    }
-    for (int64_t h = h0; h < h1; ++h) head_end(st[h - h0], dim, sinks[h], out + h * dim);
-  }
+  avx512::sink_attention_heads<avx512::Ops>(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
 }
 
 }  // namespace deepinfer::kernels::cpu

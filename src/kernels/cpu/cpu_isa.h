@@ -6,6 +6,17 @@
 // library templates or call inline functions shared with generic code, because the linker
 // could pick their ISA-compiled copy for a generic caller. Everything in them has internal
 // linkage except the kernel table getters below, and nothing runs at static-init time.
+//
+// Algorithms that are the same on both ISAs are written once, as templates over a vector
+// operations struct (8 or 16 floats): cpu_kernels_isa_impl.h (act-quant, swiglu, the
+// hyper-connection mixes, the indexer's score combination) and attention_isa_impl.h (sink
+// attention's tiles). Each ISA file includes them inside its own namespace (avx2 / avx512,
+// within an unnamed namespace), the way Highway instantiates per-target code: every copy is
+// compiled with that file's flags, has internal linkage and a name no other file shares, so
+// the rule above holds and the tests on either machine run the shared code. Those headers
+// have no include guard and no includes of their own (they are meant to be included once per
+// ISA file, after its own includes). The tuned inner loops (weight decoders, GEMV / GEMM
+// microkernels, bf16 dot products, the indexer dots, row orders) stay in the ISA files.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +66,8 @@ constexpr int64_t kIndexCombineMaxHeads = 512;
 // each) is the chunk's column 4j + v.
 constexpr int64_t kFp4Chunk = 128;
 
-// 1 / k! for k = 0..13: the Taylor series of the vector exp (swiglu) of both ISA files.
+// 1 / k! for k = 0..13: the Taylor series of the vector exp (swiglu; exp_pd in
+// cpu_kernels_isa_impl.h).
 constexpr double kExpInvFact[14] = {1.0,
                                     1.0,
                                     0.5,

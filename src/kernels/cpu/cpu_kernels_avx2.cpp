@@ -1,6 +1,8 @@
 // AVX2 + FMA + F16C kernels, compiled with those ISA flags and called only after the
-// dispatcher's CPU check. See cpu_isa.h for the rules of this file (no shared templates or
-// inline functions, no static initialisers that run code).
+// dispatcher's CPU check. See cpu_isa.h for the rules of this file (no templates or inline
+// functions shared with other files, no static initialisers that run code). The algorithms
+// both ISAs share are cpu_kernels_isa_impl.h's, instantiated over vectors of 8 in namespace
+// avx2 below ("shared algorithms"); this file holds its vector operations and the tuned loops.
 //
 // Weight decoding:
 //   e4m3 byte b -> fp32 bits sign | (b & 0x7f) << 20 = e4m3 * 2^-120 exactly (the e4m3
@@ -795,57 +797,6 @@ void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, f
   }
 }
 
-// One act_quant block of n (multiple of 8) values; see the AVX-512 version for why each
-// step is bit-identical to act_quant_ref.
-inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq_out) {
-  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 amax = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 8) amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absmask), amax);
-  float am = hmax(amax);
-  am = am < 1e-4f ? 1e-4f : am;
-  const float inv448 = 1.0f / 448.0f;
-  const float s = pow2_ceil_scale(am * inv448);
-  const float inv = 1.0f / s;
-  const __m256 vinv = _mm256_set1_ps(inv), vs = _mm256_set1_ps(s);
-  const __m256 lo = _mm256_set1_ps(-448.0f), hi = _mm256_set1_ps(448.0f);
-  const __m256i min_qe = _mm256_set1_epi32(127 - 9 + 3);
-  const __m256 hi16 = _mm256_castsi256_ps(_mm256_set1_epi32(int(0xffff0000u)));
-  for (int64_t i = 0; i < n; i += 8) {
-    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
-    v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));  // NaN in v passes through
-    const __m256 a = _mm256_and_ps(v, absmask);
-    const __m256i e = _mm256_max_epi32(_mm256_srli_epi32(_mm256_castps_si256(a), 23), min_qe);
-    const __m256 C = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(23 - 3)), 23));
-    const __m256 r = _mm256_sub_ps(_mm256_add_ps(a, C), C);
-    const __m256 q = _mm256_or_ps(r, _mm256_andnot_ps(absmask, v));
-    const __m256 qs = _mm256_and_ps(_mm256_mul_ps(q, vs), hi16);  // exact; bf16 = truncation
-    if (q_out) _mm256_storeu_ps(q_out + i, q);
-    _mm256_storeu_ps(qdq_out + i, qs);
-  }
-  return s;
-}
-
-void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
-                    uint16_t*, float* max_scale) {
-  for (int64_t m = m0; m < m1; ++m) {
-    float* df = xf + m * xs;
-    float smax = 0.0f;
-    for (int64_t b0 = 0; b0 < K; b0 += block) {
-      const float s = act_quant_block(x + m * K + b0, block, nullptr, df + b0);
-      smax = s > smax ? s : smax;
-    }
-    for (int64_t k = K; k < xs; ++k) df[k] = 0.0f;
-    max_scale[m] = smax;
-  }
-}
-
-void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
-  for (int64_t b0 = 0; b0 < n; b0 += block) {
-    const float s = act_quant_block(x + b0, block, q_out ? q_out + b0 : nullptr, x + b0);
-    if (s_out) s_out[b0 / block] = s;
-  }
-}
-
 // Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 16
 // columns become their 8 even ones, then their 8 odd ones (the vectors Fp4Dec decodes).
 void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
@@ -873,163 +824,116 @@ void fp8_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
     }
 }
 
-// ------------------------------------------------------------------------------ small vector ops
-// Bit for bit with their referees (swiglu: within a unit of exp). Whole vectors of 8 in
-// place; a tail runs the same vector code on a zero-padded copy.
+// ------------------------------------------------------------------------------ shared algorithms
+// act-quant, swiglu, the hyper-connection mixes and the indexer's score combination are
+// cpu_kernels_isa_impl.h's templates, instantiated here over vectors of 8 in this file's own
+// namespace (cpu_isa.h: no code shared with other files). Bit for bit with their referees
+// (swiglu: within a unit of exp). A partial vector runs the same code on a zero-padded copy.
 
-// round_bf16 of 8 floats: nearest even, a NaN made quiet.
-DI_INLINE __m256 round_bf16_ps(__m256 h) {
-  const __m256i b = _mm256_castps_si256(h);
-  const __m256i hi16 = _mm256_set1_epi32(int(0xffff0000u));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), hi16);
-  const __m256i q = _mm256_and_si256(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)), hi16);
-  return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), _mm256_cmp_ps(h, h, _CMP_UNORD_Q));
-}
+namespace avx2 {
 
-// 2^n for integral doubles n in [-1022, 1023].
-DI_INLINE __m256d pow2_pd(__m256d n) {
-  const __m256d magic = _mm256_set1_pd(6755399441055744.0);  // 1.5 * 2^52: n lands in the low bits
-  const __m256i i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)), _mm256_castpd_si256(magic));
-  return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(i, _mm256_set1_epi64x(1023)), 52));
-}
+struct Ops {
+  using F = __m256;
+  using I = __m256i;
+  using D = __m256d;
+  static constexpr int64_t kLanes = 8;
+  static constexpr bool kBf16 = false;  // no bf16 kernels here
 
-// exp in double, 4 lanes, as the AVX-512 exp_pd: n = round(x / ln 2), r = x - n ln 2 in two
-// steps, exp(r) by its Taylor series to r^13, times 2^n in two halves (each a normal power of
-// two, so the first product is exact and the second rounds once, with gradual underflow
-// like a single scaling). x is clamped into [-746, 710]; NaN stays NaN.
-DI_INLINE __m256d exp_pd(__m256d x) {
-  x = _mm256_min_pd(_mm256_set1_pd(710.0), x);
-  x = _mm256_max_pd(_mm256_set1_pd(-746.0), x);
-  const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(0.693145751953125), x);
-  r = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.4286068203094172321e-06), r);
-  __m256d p = _mm256_set1_pd(kExpInvFact[13]);
-  for (int k = 12; k >= 0; --k) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kExpInvFact[k]));
-  // A NaN x gives a NaN n; its halves' bit patterns are garbage but p is NaN already.
-  const __m256d n1 = _mm256_floor_pd(_mm256_mul_pd(n, _mm256_set1_pd(0.5)));
-  return _mm256_mul_pd(_mm256_mul_pd(p, pow2_pd(n1)), pow2_pd(_mm256_sub_pd(n, n1)));
-}
+  static DI_INLINE F zero() { return _mm256_setzero_ps(); }
+  static DI_INLINE F set1(float f) { return _mm256_set1_ps(f); }
+  static DI_INLINE F load(const float* p) { return _mm256_loadu_ps(p); }
+  static DI_INLINE void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static DI_INLINE F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static DI_INLINE F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static DI_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static DI_INLINE F min(F a, F b) { return _mm256_min_ps(a, b); }
+  static DI_INLINE F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static DI_INLINE F abs(F v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+  static DI_INLINE float hmax(F v) { return cpu::hmax(v); }
+  static DI_INLINE float first(F v) { return _mm256_cvtss_f32(v); }
 
-// The 8 floats of v as two vectors of 4 doubles, and back.
-DI_INLINE void widen(__m256 v, __m256d& lo, __m256d& hi) {
-  lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-  hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-}
-DI_INLINE __m256 narrow(__m256d lo, __m256d hi) {
-  return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
-}
-
-// Runs body(i, n_valid) over [0, n) in vectors of 8 (a tail of n_valid < 8 once).
-template <class F>
-DI_INLINE void over_vectors(int64_t n, F&& body) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) body(i, 8);
-  if (i < n) body(i, n - i);
-}
-DI_INLINE __m256 load_part(const float* p, int64_t nv) {
-  if (nv == 8) return _mm256_loadu_ps(p);
-  alignas(32) float buf[8] = {};
-  std::memcpy(buf, p, size_t(nv) * sizeof(float));
-  return _mm256_load_ps(buf);
-}
-DI_INLINE void store_part(float* p, int64_t nv, __m256 v) {
-  if (nv == 8) return _mm256_storeu_ps(p, v);
-  alignas(32) float buf[8];
-  _mm256_store_ps(buf, v);
-  std::memcpy(p, buf, size_t(nv) * sizeof(float));
-}
-
-void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
-            float* out) {
-  const __m256 L = _mm256_set1_ps(limit), nL = _mm256_set1_ps(-limit);
-  const __m256 w = _mm256_set1_ps(weight ? *weight : 1.0f);
-  const __m256d one = _mm256_set1_pd(1.0);
-  over_vectors(n, [&](int64_t i, int64_t nv) __attribute__((always_inline)) {
-    __m256 gv = load_part(g + i, nv), uv = load_part(u + i, nv);
-    if (limit > 0.0f) {
-      uv = _mm256_min_ps(L, _mm256_max_ps(nL, uv));  // std::clamp: a NaN u stays NaN
-      gv = _mm256_min_ps(L, gv);                     // std::min(g, L): a NaN g stays NaN
-    }
-    __m256d g0, g1;
-    widen(gv, g0, g1);
-    const __m256d s0 = _mm256_div_pd(g0, _mm256_add_pd(one, exp_pd(_mm256_sub_pd(_mm256_setzero_pd(), g0))));
-    const __m256d s1 = _mm256_div_pd(g1, _mm256_add_pd(one, exp_pd(_mm256_sub_pd(_mm256_setzero_pd(), g1))));
-    __m256 h = _mm256_mul_ps(narrow(s0, s1), uv);
-    if (weight) h = _mm256_mul_ps(w, h);
-    if (round_bf16) h = round_bf16_ps(h);
-    store_part(out + i, nv, h);
-  });
-}
-
-// hc_expand_ref: fp32 products summed in double in stream order, then post * o + sum.
-void hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
-               bool round, float* Y, int64_t j0, int64_t j1) {
-  for (int64_t k = 0; k < hc; ++k) {
-    const __m256 pk = _mm256_set1_ps(post[k]);
-    over_vectors(j1 - j0, [&](int64_t jj, int64_t nv) __attribute__((always_inline)) {
-      const int64_t j = j0 + jj;
-      __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-      for (int64_t i = 0; i < hc; ++i) {
-        __m256d p0, p1;
-        widen(_mm256_mul_ps(_mm256_set1_ps(comb[i * hc + k]), load_part(Rs + i * dim + j, nv)), p0, p1);
-        s0 = _mm256_add_pd(s0, p0);
-        s1 = _mm256_add_pd(s1, p1);
-      }
-      __m256 y = _mm256_add_ps(_mm256_mul_ps(pk, load_part(o + j, nv)), narrow(s0, s1));
-      if (round) y = round_bf16_ps(y);
-      store_part(Y + k * dim + j, nv, y);
-    });
+  static DI_INLINE I bits(F v) { return _mm256_castps_si256(v); }
+  static DI_INLINE F from_bits(I v) { return _mm256_castsi256_ps(v); }
+  static DI_INLINE I set1_i(int v) { return _mm256_set1_epi32(v); }
+  static DI_INLINE I and_i(I a, I b) { return _mm256_and_si256(a, b); }
+  static DI_INLINE I or_i(I a, I b) { return _mm256_or_si256(a, b); }
+  static DI_INLINE I andnot_i(I a, I b) { return _mm256_andnot_si256(a, b); }
+  static DI_INLINE I add_i32(I a, I b) { return _mm256_add_epi32(a, b); }
+  static DI_INLINE I max_i32(I a, I b) { return _mm256_max_epi32(a, b); }
+  template <int N>
+  static DI_INLINE I shr_i32(I v) { return _mm256_srli_epi32(v, N); }
+  template <int N>
+  static DI_INLINE I shl_i32(I v) { return _mm256_slli_epi32(v, N); }
+  static DI_INLINE I where_nan(F h, I a, I b) {
+    return _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(b), _mm256_castsi256_ps(a), _mm256_cmp_ps(h, h, _CMP_UNORD_Q)));
   }
-}
 
-// hc_collapse_ref: fp32 products, in-order double sums.
-void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool round, float* out) {
-  over_vectors(dim, [&](int64_t j, int64_t nv) __attribute__((always_inline)) {
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (int64_t i = 0; i < hc; ++i) {
-      __m256d p0, p1;
-      widen(_mm256_mul_ps(_mm256_set1_ps(pre[i]), load_part(X + i * dim + j, nv)), p0, p1);
-      s0 = _mm256_add_pd(s0, p0);
-      s1 = _mm256_add_pd(s1, p1);
-    }
-    __m256 y = narrow(s0, s1);
-    if (round) y = round_bf16_ps(y);
-    store_part(out + j, nv, y);
-  });
-}
-
-// index_scores_ref's combination of the dots (see the AVX-512 version): terms 8 heads at a
-// time, the head sum one in-order chain of double adds per key.
-void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round, float* scores) {
-  alignas(32) double terms[kIndexCombineMaxHeads + 8];
-  alignas(32) double dbuf[8];
-  for (int64_t s = 0; s < n_keys; ++s) {
-    const double* d = dots + s * n_heads;
-    over_vectors(n_heads, [&](int64_t h, int64_t nv) __attribute__((always_inline)) {
-      const double* dp = d + h;
-      if (nv < 8) {
-        for (int64_t t = 0; t < 8; ++t) dbuf[t] = t < nv ? d[h + t] : 0.0;
-        dp = dbuf;
-      }
-      __m256 f = narrow(_mm256_loadu_pd(dp), _mm256_loadu_pd(dp + 4));
-      if (round) f = round_bf16_ps(f);
-      f = _mm256_max_ps(_mm256_setzero_ps(), f);  // std::max(f, 0): a NaN or -0 f stays
-      f = _mm256_mul_ps(f, load_part(w + h, nv));
-      if (round) f = round_bf16_ps(f);
-      __m256d t0, t1;
-      widen(f, t0, t1);
-      _mm256_store_pd(terms + h, t0);
-      _mm256_store_pd(terms + h + 4, t1);
-    });
-    double total = 0.0;
-    for (int64_t h = 0; h < n_heads; ++h) total += terms[h];
-    const float t = float(total);
-    scores[s] = round ? _mm256_cvtss_f32(round_bf16_ps(_mm256_set1_ps(t))) : t;
+  static DI_INLINE D zero_d() { return _mm256_setzero_pd(); }
+  static DI_INLINE D set1_d(double v) { return _mm256_set1_pd(v); }
+  static DI_INLINE D add_d(D a, D b) { return _mm256_add_pd(a, b); }
+  static DI_INLINE D sub_d(D a, D b) { return _mm256_sub_pd(a, b); }
+  static DI_INLINE D mul_d(D a, D b) { return _mm256_mul_pd(a, b); }
+  static DI_INLINE D div_d(D a, D b) { return _mm256_div_pd(a, b); }
+  static DI_INLINE D min_d(D a, D b) { return _mm256_min_pd(a, b); }
+  static DI_INLINE D max_d(D a, D b) { return _mm256_max_pd(a, b); }
+  static DI_INLINE D fmadd_d(D a, D b, D c) { return _mm256_fmadd_pd(a, b, c); }
+  static DI_INLINE D fnmadd_d(D a, D b, D c) { return _mm256_fnmadd_pd(a, b, c); }
+  static DI_INLINE D round_d(D v) { return _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static DI_INLINE void store_d(double* p, D v) { _mm256_store_pd(p, v); }
+  // 2^n for integral doubles n in [-1022, 1023].
+  static DI_INLINE D pow2(D n) {
+    const D magic = _mm256_set1_pd(6755399441055744.0);  // 1.5 * 2^52: n lands in the low bits
+    const I i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)), _mm256_castpd_si256(magic));
+    return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(i, _mm256_set1_epi64x(1023)), 52));
   }
-}
+  // No vscalefpd: 2^n in two halves, each a normal power of two, so the first product is exact
+  // and the second rounds once, with gradual underflow like a single scaling. A NaN n gives
+  // halves of garbage bits, but p is NaN already.
+  static DI_INLINE D times_pow2_d(D p, D n) {
+    const D n1 = _mm256_floor_pd(_mm256_mul_pd(n, _mm256_set1_pd(0.5)));
+    return _mm256_mul_pd(_mm256_mul_pd(p, pow2(n1)), pow2(_mm256_sub_pd(n, n1)));
+  }
+  static DI_INLINE void widen(F v, D& lo, D& hi) {
+    lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  }
+  static DI_INLINE F narrow(D lo, D hi) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
+  }
 
+  using Part = int64_t;  // lanes in use, 1..8
+  template <class Body>
+  static DI_INLINE void for_parts(int64_t n, Body&& body) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) body(i, 8);
+    if (i < n) body(i, n - i);
+  }
+  static DI_INLINE F load_part(const float* p, Part nv) {
+    if (nv == 8) return _mm256_loadu_ps(p);
+    alignas(32) float buf[8] = {};
+    std::memcpy(buf, p, size_t(nv) * sizeof(float));
+    return _mm256_load_ps(buf);
+  }
+  static DI_INLINE void store_part(float* p, Part nv, F v) {
+    if (nv == 8) return _mm256_storeu_ps(p, v);
+    alignas(32) float buf[8];
+    _mm256_store_ps(buf, v);
+    std::memcpy(p, buf, size_t(nv) * sizeof(float));
+  }
+  static DI_INLINE F load_narrowed(const double* p, Part nv) {
+    alignas(32) double buf[8];
+    if (nv < 8) {
+      for (int64_t t = 0; t < 8; ++t) buf[t] = t < nv ? p[t] : 0.0;
+      p = buf;
+    }
+    return narrow(_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4));
+  }
+};
+
+#include "kernels/cpu/cpu_kernels_isa_impl.h"
+
+}  // namespace avx2
 // ------------------------------------------------------------------------------ indexer dots
 
 void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
@@ -1096,18 +1000,18 @@ constexpr IsaKernels kKernels = {
     .plain_m1_rowwise = false,
     .gemm_grain = kNR,
     .prep_float = prep_float,
-    .prep_act_quant = prep_act_quant,
-    .act_quant = act_quant,
+    .prep_act_quant = avx2::prep_act_quant<avx2::Ops>,
+    .act_quant = avx2::act_quant<avx2::Ops>,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
     .index_dots = index_dots,
     .fp4_f32_order = fp4_f32_order,
     .fp8_f32_order = fp8_f32_order,
-    .index_combine = index_combine,
-    .hc_expand = hc_expand,
-    .hc_collapse = hc_collapse,
+    .index_combine = avx2::index_combine<avx2::Ops>,
+    .hc_expand = avx2::hc_expand<avx2::Ops>,
+    .hc_collapse = avx2::hc_collapse<avx2::Ops>,
     .dot_f64 = dot_f64,
-    .swiglu = swiglu,
+    .swiglu = avx2::swiglu<avx2::Ops>,
     .call_setup = call_setup,
 };
 

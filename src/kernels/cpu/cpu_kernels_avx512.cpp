@@ -1,6 +1,9 @@
 // AVX-512 kernels (F/BW/VL/DQ + BF16 + VBMI), compiled with those ISA flags and called only
-// after the dispatcher's CPU check. See cpu_isa.h for the rules of this file (no shared
-// templates or inline functions, no static initialisers that run code).
+// after the dispatcher's CPU check. See cpu_isa.h for the rules of this file (no templates or
+// inline functions shared with other files, no static initialisers that run code). The
+// algorithms both ISAs share are cpu_kernels_isa_impl.h's, instantiated over vectors of 16 in
+// namespace avx512 below ("shared algorithms"); this file holds its vector operations and
+// the tuned loops.
 //
 // Weight decoding (exact, table driven):
 //   e4m3 -> bf16: two 128-entry byte tables (low / high byte of the bf16 magnitude) looked up
@@ -1078,67 +1081,90 @@ void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, f
   }
 }
 
-// One act_quant block of n (multiple of 16) values: q codes, x_qdq = q * s; returns s.
-// Bit-identical to act_quant_ref: same amax (NaN ignored as std::max does), the same
-// pow2_ceil_scale, x * (1 / s) == x / s for a power of two s (both correctly rounded from
-// the same value; s = inf gives 1/s = 0 and the same zeros / NaN), clamp with NaN passing
-// through, and e4m3 round-to-nearest-even by adding and subtracting 2^(quantum exp + 23).
-inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq_out, uint16_t* qdq_b16) {
-  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
-  __m512 amax = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), absmask));
-    amax = _mm512_max_ps(a, amax);  // NaN in a -> keeps amax
-  }
-  float am = _mm512_reduce_max_ps(amax);
-  am = am < 1e-4f ? 1e-4f : am;
-  const float inv448 = 1.0f / 448.0f;
-  const float s = pow2_ceil_scale(am * inv448);
-  const float inv = 1.0f / s;
-  const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s);
-  const __m512 lo = _mm512_set1_ps(-448.0f), hi = _mm512_set1_ps(448.0f);
-  const __m512i min_qe = _mm512_set1_epi32(127 - 9 + 3);
-  for (int64_t i = 0; i < n; i += 16) {
-    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
-    v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));  // NaN in v passes through
-    const __m512i vb = _mm512_castps_si512(v);
-    const __m512i ab = _mm512_and_si512(vb, absmask);
-    const __m512 a = _mm512_castsi512_ps(ab);
-    // quantum exponent: max(e - 3, -9) (biased); C = 2^(quantum + 23)
-    const __m512i e = _mm512_max_epi32(_mm512_srli_epi32(ab, 23), min_qe);
-    const __m512 C = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(23 - 3)), 23));
-    const __m512 r = _mm512_sub_ps(_mm512_add_ps(a, C), C);
-    const __m512 q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_andnot_si512(absmask, vb)));
-    // q * s is exact; its bf16 rounding is a truncation (also for NaN / inf, as f32_to_bf16)
-    const __m512i qsb = _mm512_castps_si512(_mm512_mul_ps(q, vs));
-    const __m512 qs = _mm512_castsi512_ps(_mm512_and_si512(qsb, _mm512_set1_epi32(int(0xffff0000u))));
-    if (q_out) _mm512_storeu_ps(q_out + i, q);
-    if (qdq_out) _mm512_storeu_ps(qdq_out + i, qs);
-    if (qdq_b16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qdq_b16 + i),
-                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(qsb, 16)));
-  }
-  return s;
-}
+// ------------------------------------------------------------------------------ shared algorithms
+// act-quant, swiglu, the hyper-connection mixes and the indexer's score combination are
+// cpu_kernels_isa_impl.h's templates, instantiated here over vectors of 16 in this file's own
+// namespace (cpu_isa.h: no code shared with other files). A partial vector is a lane mask.
 
-void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
-                    uint16_t* xb, float* max_scale) {
-  for (int64_t m = m0; m < m1; ++m) {
-    float* df = xf + m * xs;
-    uint16_t* db = xb + m * xs;
-    float smax = 0.0f;
-    for (int64_t b0 = 0; b0 < K; b0 += block) {
-      const float s = act_quant_block(x + m * K + b0, block, nullptr, df + b0, db + b0);
-      smax = s > smax ? s : smax;
-    }
-    for (int64_t k = K; k < xs; ++k) {
-      df[k] = 0.0f;
-      db[k] = 0;
-    }
-    max_scale[m] = smax;
-  }
-}
+namespace avx512 {
 
+struct Ops {
+  using F = __m512;
+  using I = __m512i;
+  using D = __m512d;
+  static constexpr int64_t kLanes = 16;
+  static constexpr bool kBf16 = true;
+
+  static DI_INLINE F zero() { return _mm512_setzero_ps(); }
+  static DI_INLINE F set1(float f) { return _mm512_set1_ps(f); }
+  static DI_INLINE F load(const float* p) { return _mm512_loadu_ps(p); }
+  static DI_INLINE void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static DI_INLINE F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static DI_INLINE F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static DI_INLINE F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static DI_INLINE F min(F a, F b) { return _mm512_min_ps(a, b); }
+  static DI_INLINE F max(F a, F b) { return _mm512_max_ps(a, b); }
+  static DI_INLINE F abs(F v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+  }
+  static DI_INLINE float hmax(F v) { return _mm512_reduce_max_ps(v); }
+  static DI_INLINE float first(F v) { return _mm512_cvtss_f32(v); }
+
+  static DI_INLINE I bits(F v) { return _mm512_castps_si512(v); }
+  static DI_INLINE F from_bits(I v) { return _mm512_castsi512_ps(v); }
+  static DI_INLINE I set1_i(int v) { return _mm512_set1_epi32(v); }
+  static DI_INLINE I and_i(I a, I b) { return _mm512_and_si512(a, b); }
+  static DI_INLINE I or_i(I a, I b) { return _mm512_or_si512(a, b); }
+  static DI_INLINE I andnot_i(I a, I b) { return _mm512_andnot_si512(a, b); }
+  static DI_INLINE I add_i32(I a, I b) { return _mm512_add_epi32(a, b); }
+  static DI_INLINE I max_i32(I a, I b) { return _mm512_max_epi32(a, b); }
+  template <int N>
+  static DI_INLINE I shr_i32(I v) { return _mm512_srli_epi32(v, N); }
+  template <int N>
+  static DI_INLINE I shl_i32(I v) { return _mm512_slli_epi32(v, N); }
+  static DI_INLINE I where_nan(F h, I a, I b) {
+    return _mm512_mask_mov_epi32(b, _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q), a);
+  }
+  static DI_INLINE void store_bf16_bits(uint16_t* p, I v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+  }
+
+  static DI_INLINE D zero_d() { return _mm512_setzero_pd(); }
+  static DI_INLINE D set1_d(double v) { return _mm512_set1_pd(v); }
+  static DI_INLINE D add_d(D a, D b) { return _mm512_add_pd(a, b); }
+  static DI_INLINE D sub_d(D a, D b) { return _mm512_sub_pd(a, b); }
+  static DI_INLINE D mul_d(D a, D b) { return _mm512_mul_pd(a, b); }
+  static DI_INLINE D div_d(D a, D b) { return _mm512_div_pd(a, b); }
+  static DI_INLINE D min_d(D a, D b) { return _mm512_min_pd(a, b); }
+  static DI_INLINE D max_d(D a, D b) { return _mm512_max_pd(a, b); }
+  static DI_INLINE D fmadd_d(D a, D b, D c) { return _mm512_fmadd_pd(a, b, c); }
+  static DI_INLINE D fnmadd_d(D a, D b, D c) { return _mm512_fnmadd_pd(a, b, c); }
+  static DI_INLINE D round_d(D v) { return _mm512_roundscale_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static DI_INLINE void store_d(double* p, D v) { _mm512_store_pd(p, v); }
+  static DI_INLINE D times_pow2_d(D p, D n) { return _mm512_scalef_pd(p, n); }  // vscalefpd
+  static DI_INLINE void widen(F v, D& lo, D& hi) {
+    lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+  }
+  static DI_INLINE F narrow(D lo, D hi) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+  }
+
+  using Part = __mmask16;  // the lanes in use
+  template <class Body>
+  static DI_INLINE void for_parts(int64_t n, Body&& body) {
+    for (int64_t i = 0; i < n; i += 16) body(i, mask16(n - i));
+  }
+  static DI_INLINE F load_part(const float* p, Part m) { return _mm512_maskz_loadu_ps(m, p); }
+  static DI_INLINE void store_part(float* p, Part m, F v) { _mm512_mask_storeu_ps(p, m, v); }
+  static DI_INLINE F load_narrowed(const double* p, Part m) {
+    return narrow(_mm512_maskz_loadu_pd(__mmask8(m), p), _mm512_maskz_loadu_pd(__mmask8(m >> 8), p + 8));
+  }
+};
+
+#include "kernels/cpu/cpu_kernels_isa_impl.h"
+
+}  // namespace avx512
 // Rows [m0, m1) of xb (stride xs, a multiple of kFp4Chunk) into FP4 lane order, in place.
 void fp4_lane_order(uint16_t* xb, int64_t m0, int64_t m1, int64_t xs) {
   __m512i idx[4];
@@ -1199,67 +1225,6 @@ void bf16_pair_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
     }
 }
 
-// exp in double, 8 lanes: n = round(x / ln 2), r = x - n ln 2 in two steps (ln2_hi has
-// trailing zero bits, so n * ln2_hi is exact), exp(r) by its Taylor series to r^13 (|r| <=
-// 0.35: the remainder is below 1e-17 relative), times 2^n with vscalefpd (which also gives
-// inf on overflow and gradual underflow). x is clamped into [-746, 710] first, so +-inf give
-// inf / 0; NaN stays NaN. Within a couple of units in the last place of the libm exp.
-DI_INLINE __m512d exp_pd(__m512d x) {
-  x = _mm512_min_pd(_mm512_set1_pd(710.0), x);  // (710 < x) ? 710 : x keeps a NaN x
-  x = _mm512_max_pd(_mm512_set1_pd(-746.0), x);
-  const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(0.693145751953125), x);  // ln2_hi: 15 bits
-  r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.4286068203094172321e-06), r);  // ln 2 - ln2_hi
-  __m512d p = _mm512_set1_pd(kExpInvFact[13]);
-  for (int k = 12; k >= 0; --k) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpInvFact[k]));
-  return _mm512_scalef_pd(p, n);
-}
-
-// round_bf16 of 16 floats: nearest even, a NaN made quiet.
-DI_INLINE __m512 round_bf16_ps(__m512 h) {
-  const __m512i b = _mm512_castps_si512(h);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
-                               _mm512_set1_epi32(int(0xffff0000u)));
-  const __mmask16 nan = _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(b, _mm512_set1_epi32(0x400000)),
-                                                     _mm512_set1_epi32(int(0xffff0000u))));
-  return _mm512_castsi512_ps(r);
-}
-
-// swiglu_ref in vectors of 16; only exp differs from the referee (see exp_pd).
-void swiglu(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
-            float* out) {
-  const __m512 L = _mm512_set1_ps(limit), nL = _mm512_set1_ps(-limit);
-  const __m512 w = _mm512_set1_ps(weight ? *weight : 1.0f);
-  const __m512d one = _mm512_set1_pd(1.0);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = mask16(n - i);
-    __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
-    if (limit > 0.0f) {
-      uv = _mm512_min_ps(L, _mm512_max_ps(nL, uv));  // std::clamp: a NaN u stays NaN
-      gv = _mm512_min_ps(L, gv);                     // std::min(g, L): a NaN g stays NaN
-    }
-    const __m512d g0 = _mm512_cvtps_pd(_mm512_castps512_ps256(gv));
-    const __m512d g1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(gv, 1));
-    const __m512d s0 = _mm512_div_pd(g0, _mm512_add_pd(one, exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), g0))));
-    const __m512d s1 = _mm512_div_pd(g1, _mm512_add_pd(one, exp_pd(_mm512_sub_pd(_mm512_setzero_pd(), g1))));
-    const __m512 silu = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
-    __m512 h = _mm512_mul_ps(silu, uv);
-    if (weight) h = _mm512_mul_ps(w, h);
-    if (round_bf16) h = round_bf16_ps(h);
-    _mm512_mask_storeu_ps(out + i, m, h);
-  }
-}
-
-void act_quant(float* x, int64_t n, int64_t block, float* q_out, float* s_out) {
-  for (int64_t b0 = 0; b0 < n; b0 += block) {
-    const float s = act_quant_block(x + b0, block, q_out ? q_out + b0 : nullptr, x + b0, nullptr);
-    if (s_out) s_out[b0 / block] = s;
-  }
-}
-
 // ------------------------------------------------------------------------------ indexer dots
 
 void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
@@ -1301,71 +1266,6 @@ void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* con
   }
 }
 
-// hc_expand_ref, 16 columns at a time: the products in fp32, converted and summed in double
-// in stream order, then post * o + float(s) (no fma: the build has contraction off).
-void hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
-               bool round, float* Y, int64_t j0, int64_t j1) {
-  for (int64_t k = 0; k < hc; ++k) {
-    const __m512 pk = _mm512_set1_ps(post[k]);
-    for (int64_t j = j0; j < j1; j += 16) {
-      const __mmask16 m = mask16(j1 - j);
-      __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-      for (int64_t i = 0; i < hc; ++i) {
-        const __m512 p = _mm512_mul_ps(_mm512_set1_ps(comb[i * hc + k]), _mm512_maskz_loadu_ps(m, Rs + i * dim + j));
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)));
-      }
-      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
-      __m512 y = _mm512_add_ps(_mm512_mul_ps(pk, _mm512_maskz_loadu_ps(m, o + j)), s);
-      if (round) y = round_bf16_ps(y);
-      _mm512_mask_storeu_ps(Y + k * dim + j, m, y);
-    }
-  }
-}
-
-// hc_collapse_ref, 16 columns at a time (fp32 products, in-order double sums).
-void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool round, float* out) {
-  for (int64_t j = 0; j < dim; j += 16) {
-    const __mmask16 m = mask16(dim - j);
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-    for (int64_t i = 0; i < hc; ++i) {
-      const __m512 p = _mm512_mul_ps(_mm512_set1_ps(pre[i]), _mm512_maskz_loadu_ps(m, X + i * dim + j));
-      s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
-      s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)));
-    }
-    __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(s0)), _mm512_cvtpd_ps(s1), 1);
-    if (round) y = round_bf16_ps(y);
-    _mm512_mask_storeu_ps(out + j, m, y);
-  }
-}
-
-// The lightning indexer's scores from the dots of n_keys keys ([key][head] in double), as
-// index_scores_ref: score = R(float(sum_h double(R(max(R(float(dot)), 0) * w_h)))), R the
-// bf16 rounding when round. The terms are made 16 heads at a time; the head sum stays one
-// in-order chain of double adds per key, so the bits are the referee's.
-void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round, float* scores) {
-  alignas(64) double terms[kIndexCombineMaxHeads];
-  for (int64_t s = 0; s < n_keys; ++s) {
-    const double* d = dots + s * n_heads;
-    for (int64_t h = 0; h < n_heads; h += 16) {
-      const __mmask8 m0 = __mmask8(mask16(n_heads - h)), m1 = __mmask8(mask16(n_heads - h - 8));
-      const __m256 lo = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(m0, d + h));
-      const __m256 hi = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(m1, d + h + 8));
-      __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-      if (round) f = round_bf16_ps(f);
-      f = _mm512_max_ps(_mm512_setzero_ps(), f);  // std::max(f, 0): a NaN or -0 f stays
-      f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(mask16(n_heads - h), w + h));
-      if (round) f = round_bf16_ps(f);
-      _mm512_store_pd(terms + h, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
-      _mm512_store_pd(terms + h + 8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1)));
-    }
-    double total = 0.0;
-    for (int64_t h = 0; h < n_heads; ++h) total += terms[h];
-    const float t = float(total);
-    scores[s] = round ? _mm512_cvtss_f32(round_bf16_ps(_mm512_set1_ps(t))) : t;
-  }
-}
-
 // sum a[i] * b[i] in double: 8 lanes x 4 accumulators of exact products (fp32 x fp32 fits a
 // double), then the lanes and a scalar tail.
 double dot_f64(const float* a, const float* b, int64_t n) {
@@ -1396,8 +1296,8 @@ constexpr IsaKernels kKernels = {
     .plain_m1_rowwise = true,
     .gemm_grain = kNR,
     .prep_float = prep_float,
-    .prep_act_quant = prep_act_quant,
-    .act_quant = act_quant,
+    .prep_act_quant = avx512::prep_act_quant<avx512::Ops>,
+    .act_quant = avx512::act_quant<avx512::Ops>,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
     .index_dots = index_dots,
@@ -1405,11 +1305,11 @@ constexpr IsaKernels kKernels = {
     .bf16_pair_order = bf16_pair_order,
     .fp4_f32_order = fp4_f32_order,
     .bf16_dp_order = bf16_dp_order,
-    .index_combine = index_combine,
-    .hc_expand = hc_expand,
-    .hc_collapse = hc_collapse,
+    .index_combine = avx512::index_combine<avx512::Ops>,
+    .hc_expand = avx512::hc_expand<avx512::Ops>,
+    .hc_collapse = avx512::hc_collapse<avx512::Ops>,
     .dot_f64 = dot_f64,
-    .swiglu = swiglu,
+    .swiglu = avx512::swiglu<avx512::Ops>,
 };
 
 // The same without bf16 mode (fp32 mode for every row), for a CPU whose vdpbf16ps does not
