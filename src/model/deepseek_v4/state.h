@@ -34,7 +34,10 @@ using kv::pending_rows;
 
 // What one sequence of this model holds, as the KV layer describes it: a ring on every layer
 // state (backbone layers, then MTP layers), compressors and index keys where the layer owns
-// them, V4.1's Engram history as the sequence row.
+// them (Config::owns_compressor, owns_index_keys), and as the sequence row V4.1's Engram
+// history: max(engram_max_ngram - 1, kMinRingRows) floats, token p's compressed id in float
+// p % that. Every fixed buffer being a ring of at least kMinRingRows positions is what lets
+// Undo (below) restore a speculative chunk from the rows of its own positions.
 kv::KvLayout kv_layout_of(const Config& cfg);
 // The page layout of cfg's sequences with pages of block_tokens tokens (>= 1; no multiple of 4
 // needed for a standalone sequence). std::invalid_argument for block_tokens < 1.
