@@ -19,12 +19,9 @@ ModelRunner::ModelRunner(std::unique_ptr<v4::Model> model, int threads, const st
 }
 
 void ModelRunner::bind_kv(const kv::KvSpec& spec, int64_t n_blocks) {
-  layout_ = v4::PageLayout::make(model_->config(), spec.block_tokens);
-  if (layout_.page_bytes != spec.block_bytes || layout_.fixed_pages != spec.fixed_blocks)
-    throw std::logic_error("KV spec and model disagree on the page layout: " + std::to_string(spec.block_bytes) +
-                           " B vs " + std::to_string(layout_.page_bytes) + " B per " +
-                           std::to_string(spec.block_tokens) + " tokens, " + std::to_string(spec.fixed_blocks) +
-                           " vs " + std::to_string(layout_.fixed_pages) + " fixed pages per sequence");
+  if (spec.layout != kv_layout_of(model_->config()))
+    throw std::invalid_argument("KV spec: made for another model's layout (" + spec.describe() + ")");
+  layout_ = spec.pages;
   seqs_.clear();
   snaps_.clear();
   arena_ = std::make_unique<PageArena>(layout_.page_bytes, n_blocks);
@@ -258,24 +255,6 @@ std::vector<int32_t> ModelRunner::draft(uint64_t seq, std::span<const int32_t> t
   auto d = drafts_.find(seq);
   if (!drafting_ || it == seqs_.end() || d == drafts_.end()) return {};
   return model_->draft(it->second, d->second.drafter, tokens, std::min(k, max_draft_tokens()), num_);
-}
-
-static_assert(kv::kMinRingRows == v4::kMinRingRows, "the KV spec and the model's page layout must agree");
-
-kv::KvLayout kv_layout_of(const v4::Config& cfg) {
-  kv::KvLayout l;
-  l.window_tokens = cfg.window;
-  l.head_dim = cfg.head_dim;
-  l.index_head_dim = cfg.index_head_dim;
-  // SequenceState::create makes state for every backbone layer and every MTP layer.
-  for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.layer_ratios.push_back(cfg.ratio(i));
-  l.bytes_per_value = sizeof(float);
-  if (cfg.v41()) {  // shared caches: only the KV sources hold entries (state.h)
-    l.shared_sources = true;
-    for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.kv_sources.push_back(cfg.owns_compressor(i));
-    l.sequence_values = cfg.engram_layer_ids.empty() ? 0 : std::max(cfg.engram_max_ngram - 1, kv::kMinRingRows);
-  }
-  return l;
 }
 
 }  // namespace deepinfer::engine

@@ -29,7 +29,8 @@ class ModelRunner final : public Runner {
   ModelRunner(std::unique_ptr<v4::Model> model, int threads, const std::string& numerics, const std::string& kernels);
 
   int64_t vocab_size() const override { return model_->config().vocab_size; }
-  // Throws std::logic_error if the KV spec's block layout is not the model's page layout.
+  // The model's sequences live in spec.pages, the layout the KV pool counts. Throws
+  // std::invalid_argument for a spec made from another layout than kv_layout_of(this model).
   void bind_kv(const kv::KvSpec& spec, int64_t n_blocks) override;
   void run(const std::vector<ScheduledChunk>& chunks, std::vector<float>& logits_rows) override;
   void apply(const StateOp& op) override;
@@ -86,7 +87,7 @@ class ModelRunner final : public Runner {
   std::vector<float> draft_inputs_;  // the last step's drafter inputs, all rows
 };
 
-// What one sequence of this checkpoint holds, for the KV accounting.
-kv::KvLayout kv_layout_of(const v4::Config& cfg);
+// What one sequence of this checkpoint holds, for the KV accounting (state.h).
+using v4::kv_layout_of;
 
 }  // namespace deepinfer::engine

@@ -662,3 +662,15 @@ TEST(EngineModel, V41ThreadedEngineRefusesImageTokens) {
   EXPECT_NE(ev->error.message.find("image token id 1000"), std::string::npos) << ev->error.message;
   std::filesystem::remove_all(dir);
 }
+
+// The runner's sequences live in the spec's page layout (kv/kv_spec.h, the one definition);
+// a spec made for another layout is refused before any page is handed out.
+TEST(ModelRunner, BindsOnlyThisModelsKvLayout) {
+  ModelRunner runner(v4::Model::load(model_dir()), 1, "reference", "cpu");
+  kv::KvLayout other = kv_layout_of(runner.model().config());
+  other.window_tokens += 1;
+  EXPECT_THROW(runner.bind_kv(kv::KvSpec::make(other, 64), 16), std::invalid_argument);
+  const kv::KvSpec spec = kv::KvSpec::make(kv_layout_of(runner.model().config()), 64);
+  runner.bind_kv(spec, 16);
+  EXPECT_EQ(runner.arena_bytes(), 16 * spec.block_bytes);
+}

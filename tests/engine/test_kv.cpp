@@ -4,6 +4,7 @@
 
 #include <map>
 #include <random>
+#include <type_traits>
 
 #include "core/page_arena.h"
 #include "engine/model_runner.h"
@@ -192,9 +193,12 @@ TEST(PageArena, AlignedDistinctBoundedPages) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(g.page(77)) % 64, 0u);
 }
 
-// The engine's block size (kv_spec) and the model's page layout (state.h) are computed on
-// each side of the dependency line; they must agree for every block size and layer mix.
-TEST(KvSpec, BlockBytesEqualTheModelPageLayout) {
+// One page layout: the model's sequence state (state.h) lives in the KV layer's PageLayout,
+// and the spec's block size and fixed block count are that layout's page size and count.
+static_assert(std::is_same_v<deepinfer::v4::PageLayout, PageLayout>, "the model's page layout is the KV layer's");
+
+// Pages hold the growing rows of T tokens for every block size and layer mix.
+TEST(KvSpec, BlockBytesHoldTheGrowingRows) {
   deepinfer::v4::Config c;
   c.window = 16;
   c.head_dim = 128;
@@ -206,18 +210,19 @@ TEST(KvSpec, BlockBytesEqualTheModelPageLayout) {
     c.n_mtp_layers = int64_t(ratios.size()) - c.n_layers;
     for (int64_t T : {4, 8, 12, 20, 64, 100, 128, 132, 256, 1000}) {
       const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(c), T);
-      const auto layout = deepinfer::v4::PageLayout::make(c, T);
-      EXPECT_EQ(s.block_bytes, layout.page_bytes) << "block " << T << " layers " << ratios.size();
+      EXPECT_EQ(s.block_bytes, s.pages.page_bytes) << "block " << T << " layers " << ratios.size();
+      EXPECT_EQ(s.fixed_blocks, s.pages.fixed_pages);
+      EXPECT_EQ(s.pages.page_bytes, deepinfer::v4::page_layout(c, T).page_bytes);
       EXPECT_EQ(s.block_bytes % 64, 0);
       EXPECT_GE(s.blocks_for(1000) * s.block_bytes, s.fixed_bytes() + s.entry_bytes(1000));
     }
   }
 }
 
-// The fixed part (rings, compressor state) is laid out in whole rows on each side: same page
-// count for awkward windows and widths too, pages at least one row wide, and nothing lost but
-// page tails shorter than a row (and the last page's rest).
-TEST(KvSpec, FixedBlocksEqualTheModelFixedLayout) {
+// The fixed part (rings, compressor state) is laid out in whole rows, for awkward windows and
+// widths too: pages at least one row wide, and nothing lost but page tails shorter than a row
+// (and the last page's rest).
+TEST(KvSpec, FixedBlocksPackWholeRows) {
   deepinfer::v4::Config c;
   for (const auto& d : std::vector<std::vector<int64_t>>{{1, 8, 8}, {3, 24, 8}, {17, 40, 24}, {16, 128, 64}, {128, 512, 128}})
     for (const auto& ratios : std::vector<std::vector<int64_t>>{{0, 4, 128, 4, 0, 128, 0}, {4}, {128, 128}, {0, 0}, {4, 0, 4, 128, 4}})
@@ -229,11 +234,9 @@ TEST(KvSpec, FixedBlocksEqualTheModelFixedLayout) {
         c.n_layers = int64_t(ratios.size()) - (ratios.size() > 1 ? 1 : 0);
         c.n_mtp_layers = int64_t(ratios.size()) - c.n_layers;
         const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(c), T);
-        const auto layout = deepinfer::v4::PageLayout::make(c, T);
         SCOPED_TRACE("window " + std::to_string(d[0]) + " head " + std::to_string(d[1]) + " layers " +
                      std::to_string(ratios.size()) + " T " + std::to_string(T));
-        EXPECT_EQ(s.block_bytes, layout.page_bytes);
-        EXPECT_EQ(s.fixed_blocks, layout.fixed_pages);
+        EXPECT_EQ(s.fixed_blocks, s.pages.fixed_pages);
         EXPECT_GE(s.block_bytes, s.fixed_row_bytes);
         EXPECT_GE(s.fixed_blocks * s.block_bytes, s.fixed_bytes());
         EXPECT_LT(s.fixed_blocks * s.block_bytes - s.fixed_bytes(), (s.fixed_blocks - 1) * s.fixed_row_bytes + s.block_bytes);
@@ -242,8 +245,8 @@ TEST(KvSpec, FixedBlocksEqualTheModelFixedLayout) {
 
 // DeepSeek-V4.1 (MODEL.md 11.8): only the KV sources grow (entry + index key per group) and
 // keep a pending group (ratio > 1); every layer has its ring; the Engram history is one fixed
-// row per sequence. Both sides agree on every block size, window and with or without Engram.
-TEST(KvSpec, V41SharedSourcesEqualTheModelLayout) {
+// row per sequence; for every block size, window and with or without Engram.
+TEST(KvSpec, V41SharedSources) {
   deepinfer::v4::Config c = deepinfer::v4::load_config(std::string(DI_SHARED_DIR) + "/golden/tiny-v41-a/model/config.json");
   ASSERT_TRUE(c.v41());
   for (bool engram : {true, false})
@@ -253,11 +256,10 @@ TEST(KvSpec, V41SharedSourcesEqualTheModelLayout) {
         v.window = window;
         if (!engram) v.engram_layer_ids.clear();
         const KvSpec s = KvSpec::make(deepinfer::engine::kv_layout_of(v), T);
-        const auto layout = deepinfer::v4::PageLayout::make(v, T);
         SCOPED_TRACE("engram " + std::to_string(engram) + " window " + std::to_string(window) + " T " + std::to_string(T));
         EXPECT_EQ(s.n_sources, 2);
-        EXPECT_EQ(s.block_bytes, layout.page_bytes);
-        EXPECT_EQ(s.fixed_blocks, layout.fixed_pages);
+        EXPECT_EQ(s.pages.sequence_row.rows, engram ? 1 : 0);
+        EXPECT_GE(s.fixed_blocks * s.block_bytes, s.fixed_bytes());
         EXPECT_GE(s.blocks_for(1000) * s.block_bytes, s.fixed_bytes() + s.entry_bytes(1000));
         // Two sources of head_dim 128 + index keys 128: ratio 2 (T/2 groups) and ratio 1 (T).
         EXPECT_EQ(s.entry_bytes(T), (T / 2 + T) * 256 * 4);

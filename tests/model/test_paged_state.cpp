@@ -86,7 +86,7 @@ TEST(PagedState, BlockSizeChangesNothing) {
 TEST(PagedState, OneTokenSequences) {
   Fixture f;
   const Config& c = f.m->config();
-  const PageLayout layout = PageLayout::make(c, 64);
+  const PageLayout layout = page_layout(c, 64);
   PageArena arena(layout.page_bytes, 4);
   auto alone = SequenceState::create(c);
   const auto want = f.feed(alone, 0, 1, 1);
@@ -108,7 +108,7 @@ TEST(PagedState, OneTokenSequences) {
 TEST(PagedState, ForkSharesFullPagesAndCopiesThePartialOne) {
   Fixture f;
   const Config& c = f.m->config();
-  const PageLayout layout = PageLayout::make(c, 64);
+  const PageLayout layout = page_layout(c, 64);
   PageArena arena(layout.page_bytes, 16);
   const int64_t P = 150;  // two full pages and a partial one
   auto snap = SequenceState::create(c, layout, arena);
@@ -166,7 +166,7 @@ TEST(PagedState, ForkSharesFullPagesAndCopiesThePartialOne) {
 TEST(PagedState, MissingOrChangedPagesAreLogicErrors) {
   Fixture f;
   const Config& c = f.m->config();
-  const PageLayout layout = PageLayout::make(c, 16);
+  const PageLayout layout = page_layout(c, 16);
   PageArena arena(layout.page_bytes, 4);
   auto st = SequenceState::create(c, layout, arena);
   const std::vector<int32_t> one = {1};
@@ -178,7 +178,7 @@ TEST(PagedState, MissingOrChangedPagesAreLogicErrors) {
   EXPECT_THROW(st.adopt_pages(changed), std::logic_error);
   const std::vector<int32_t> outside = {1, 4};
   EXPECT_THROW(st.adopt_pages(outside), std::out_of_range);
-  EXPECT_THROW(PageLayout::make(c, 0), std::invalid_argument);
+  EXPECT_THROW(page_layout(c, 0), std::invalid_argument);
   PageArena small(64, 1);
   if (layout.page_bytes > 64) {
     EXPECT_THROW(SequenceState::create(c, layout, small), std::invalid_argument);
@@ -236,7 +236,7 @@ TEST(FixedPages, RowsNeverStraddlePages) {
     for (const auto& ratios : mixes)
       for (int64_t T : {1, 3, 4, 12, 64, 129}) {
         const Config c = layout_config(d[0], d[1], d[2], ratios);
-        const PageLayout p = PageLayout::make(c, T);
+        const PageLayout p = page_layout(c, T);
         SCOPED_TRACE("window " + std::to_string(d[0]) + " head " + std::to_string(d[1]) + " index " +
                      std::to_string(d[2]) + " layers " + std::to_string(ratios.size()) + " T " + std::to_string(T));
         const int64_t pf = p.page_bytes / int64_t(sizeof(float));
@@ -249,15 +249,15 @@ TEST(FixedPages, RowsNeverStraddlePages) {
         int64_t widest = 0, total = 0;
         for (const auto& [f, shape] : fixed_buffers(c, p)) {
           ASSERT_EQ(f->rows, shape.first);
-          ASSERT_EQ(f->row_floats, shape.second);
-          widest = std::max(widest, f->row_floats);
+          ASSERT_EQ(f->row_values, shape.second);
+          widest = std::max(widest, f->row_values);
           for (int64_t i = 0; i < f->rows; ++i) {
             const int64_t at = f->row(pages.data(), i) - buf.data();
             ASSERT_GE(at, 0);
-            ASSERT_LE(at + f->row_floats, int64_t(buf.size()));
-            ASSERT_EQ(at / pf, (at + f->row_floats - 1) / pf) << "row " << i << " straddles a page";
-            for (int64_t k = at; k < at + f->row_floats; ++k) ASSERT_FALSE(used[size_t(k)]++) << "rows overlap";
-            total += f->row_floats;
+            ASSERT_LE(at + f->row_values, int64_t(buf.size()));
+            ASSERT_EQ(at / pf, (at + f->row_values - 1) / pf) << "row " << i << " straddles a page";
+            for (int64_t k = at; k < at + f->row_values; ++k) ASSERT_FALSE(used[size_t(k)]++) << "rows overlap";
+            total += f->row_values;
           }
         }
         ASSERT_GE(pf, widest);
@@ -268,7 +268,7 @@ TEST(FixedPages, RowsNeverStraddlePages) {
           EXPECT_LT(tail, k + 1 < p.fixed_pages ? widest : pf) << "page " << k << " of " << p.fixed_pages;
         }
       }
-  EXPECT_THROW(PageLayout::make(layout_config(4, 8, 8, {0}), 0), std::invalid_argument);
+  EXPECT_THROW(page_layout(layout_config(4, 8, 8, {0}), 0), std::invalid_argument);
 }
 
 // An engine sequence's rings and compressor rows are rows of its fixed arena pages, nothing
@@ -276,7 +276,7 @@ TEST(FixedPages, RowsNeverStraddlePages) {
 TEST(FixedPages, EngineSequenceLivesInItsArenaPages) {
   Fixture f;
   const Config& c = f.m->config();
-  const PageLayout layout = PageLayout::make(c, 16);
+  const PageLayout layout = page_layout(c, 16);
   const int64_t F = layout.fixed_pages, S = int64_t(f.toks.size());
   PageArena arena(layout.page_bytes, 2 * (F + (S + 15) / 16) + 2);
   std::vector<int32_t> fixed, pages;  // fixed: odd ids from the end, out of order; pages: even ids
@@ -334,7 +334,7 @@ TEST(FixedPages, EngineSequenceLivesInItsArenaPages) {
 TEST(FixedPages, ForkCopiesTheFixedPagesAndStaysIndependent) {
   Fixture f;
   const Config& c = f.m->config();
-  const PageLayout layout = PageLayout::make(c, 64);
+  const PageLayout layout = page_layout(c, 64);
   const int64_t F = layout.fixed_pages, P = 150, S = int64_t(f.toks.size());
   PageArena arena(layout.page_bytes, 2 * F + 16);
   int32_t next = 0;

@@ -11,113 +11,27 @@ namespace deepinfer::v4 {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Places runs of rows one after another in pages of page_floats floats, never splitting a row.
-class RowPacker {
- public:
-  explicit RowPacker(int64_t page_floats) : page_floats_(page_floats) {}
-
-  FixedRows place(int64_t rows, int64_t row_floats) {
-    FixedRows f;
-    f.rows = rows;
-    f.row_floats = row_floats;
-    if (rows <= 0 || row_floats <= 0) return f;
-    if (used_ + row_floats > page_floats_) {  // not even one row fits here: next page
-      ++page_;
-      used_ = 0;
-    }
-    f.page = page_;
-    f.offset = used_;
-    f.per_page = page_floats_ / row_floats;
-    f.first = std::min(rows, (page_floats_ - used_) / row_floats);
-    const int64_t rest = rows - f.first;
-    if (rest == 0) {
-      used_ += rows * row_floats;
-    } else {
-      const int64_t more = ceil_div(rest, f.per_page);  // pages after the first
-      page_ += more;
-      used_ = (rest - (more - 1) * f.per_page) * row_floats;
-    }
-    return f;
-  }
-  int64_t pages() const { return used_ > 0 ? page_ + 1 : page_; }
-
- private:
-  int64_t page_floats_, page_ = 0, used_ = 0;
-};
 }  // namespace
 
 // ---- page layout
 
-namespace {
-// Pending rows (kv and score alike) of a layer's main compressor: count and width in floats.
-// V4 ratio 4 pools overlapping pairs of groups (rows of both halves), other ratios one
-// group; V4.1 pools one group for ratio > 1 and nothing for ratio 1.
-std::pair<int64_t, int64_t> compressor_pending(const Config& cfg, int64_t layer) {
-  const int64_t r = cfg.ratio(layer);
-  if (!cfg.owns_compressor(layer)) return {0, 0};
-  if (cfg.v41())
-    return r > 1 ? std::pair<int64_t, int64_t>{pending_rows(r, 1), cfg.head_dim} : std::pair<int64_t, int64_t>{0, 0};
-  const int64_t coff = r == 4 ? 2 : 1;
-  return {pending_rows(r, coff), coff * cfg.head_dim};
-}
-// V4's lightning indexer compressor (ratio 4) keeps 8 pending rows of both halves.
-bool has_index_compressor(const Config& cfg, int64_t layer) { return !cfg.v41() && cfg.ratio(layer) == 4; }
-int64_t engram_history_floats(const Config& cfg) {
-  return cfg.v41() && !cfg.engram_layer_ids.empty() ? std::max(cfg.engram_max_ngram - 1, kMinRingRows) : 0;
-}
-}  // namespace
-
-int64_t pending_rows(int64_t ratio, int64_t coff) {
-  const int64_t group = coff * ratio;
-  return group * ceil_div(kMinRingRows, group);
-}
-
-PageLayout PageLayout::make(const Config& cfg, int64_t block_tokens) {
-  if (block_tokens < 1) throw std::invalid_argument("page block size must be at least one token");
-  PageLayout p;
-  p.block_tokens = block_tokens;
-  const int64_t n_states = cfg.n_layers + cfg.n_mtp_layers;
-  int64_t floats = 0, widest = engram_history_floats(cfg);  // growing rows of a page; widest fixed row
-  for (int64_t l = 0; l < n_states; ++l) {
-    const int64_t r = cfg.ratio(l);
-    int64_t main = -1, index = -1;
-    widest = std::max(widest, cfg.head_dim);
-    if (cfg.owns_compressor(l)) {
-      main = floats;
-      floats += ceil_div(block_tokens, r) * cfg.head_dim;
-      widest = std::max(widest, compressor_pending(cfg, l).second);
-    }
-    if (cfg.owns_index_keys(l)) {
-      index = floats;
-      floats += ceil_div(block_tokens, r) * cfg.index_head_dim;
-      if (has_index_compressor(cfg, l)) widest = std::max(widest, 2 * cfg.index_head_dim);
-    }
-    p.main_offset.push_back(main);
-    p.index_offset.push_back(index);
+kv::KvLayout kv_layout_of(const Config& cfg) {
+  kv::KvLayout l;
+  l.window_tokens = cfg.window;
+  l.head_dim = cfg.head_dim;
+  l.index_head_dim = cfg.index_head_dim;
+  // A state for every backbone layer and every MTP layer (SequenceState::create).
+  for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.layer_ratios.push_back(cfg.ratio(i));
+  l.bytes_per_value = sizeof(float);
+  if (cfg.v41()) {  // shared caches: only the KV sources hold entries and pending groups
+    l.shared_sources = true;
+    for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.kv_sources.push_back(cfg.owns_compressor(i));
+    l.sequence_values = cfg.engram_layer_ids.empty() ? 0 : std::max(cfg.engram_max_ngram - 1, kMinRingRows);
   }
-  const int64_t a = PageSource::kAlign, f = int64_t(sizeof(float));
-  p.page_bytes = std::max<int64_t>(a, ceil_div(std::max(floats, widest) * f, a) * a);
-
-  RowPacker pack(p.page_bytes / f);
-  for (int64_t l = 0; l < n_states; ++l) {
-    LayerRows rows;
-    rows.ring = pack.place(cfg.window, cfg.head_dim);
-    const auto [n_pending, width] = compressor_pending(cfg, l);
-    if (n_pending > 0) {
-      rows.main_kv = pack.place(n_pending, width);
-      rows.main_score = pack.place(n_pending, width);
-    }
-    if (has_index_compressor(cfg, l)) {
-      rows.index_kv = pack.place(pending_rows(4, 2), 2 * cfg.index_head_dim);
-      rows.index_score = pack.place(pending_rows(4, 2), 2 * cfg.index_head_dim);
-    }
-    p.fixed.push_back(rows);
-  }
-  if (const int64_t h = engram_history_floats(cfg)) p.engram_history = pack.place(1, h);
-  p.fixed_pages = pack.pages();
-  return p;
+  return l;
 }
+
+PageLayout page_layout(const Config& cfg, int64_t block_tokens) { return PageLayout::make(kv_layout_of(cfg), block_tokens); }
 
 // ---- page table
 
@@ -232,6 +146,9 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
     if (src->page_bytes() < layout.page_bytes)
       throw std::invalid_argument("pages of " + std::to_string(src->page_bytes()) + " B are smaller than the " +
                                   std::to_string(layout.page_bytes) + " B this model's layout needs");
+  if (int64_t(layout.fixed.size()) != cfg.n_layers + cfg.n_mtp_layers)
+    throw std::invalid_argument("a page layout for " + std::to_string(layout.fixed.size()) + " layer states, this model has " +
+                                std::to_string(cfg.n_layers + cfg.n_mtp_layers));
   auto layer_state = [&](int64_t layer) {
     const int64_t ratio = cfg.ratio(layer);
     const PageLayout::LayerRows& rows = layout.fixed[size_t(layer)];
@@ -256,8 +173,8 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
   for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) st.mtp_layers.push_back(layer_state(cfg.n_layers + k));
   st.pages_ = std::move(table);
   st.fixed_page_bytes_ = layout.page_bytes;
-  st.engram_history_ = layout.engram_history;
-  st.engram_n_hist_ = layout.engram_history.rows ? cfg.engram_max_ngram - 1 : 0;
+  st.engram_history_ = layout.sequence_row;
+  st.engram_n_hist_ = layout.sequence_row.rows ? cfg.engram_max_ngram - 1 : 0;
   st.bind_pages();
   st.reset();
   return st;
@@ -301,7 +218,7 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
 }
 
 SequenceState SequenceState::create(const Config& cfg, int64_t block_tokens) {
-  const PageLayout layout = PageLayout::make(cfg, block_tokens);
+  const PageLayout layout = page_layout(cfg, block_tokens);
   auto source = std::make_unique<GrowingPageSource>(layout.page_bytes);
   PageSource& src = *source;
   std::vector<int32_t> fixed = grow_pages(src, layout.fixed_pages);  // ids 0 .. fixed_pages - 1
@@ -412,20 +329,20 @@ int64_t SequenceState::bytes() const {
 int64_t SequenceState::engram_history(int64_t k) const {
   const int64_t pos = n_past - 1 - k;
   if (pos < 0) return -1;
-  return int64_t(engram_history_.row(pages_->fixed_pages(), 0)[pos % engram_history_.row_floats]);
+  return int64_t(engram_history_.row(pages_->fixed_pages(), 0)[pos % engram_history_.row_values]);
 }
 
 void SequenceState::set_engram_id(int64_t pos, int64_t id) {
   // Compressed ids are below 2^24, so a float holds them exactly.
-  engram_history_.row(pages_->fixed_pages(), 0)[pos % engram_history_.row_floats] = float(id);
+  engram_history_.row(pages_->fixed_pages(), 0)[pos % engram_history_.row_values] = float(id);
 }
 
 void SequenceState::reset() {
   n_past = 0;
-  if (engram_history_.rows) std::fill_n(engram_history_.row(pages_->fixed_pages(), 0), engram_history_.row_floats, -1.0f);
+  if (engram_history_.rows) std::fill_n(engram_history_.row(pages_->fixed_pages(), 0), engram_history_.row_values, -1.0f);
   for (auto* group : {&layers, &mtp_layers})
     for (auto& l : *group) {
-      for (int64_t s = 0; s < l.window(); ++s) std::fill_n(l.ring_row(s), l.ring_.row_floats, 0.0f);
+      for (int64_t s = 0; s < l.window(); ++s) std::fill_n(l.ring_row(s), l.ring_.row_values, 0.0f);
       if (l.compressor.ratio) l.compressor.reset();
       if (l.index_compressor.ratio) l.index_compressor.reset();
     }
@@ -446,7 +363,7 @@ void SequenceState::save_undo(bool mtp, int64_t p0, int64_t n, Undo* u) const {
                              std::to_string(f.rows) + " rows");
     for (int64_t i = 0; i < n; ++i) {
       const float* r = f.row(pages_->fixed_pages(), (p0 + i) % f.rows);
-      u->rows.insert(u->rows.end(), r, r + f.row_floats);
+      u->rows.insert(u->rows.end(), r, r + f.row_values);
     }
   };
   for (const LayerState& l : mtp ? mtp_layers : layers) {
@@ -457,9 +374,9 @@ void SequenceState::save_undo(bool mtp, int64_t p0, int64_t n, Undo* u) const {
     save(l.index_compressor.score_);
   }
   if (!mtp && engram_history_.rows) {
-    if (n > engram_history_.row_floats) throw std::logic_error("undo: a chunk overruns the Engram history");
+    if (n > engram_history_.row_values) throw std::logic_error("undo: a chunk overruns the Engram history");
     const float* h = engram_history_.row(pages_->fixed_pages(), 0);
-    for (int64_t i = 0; i < n; ++i) u->rows.push_back(h[(p0 + i) % engram_history_.row_floats]);
+    for (int64_t i = 0; i < n; ++i) u->rows.push_back(h[(p0 + i) % engram_history_.row_values]);
   }
 }
 
@@ -468,8 +385,8 @@ void SequenceState::undo(const Undo& u, int64_t keep) {
   size_t at = 0;
   auto restore = [&](const FixedRows& f) {
     if (f.rows == 0) return;
-    for (int64_t i = 0; i < u.n; ++i, at += size_t(f.row_floats))
-      if (i >= keep) std::copy_n(&u.rows[at], f.row_floats, f.row(pages_->fixed_pages(), (u.p0 + i) % f.rows));
+    for (int64_t i = 0; i < u.n; ++i, at += size_t(f.row_values))
+      if (i >= keep) std::copy_n(&u.rows[at], f.row_values, f.row(pages_->fixed_pages(), (u.p0 + i) % f.rows));
   };
   std::vector<LayerState>& part = u.mtp ? mtp_layers : layers;
   for (LayerState& l : part) {
@@ -482,7 +399,7 @@ void SequenceState::undo(const Undo& u, int64_t keep) {
   if (!u.mtp && engram_history_.rows) {
     float* h = engram_history_.row(pages_->fixed_pages(), 0);
     for (int64_t i = 0; i < u.n; ++i, ++at)
-      if (i >= keep) h[(u.p0 + i) % engram_history_.row_floats] = u.rows[at];
+      if (i >= keep) h[(u.p0 + i) % engram_history_.row_values] = u.rows[at];
   }
   // Entry counts: what the kept positions emitted (entry w is emitted by position r*(w+1)-1).
   const int64_t end = u.p0 + keep;

@@ -19,86 +19,29 @@
 #include <vector>
 
 #include "core/page_arena.h"
+#include "kv/kv_spec.h"
 #include "model/deepseek_v4/config.h"
 
 namespace deepinfer::v4 {
 
-// The fewest rows of every position-indexed fixed buffer: the longest chunk that can be
-// undone (kv::kMinRingRows on the KV side of the dependency line is the same number).
-inline constexpr int64_t kMinRingRows = 8;
-// Pending rows of a compressor: coff*ratio, rounded up to a multiple of coff*ratio that is
-// at least kMinRingRows (a group's rows are those of its positions modulo this).
-int64_t pending_rows(int64_t ratio, int64_t coff);
+// The page layout is the KV layer's (kv/kv_spec.h: where every fixed row and every growing
+// entry sits, the page size, the fixed page count); the engine's KV pool counts the same
+// pages. Values are floats here (kv_layout_of sets bytes_per_value = sizeof(float)).
+using kv::FixedRows;
+using kv::kMinRingRows;
+using kv::PageLayout;
+using kv::pending_rows;
 
-// Where the rows of one fixed buffer sit in a sequence's fixed pages: `rows` rows of
-// `row_floats` floats; row 0 at float `offset` of fixed page `page`, the `first` rows there
-// one after another, the rest filling the following pages from their start, `per_page` each.
-// No row straddles two pages.
-struct FixedRows {
-  int64_t rows = 0, row_floats = 0;
-  int64_t page = 0, offset = 0, first = 0, per_page = 0;
-
-  // Row i, given the addresses of the sequence's fixed pages.
-  float* row(float* const* pages, int64_t i) const {
-    if (i < first) return pages[page] + offset + i * row_floats;
-    const int64_t j = i - first;
-    return pages[page + 1 + j / per_page] + (j % per_page) * row_floats;
-  }
-};
-
-// The page layout of one sequence; kv::KvSpec (kv/kv_spec.h) computes the same page size and
-// fixed page count on its side of the dependency line, and the engine checks both agree.
-//
-// Growing part. A page covers block_tokens tokens [b*T, (b+1)*T) of context: for every
-// compressed layer (backbone layers, then MTP layers), the entries emitted while those
-// tokens were processed: ceil(T / ratio) rows of head_dim (main compressor) and, on ratio-4
-// layers, as many rows of index_head_dim (indexer keys). Entry w of a ratio-r compressor is
-// emitted by token r*(w+1)-1, so it lives in page (r*(w+1)-1) / T at row w - floor(b*T/r);
-// a ratio-128 entry thus sits in the page of its last token even when its group spans pages.
-// Consequence: a page whose tokens have all been processed is never written again, so it
-// can be shared read-only between sequences.
-//
-// Fixed part: fixed_pages pages holding, in this order, for every layer (backbone layers,
-// then MTP layers):
-//   ring          window rows of head_dim floats (position p in row p % window)
-//   main kv       pending_rows(ratio, coff) rows of            V4: ratio != 0 (coff: 2 for
-//   main score    coff*head_dim floats (the same)              ratio 4, else 1); V4.1: KV
-//                                                              sources with ratio > 1 (coff 1)
-//   index kv      8 rows of 2*index_head_dim floats            V4 ratio 4 (V4.1 index keys
-//   index score   the same                                     have no pending rows)
-// then, once per sequence, the Engram history (V4.1 with Engram layers): one row of
-// max(engram_max_ngram - 1, kMinRingRows) floats, the compressed id of token p in float
-// p % that.
-// Every one of these buffers is a ring indexed by position, with at least kMinRingRows rows:
-// a chunk of n <= kMinRingRows tokens overwrites only the rows of its own positions, and what
-// was there is all an undo needs (StateUndo, for speculative verification).
-// Packed row after row from float 0 of fixed page 0; a row that does not fit in what is left
-// of a page starts the next one (the tail stays unused), so no row straddles two pages.
-//
-// V4.1 (MODEL.md 11.8): only the KV sources own compressed entries and index keys (growing
-// rows as above, with their ratio); the layers that read them hold a window ring only.
-//
-// Page size: the growing rows of T tokens, but at least the largest fixed row (so every row
-// fits in a page; only a model without compressed layers or a tiny T gets the larger size),
-// rounded up to 64 bytes.
-struct PageLayout {
-  struct LayerRows {
-    FixedRows ring, main_kv, main_score, index_kv, index_score;  // rows == 0 where the layer has none
-  };
-
-  int64_t block_tokens = 0;
-  int64_t page_bytes = 0;
-  // Growing part, per layer state (backbone layers, then MTP layers), in floats from the page
-  // start; -1 where the layer has no such compressor.
-  std::vector<int64_t> main_offset, index_offset;
-  // Fixed part, per layer state, then the per-sequence rows.
-  int64_t fixed_pages = 0;
-  std::vector<LayerRows> fixed;
-  FixedRows engram_history;  // rows == 0 without Engram
-
-  // Throws std::invalid_argument for block_tokens < 1.
-  static PageLayout make(const Config& cfg, int64_t block_tokens);
-};
+// What one sequence of this model holds, as the KV layer describes it: a ring on every layer
+// state (backbone layers, then MTP layers), compressors and index keys where the layer owns
+// them (Config::owns_compressor, owns_index_keys), and as the sequence row V4.1's Engram
+// history: max(engram_max_ngram - 1, kMinRingRows) floats, token p's compressed id in float
+// p % that. Every fixed buffer being a ring of at least kMinRingRows positions is what lets
+// Undo (below) restore a speculative chunk from the rows of its own positions.
+kv::KvLayout kv_layout_of(const Config& cfg);
+// The page layout of cfg's sequences with pages of block_tokens tokens (>= 1; no multiple of 4
+// needed for a standalone sequence). std::invalid_argument for block_tokens < 1.
+PageLayout page_layout(const Config& cfg, int64_t block_tokens);
 
 // A sequence's pages: its fixed pages, and logical block i (tokens [i*T, (i+1)*T)) -> a page
 // of a PageSource.
