@@ -403,6 +403,7 @@ TEST(Cli, BenchDepthDecodeLogitsEqualOnePrefill) {
   for (const auto& run : j.at("runs")) {
     EXPECT_LE(run.at("logits_max_diff_over_std").get<double>(), 1e-4);
     EXPECT_GE(run.at("logits_max_diff_over_std").get<double>(), 0.0);
+    EXPECT_GE(run.at("logits_max_abs_diff").get<double>(), 0.0);
     EXPECT_GT(run.at("decode_at_depth_over_depth0").get<double>(), 0.0);
   }
   const nlohmann::json& deep = j["runs"][1];

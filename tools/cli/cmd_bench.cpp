@@ -145,7 +145,7 @@ struct Run {
   double kv_held_bytes = 0, kv_spec_held_bytes = 0;
   // --check-depth-logits: max |decode - prefill| / std(prefill logits) of the last decoded
   // token (-1: not checked).
-  double logits_diff_over_std = -1;
+  double logits_diff_over_std = -1, logits_max_abs_diff = -1;
   // Expert parallel: this rank's time in collectives and bytes received, per token.
   double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
 };
@@ -228,6 +228,7 @@ Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth,
     }
     const double sd = std::sqrt(var / double(c.vocab_size));
     r.logits_diff_over_std = sd > 0 ? max_diff / sd : (max_diff > 0 ? 1e30 : 0.0);
+    r.logits_max_abs_diff = max_diff;
     log_info("depth %lld: the last decoded token's logits vs one prefill over the same %lld tokens: max |diff| %.3g, "
              "%.3g of the logits' std",
              (long long)depth, (long long)n, max_diff, r.logits_diff_over_std);
@@ -554,7 +555,10 @@ int run(const std::vector<std::string>& argv) {
         run["attention_seconds_per_token"] = attention_cost(r);
         run["decode_at_depth_over_depth0"] = r.decode_tok_s / depth0->decode_tok_s;
       }
-      if (r.logits_diff_over_std >= 0) run["logits_max_diff_over_std"] = r.logits_diff_over_std;
+      if (r.logits_diff_over_std >= 0) {
+        run["logits_max_diff_over_std"] = r.logits_diff_over_std;
+        run["logits_max_abs_diff"] = r.logits_max_abs_diff;  // 0: bit-identical
+      }
       j["runs"].push_back(run);
     }
     if (have_slope) {
