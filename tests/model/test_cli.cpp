@@ -365,7 +365,7 @@ nlohmann::json bench_json(const std::string& output) {
 // distinct experts its tokens chose, the rest once) and its roofline fraction.
 TEST(Cli, BenchDecodeBatches) {
   const Result r = run("bench --model " + shared_model("tiny-v4-c") +
-                       " --prefill 8 --decode 4 --threads 2 --decode-batches 1,4 --json");
+                       " --prefill 8 --decode 4 --threads 2 --decode-batches 1,4 --json --profile");
   ASSERT_EQ(r.code, 0) << r.output;
   const nlohmann::json j = bench_json(r.output);
   const nlohmann::json& b = j.at("decode_batches");
@@ -383,6 +383,7 @@ TEST(Cli, BenchDecodeBatches) {
   EXPECT_GE(b[1].at("distinct_experts_per_layer_mean").get<double>(), 2.0);
   EXPECT_LE(b[1].at("distinct_experts_per_layer_mean").get<double>(), 8.0);
   EXPECT_EQ(b[1].at("distinct_experts_per_layer").size(), 6u);
+  EXPECT_NE(r.output.find("decode batch 4 profile"), std::string::npos);  // --profile: each batch's sections
   EXPECT_EQ(run("bench --model " + shared_model("tiny-v4-c") + " --decode-batches 0").code, 2);
   EXPECT_EQ(run("bench --model " + shared_model("tiny-v4-c") + " --decode-batches 1,x").code, 2);
 }

@@ -288,6 +288,8 @@ BatchRun measure_batch(const v4::Model& model, const Compute& compute, int64_t b
   r.distinct_experts.assign(size_t(c.n_layers), 0.0);
   v4::RoutingTrace trace;
   v4::RoutingTrace* previous = v4::set_routing_trace(&trace);
+  profile::reset();
+  const int64_t profile_t0 = profile::now_ns();
   const auto t0 = Clock::now();
   for (int64_t step = 0; step < n_decode; ++step) {
     trace.clear();
@@ -298,6 +300,11 @@ BatchRun measure_batch(const v4::Model& model, const Compute& compute, int64_t b
   }
   r.tok_s = double(batch * n_decode) / seconds_since(t0);
   v4::set_routing_trace(previous);
+  if (profile::enabled()) {
+    std::fprintf(stderr, "decode batch %lld profile (%lld steps; %% of the decode time):\n", (long long)batch,
+                 (long long)n_decode);
+    profile::report(stderr, profile::now_ns() - profile_t0);
+  }
   r.kv_bytes /= double(n_decode);
   for (double& d : r.distinct_experts) d /= double(n_decode);
   r.weight_bytes = v4::batch_weight_bytes_per_step(c, model.weights(), r.distinct_experts, batch);
