@@ -358,6 +358,71 @@ TEST(Cli, BenchSpeculativeRoundsReportTheMedian) {
   EXPECT_EQ(run("bench --model " + shared_model("tiny-v4-c") + " --speculative mtp --spec-rounds 0").code, 2);
 }
 
+// The JSON line of a bench run (it comes after the logs).
+nlohmann::json bench_json(const std::string& output) {
+  const size_t at = output.rfind("\n{");
+  return nlohmann::json::parse(output.substr(at == std::string::npos ? 0 : at + 1));
+}
+
+// `bench --decode-batches`: per batch size tok/s, the bytes the batch reads per step (the
+// distinct experts its tokens chose, the rest once) and its roofline fraction.
+TEST(Cli, BenchDecodeBatches) {
+  const Result r = run("bench --model " + shared_model("tiny-v4-c") +
+                       " --prefill 8 --decode 4 --threads 2 --decode-batches 1,4 --json --profile");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = bench_json(r.output);
+  const nlohmann::json& b = j.at("decode_batches");
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].at("batch").get<int64_t>(), 1);
+  EXPECT_EQ(b[1].at("batch").get<int64_t>(), 4);
+  for (const auto& x : b)
+    for (const char* k : {"tok_s", "bytes_per_step", "roofline_fraction", "roofline_tok_s", "kv_bytes_per_step"})
+      EXPECT_GT(x.at(k).get<double>(), 0.0) << k;
+  const double b1 = b[0].at("bytes_per_step"), b4 = b[1].at("bytes_per_step");
+  EXPECT_GE(b4, b1);
+  EXPECT_LE(b4, 4 * b1);
+  // tiny-v4-c: 2 of 8 experts per token; one token reads exactly 2 per layer.
+  EXPECT_DOUBLE_EQ(b[0].at("distinct_experts_per_layer_mean").get<double>(), 2.0);
+  EXPECT_GE(b[1].at("distinct_experts_per_layer_mean").get<double>(), 2.0);
+  EXPECT_LE(b[1].at("distinct_experts_per_layer_mean").get<double>(), 8.0);
+  EXPECT_EQ(b[1].at("distinct_experts_per_layer").size(), 6u);
+  EXPECT_NE(r.output.find("decode batch 4 profile"), std::string::npos);  // --profile: each batch's sections
+  EXPECT_EQ(run("bench --model " + shared_model("tiny-v4-c") + " --decode-batches 0").code, 2);
+  EXPECT_EQ(run("bench --model " + shared_model("tiny-v4-c") + " --decode-batches 1,x").code, 2);
+}
+
+// `bench --depths 0,2048 --check-depth-logits`: 2048 tokens is far past tiny-v4-c's window (16)
+// and both compression ratios (4, 128; index top-k 64 of 512 entries). The last decoded token's
+// logits equal one prefill's over the same tokens within 1e-4 of their std (float numerics);
+// the depth figures (KV per token of context, attention cost and its extrapolation) are there.
+TEST(Cli, BenchDepthDecodeLogitsEqualOnePrefill) {
+  const Result r = run("bench --model " + shared_model("tiny-v4-c") +
+                       " --prefill 8 --decode 4 --threads 2 --depths 0,2048 --check-depth-logits --numerics float --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = bench_json(r.output);
+  const nlohmann::json& check = j.at("depth_logits_check");
+  EXPECT_TRUE(check.at("ok").get<bool>());
+  EXPECT_LE(check.at("max_diff_over_std").get<double>(), 1e-4);
+  ASSERT_EQ(j.at("runs").size(), 2u);
+  for (const auto& run : j.at("runs")) {
+    EXPECT_LE(run.at("logits_max_diff_over_std").get<double>(), 1e-4);
+    EXPECT_GE(run.at("logits_max_diff_over_std").get<double>(), 0.0);
+    EXPECT_GE(run.at("logits_max_abs_diff").get<double>(), 0.0);
+    EXPECT_GT(run.at("decode_at_depth_over_depth0").get<double>(), 0.0);
+  }
+  const nlohmann::json& deep = j["runs"][1];
+  EXPECT_EQ(deep.at("depth").get<int64_t>(), 2048);
+  // By the KV spec a tiny-v4-c token adds 128 fp32 per 4 (ratio-4 layers, plus their 128-wide
+  // index keys) or per 128 tokens, and the windows are 16 rows per layer.
+  EXPECT_GT(deep.at("kv_bytes_per_context_token_spec").get<double>(), 0.0);
+  EXPECT_GT(deep.at("kv_bytes_per_context_token").get<double>(), 0.0);
+  EXPECT_GE(deep.at("kv_held_over_spec").get<double>(), 1.0);  // pages hold at least the rows
+  const nlohmann::json& ex = j.at("attention_cost_extrapolated");
+  EXPECT_TRUE(ex.contains("131072"));
+  EXPECT_TRUE(ex.contains("1048576"));
+  EXPECT_DOUBLE_EQ(ex.at("1048576").get<double>(), 8.0 * ex.at("131072").get<double>());
+}
+
 // Corrupt weights (a NaN e4m3 code in a shared expert's w2) never become tokens:
 // `logits` names the non-finite rows and exits 1, `generate` (greedy or sampled) fails at the
 // first position, and --verify-weights refuses the checkpoint at load, naming the tensor and

@@ -1,4 +1,5 @@
 // deepinfer bench --model DIR [--prefill 512] [--decode 128] [--depths 0,2048,8192]
+//                 [--decode-batches 1,4,16,32] [--check-depth-logits [--check-chunk N]]
 //                 [--numerics reference|float] [--threads N] [--kernels cpu|ref] [--json | --csv]
 // Loads the model once; for every context depth d (llama-bench style):
 //   pp: a fresh sequence is filled to depth d, then `prefill` tokens are timed in one call
@@ -6,6 +7,10 @@
 //   tg: a fresh sequence is filled to depth d, then `decode` greedy tokens are timed one by one.
 // Also measures this machine's memory bandwidth with a STREAM-like triad in the same run and
 // reports decode speed against the roofline bandwidth / (weight + KV bytes read per token).
+// --decode-batches: B fresh sequences decode one token each per forward; the roofline counts
+// the bytes that batch reads (the distinct experts its tokens chose, the rest once).
+// --check-depth-logits: at each depth, the last decoded token's logits against those of one
+// prefill over the same tokens on a fresh sequence.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include "core/profile.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "core/log.h"
+#include "model/deepseek_v4/routing_trace.h"
 #include "model_cli.h"
 #include "spec_decode.h"
 #include "summary.h"
@@ -102,6 +108,21 @@ int64_t kv_bytes_per_token(const v4::Config& c, int64_t p) {
   return bytes;
 }
 
+// KV bytes a sequence of n tokens holds by the KV spec (fp32 rows, no page rounding): per
+// layer its window ring, its compressed entries and the indexer keys of the layers that own
+// them. Excludes the MTP rings.
+double kv_spec_bytes(const v4::Config& c, int64_t n) {
+  double bytes = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    bytes += double(std::min(n, c.window) * c.head_dim * 4);
+    const int64_t r = c.ratio(l);
+    if (r == 0) continue;
+    if (c.owns_compressor(l)) bytes += double((n / r) * c.head_dim * 4);
+    if (c.owns_index_keys(l)) bytes += double((n / r) * c.index_head_dim * 4);
+  }
+  return bytes;
+}
+
 std::vector<int64_t> parse_depths(const std::string& s) {
   std::vector<int64_t> out;
   std::stringstream ss(s);
@@ -119,6 +140,12 @@ std::vector<int64_t> parse_depths(const std::string& s) {
 struct Run {
   int64_t depth;
   double prefill_tok_s, decode_tok_s, kv_bytes;
+  // The decode sequence's state after the depth's tokens: bytes held (pages, fixed rows, MTP
+  // rings included) and by the KV spec.
+  double kv_held_bytes = 0, kv_spec_held_bytes = 0;
+  // --check-depth-logits: max |decode - prefill| / std(prefill logits) of the last decoded
+  // token (-1: not checked).
+  double logits_diff_over_std = -1, logits_max_abs_diff = -1;
   // Expert parallel: this rank's time in collectives and bytes received, per token.
   double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
 };
@@ -127,7 +154,7 @@ struct Run {
 // each on a fresh sequence; tokens drawn from `draw` (the caller's generator: the same seed
 // gives the same prompts).
 Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth, int64_t n_prefill, int64_t n_decode,
-                  const std::function<int32_t()>& draw) {
+                  const std::function<int32_t()>& draw, bool check_logits, int64_t check_chunk) {
   const v4::Config& c = model.config();
   dist::Communicator& comm = world();
   auto random_tokens = [&](int64_t n) {
@@ -156,7 +183,10 @@ Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth,
   r.prefill_comm_bytes = double(comm.stats().bytes_received) / double(n_prefill);
 
   st = model.new_sequence();
-  if (depth > 0) run_chunked(model, random_tokens(depth), 512, st, compute.num, nullptr);
+  std::vector<int32_t> seen = random_tokens(depth);  // every token the decode sequence is fed
+  if (depth > 0) run_chunked(model, seen, 512, st, compute.num, nullptr);
+  r.kv_held_bytes = double(st.bytes());
+  r.kv_spec_held_bytes = kv_spec_bytes(c, depth);
   int32_t next = draw();
   std::vector<float> row(c.vocab_size);
   profile::reset();
@@ -165,6 +195,7 @@ Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth,
   t0 = Clock::now();
   for (int64_t i = 0; i < n_decode; ++i) {
     r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
+    seen.push_back(next);
     model.forward(&next, 1, st, compute.num, row.data());
     next = argmax_lowest(row.data(), c.vocab_size);
   }
@@ -177,6 +208,106 @@ Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth,
     profile::report(stderr, profile::now_ns() - profile_t0);
   }
   r.kv_bytes /= double(n_decode);
+  if (check_logits) {
+    // The same tokens in one prefill (check_chunk > 0: chunks of that many) on a fresh sequence;
+    // only its last row's logits.
+    auto fresh = model.new_sequence();
+    std::vector<float> want(c.vocab_size);
+    const int64_t n = int64_t(seen.size()), step = check_chunk > 0 ? check_chunk : n;
+    for (int64_t i = 0; i < n; i += step) {
+      const int64_t len = std::min(step, n - i);
+      const std::vector<v4::SequenceChunk> part{{seen.data() + i, len, &fresh, i + len == n ? want.data() : nullptr, false}};
+      model.forward_batch(part, compute.num);
+    }
+    double mean = 0, var = 0, max_diff = 0;
+    for (float x : want) mean += x;
+    mean /= double(c.vocab_size);
+    for (int64_t i = 0; i < c.vocab_size; ++i) {
+      var += (want[i] - mean) * (want[i] - mean);
+      max_diff = std::max(max_diff, double(std::fabs(row[i] - want[i])));
+    }
+    const double sd = std::sqrt(var / double(c.vocab_size));
+    r.logits_diff_over_std = sd > 0 ? max_diff / sd : (max_diff > 0 ? 1e30 : 0.0);
+    r.logits_max_abs_diff = max_diff;
+    log_info("depth %lld: the last decoded token's logits vs one prefill over the same %lld tokens: max |diff| %.3g, "
+             "%.3g of the logits' std",
+             (long long)depth, (long long)n, max_diff, r.logits_diff_over_std);
+  }
+  return r;
+}
+
+std::vector<int64_t> parse_batches(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (end == item.c_str() || *end != '\0' || v < 1 || v > 4096) throw ArgError("--decode-batches expects e.g. 1,4,16,32");
+    out.push_back(v);
+  }
+  if (out.empty()) throw ArgError("--decode-batches is empty");
+  return out;
+}
+
+struct BatchRun {
+  int64_t batch = 0;
+  double tok_s = 0;
+  // Per step (one forward of `batch` tokens), means over the steps.
+  double weight_bytes = 0, kv_bytes = 0;
+  std::vector<double> distinct_experts;  // per layer
+  double distinct_mean() const {
+    double s = 0;
+    for (double d : distinct_experts) s += d;
+    return distinct_experts.empty() ? 0.0 : s / double(distinct_experts.size());
+  }
+};
+
+// `batch` fresh sequences, each prefilled with its own n_prefill tokens (not timed), then
+// n_decode steps in which every sequence decodes one greedy token, all in one forward_batch.
+// A routing trace counts the distinct experts each step's tokens chose per layer.
+BatchRun measure_batch(const v4::Model& model, const Compute& compute, int64_t batch, int64_t n_prefill,
+                       int64_t n_decode, const std::function<int32_t()>& draw) {
+  const v4::Config& c = model.config();
+  const int64_t V = c.vocab_size;
+  std::vector<v4::SequenceState> states;
+  states.reserve(size_t(batch));
+  std::vector<int32_t> next(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int32_t> prompt(static_cast<size_t>(n_prefill));
+    for (auto& x : prompt) x = draw();
+    states.push_back(model.new_sequence());
+    run_chunked(model, prompt, 512, states.back(), compute.num, nullptr);
+    next[size_t(b)] = draw();
+  }
+  std::vector<float> logits(static_cast<size_t>(batch * V));
+  std::vector<v4::SequenceChunk> chunks;
+  for (int64_t b = 0; b < batch; ++b) chunks.push_back({&next[size_t(b)], 1, &states[size_t(b)], &logits[size_t(b * V)], false});
+  BatchRun r;
+  r.batch = batch;
+  r.distinct_experts.assign(size_t(c.n_layers), 0.0);
+  v4::RoutingTrace trace;
+  v4::RoutingTrace* previous = v4::set_routing_trace(&trace);
+  profile::reset();
+  const int64_t profile_t0 = profile::now_ns();
+  const auto t0 = Clock::now();
+  for (int64_t step = 0; step < n_decode; ++step) {
+    trace.clear();
+    for (const auto& st : states) r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
+    model.forward_batch(chunks, compute.num);
+    for (int64_t l = 0; l < c.n_layers; ++l) r.distinct_experts[size_t(l)] += double(trace.distinct(l));
+    for (int64_t b = 0; b < batch; ++b) next[size_t(b)] = argmax_lowest(&logits[size_t(b * V)], V);
+  }
+  r.tok_s = double(batch * n_decode) / seconds_since(t0);
+  v4::set_routing_trace(previous);
+  if (profile::enabled()) {
+    std::fprintf(stderr, "decode batch %lld profile (%lld steps; %% of the decode time):\n", (long long)batch,
+                 (long long)n_decode);
+    profile::report(stderr, profile::now_ns() - profile_t0);
+  }
+  r.kv_bytes /= double(n_decode);
+  for (double& d : r.distinct_experts) d /= double(n_decode);
+  r.weight_bytes = v4::batch_weight_bytes_per_step(c, model.weights(), r.distinct_experts, batch);
   return r;
 }
 
@@ -275,14 +406,19 @@ nlohmann::json measure_speculative(const v4::Model& model, const Compute& comput
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
-                   "--num-draft-tokens", "--spec-rounds"},
-            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel"});
+                   "--num-draft-tokens", "--spec-rounds", "--decode-batches", "--check-chunk"},
+            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel", "--check-depth-logits"});
   if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
   const int64_t spec_rounds = args.get_int("--spec-rounds", 1);
   if (spec_rounds < 1 || spec_rounds > 99) throw ArgError("--spec-rounds must be 1..99");
   const auto depths = parse_depths(args.get_or("--depths", "0"));
+  const std::vector<int64_t> batches =
+      args.get("--decode-batches") ? parse_batches(*args.get("--decode-batches")) : std::vector<int64_t>{};
+  const bool check_logits = args.has("--check-depth-logits");
+  const int64_t check_chunk = args.get_int("--check-chunk", 0);
+  if (check_chunk < 0) throw ArgError("--check-chunk must be >= 0");
   Compute compute = compute_args(args);
   auto model = load_model_arg(args);
   model->check_numerics(compute.num);
@@ -321,10 +457,39 @@ int run(const std::vector<std::string>& argv) {
   };
   std::vector<Run> runs;
   for (int64_t depth : depths) {
-    runs.push_back(measure_depth(*model, compute, depth, n_prefill, n_decode, draw));
+    runs.push_back(measure_depth(*model, compute, depth, n_prefill, n_decode, draw, check_logits, check_chunk));
     const Run& r = runs.back();
     log_info("depth %lld: prefill %.2f tok/s, decode %.2f tok/s", (long long)depth, r.prefill_tok_s, r.decode_tok_s);
   }
+  std::vector<BatchRun> batch_runs;
+  for (int64_t b : batches) {
+    batch_runs.push_back(measure_batch(*model, compute, b, n_prefill, n_decode, draw));
+    const BatchRun& r = batch_runs.back();
+    log_info("decode batch %lld: %.2f tok/s, %.1f distinct experts per layer", (long long)b, r.tok_s, r.distinct_mean());
+  }
+  // Attention cost per decoded token at each depth: its decode seconds per token minus depth
+  // 0's (when 0 was measured); a line through the origin fitted to them (least squares)
+  // extrapolates it.
+  const Run* depth0 = nullptr;
+  for (const Run& r : runs)
+    if (r.depth == 0) depth0 = &r;
+  auto attention_cost = [&](const Run& r) { return 1.0 / r.decode_tok_s - 1.0 / depth0->decode_tok_s; };
+  double slope_num = 0, slope_den = 0;
+  if (depth0)
+    for (const Run& r : runs) {
+      slope_num += double(r.depth) * attention_cost(r);
+      slope_den += double(r.depth) * double(r.depth);
+    }
+  const bool have_slope = depth0 && slope_den > 0;
+  const double attention_slope = have_slope ? slope_num / slope_den : 0.0;
+  const std::vector<int64_t> extrapolate_to{131072, 1048576};
+  double worst_logits = -1;
+  for (const Run& r : runs) worst_logits = std::max(worst_logits, r.logits_diff_over_std);
+  // Decode after depth tokens must give the logits one prefill gives (float numerics: within
+  // 1e-4 of the logits' std).
+  const double logits_tolerance = 1e-4;
+  const int exit_code = check_logits && !(worst_logits <= logits_tolerance) ? 1 : 0;
+  if (exit_code) log_warn("bench: decode logits differ from one prefill's by %.3g of their std (> %g)", worst_logits, logits_tolerance);
 
   // Speculative decoding, on one fresh prompt: plain greedy decode (which is also the oracle
   // continuation), the checkpoint's drafter with its adaptive draft length, every draft
@@ -380,11 +545,55 @@ int run(const std::vector<std::string>& argv) {
     j["n_decode"] = n_decode;
     j["runs"] = nlohmann::json::array();
     if (!spec.is_null()) j["speculative"] = spec;
-    for (const Run& r : runs)
-      j["runs"].push_back({{"depth", r.depth}, {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
-                           {"decode_roofline_fraction", r.decode_tok_s / roofline(r)}});
+    for (const Run& r : runs) {
+      nlohmann::json run = {{"depth", r.depth},
+                            {"prefill_tok_s", r.prefill_tok_s},
+                            {"decode_tok_s", r.decode_tok_s},
+                            {"decode_roofline_fraction", r.decode_tok_s / roofline(r)},
+                            {"kv_bytes_read_per_token", r.kv_bytes},
+                            {"kv_bytes_held", r.kv_held_bytes},
+                            {"kv_bytes_held_spec", r.kv_spec_held_bytes}};
+      if (r.depth > 0) {
+        run["kv_bytes_per_context_token"] = r.kv_held_bytes / double(r.depth);
+        run["kv_bytes_per_context_token_spec"] = r.kv_spec_held_bytes / double(r.depth);
+        run["kv_held_over_spec"] = r.kv_held_bytes / r.kv_spec_held_bytes;
+      }
+      if (depth0) {
+        run["attention_seconds_per_token"] = attention_cost(r);
+        run["decode_at_depth_over_depth0"] = r.decode_tok_s / depth0->decode_tok_s;
+      }
+      if (r.logits_diff_over_std >= 0) {
+        run["logits_max_diff_over_std"] = r.logits_diff_over_std;
+        run["logits_max_abs_diff"] = r.logits_max_abs_diff;  // 0: bit-identical
+      }
+      j["runs"].push_back(run);
+    }
+    if (have_slope) {
+      j["attention_cost_seconds_per_token_per_context_token"] = attention_slope;
+      for (int64_t d : extrapolate_to) j["attention_cost_extrapolated"][std::to_string(d)] = attention_slope * double(d);
+    }
+    if (check_logits)
+      j["depth_logits_check"] = {{"max_diff_over_std", worst_logits},
+                                 {"tolerance", logits_tolerance},
+                                 {"ok", exit_code == 0},
+                                 {"prefill_chunk", check_chunk}};
+    if (!batch_runs.empty()) {
+      j["decode_batches"] = nlohmann::json::array();
+      for (const BatchRun& r : batch_runs) {
+        const double bytes = r.weight_bytes + r.kv_bytes;
+        j["decode_batches"].push_back({{"batch", r.batch},
+                                       {"tok_s", r.tok_s},
+                                       {"bytes_per_step", bytes},
+                                       {"weight_bytes_per_step", r.weight_bytes},
+                                       {"kv_bytes_per_step", r.kv_bytes},
+                                       {"roofline_tok_s", double(r.batch) * bw * 1e9 / bytes},
+                                       {"roofline_fraction", r.tok_s * bytes / (double(r.batch) * bw * 1e9)},
+                                       {"distinct_experts_per_layer_mean", r.distinct_mean()},
+                                       {"distinct_experts_per_layer", r.distinct_experts}});
+      }
+    }
     std::printf("%s\n", j.dump().c_str());
-    return 0;
+    return exit_code;
   }
   const bool csv = args.has("--csv");
   std::printf(csv ? "depth,prefill_tok_s,prefill_gflop_s,decode_tok_s,weight_mb_per_tok,kv_mb_per_tok,roofline_tok_s,roofline_fraction\n"
@@ -397,6 +606,43 @@ int run(const std::vector<std::string>& argv) {
                 wbytes / 1e6, r.kv_bytes / 1e6, roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / roofline(r));
   std::printf(csv ? "" : "\nmemory bandwidth (triad, %d threads): %.1f GB/s (%.1f before the runs, %.1f after); peak RSS %.1f MB\n",
               compute.pool->size(), bw, bw_before, bw_after, rss / 1e6);
+  if (!csv && (depth0 || check_logits)) {
+    std::printf("\n| depth | KV held MB | KV B/context token | by the KV spec | held / spec | decode / depth 0 | attention s/token | "
+                "logits max|diff| / std |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const Run& r : runs) {
+      std::printf("| %lld | %.2f | ", (long long)r.depth, r.kv_held_bytes / 1e6);
+      if (r.depth > 0)
+        std::printf("%.0f | %.0f | %.2f | ", r.kv_held_bytes / double(r.depth), r.kv_spec_held_bytes / double(r.depth),
+                    r.kv_held_bytes / r.kv_spec_held_bytes);
+      else
+        std::printf("- | - | - | ");
+      if (depth0)
+        std::printf("%.3f | %.3g | ", r.decode_tok_s / depth0->decode_tok_s, attention_cost(r));
+      else
+        std::printf("- | - | ");
+      if (r.logits_diff_over_std >= 0)
+        std::printf("%.3g |\n", r.logits_diff_over_std);
+      else
+        std::printf("- |\n");
+    }
+    if (have_slope) {
+      std::printf("attention cost extrapolated (a line through 0 fitted to these depths):");
+      for (int64_t d : extrapolate_to) std::printf(" %lld tokens: %.4g s/token;", (long long)d, attention_slope * double(d));
+      std::printf("\n");
+    }
+    if (check_logits)
+      std::printf("decode vs one prefill over the same tokens: max |diff| / std %.3g (tolerance %g): %s\n", worst_logits,
+                  logits_tolerance, exit_code ? "FAILED" : "ok");
+  }
+  if (!batch_runs.empty() && !csv) {
+    std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | roofline tok/s | of roofline |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const BatchRun& r : batch_runs) {
+      const double bytes = r.weight_bytes + r.kv_bytes, roof = double(r.batch) * bw * 1e9 / bytes;
+      std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s, r.distinct_mean(),
+                  r.weight_bytes / 1e6, r.kv_bytes / 1e6, roof, 100.0 * r.tok_s / roof);
+    }
+  }
   if (comm.size() > 1 && !csv) {
     std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", comm.size(), compute.pool->size());
     for (size_t i = 0; i < rss_ranks.size(); ++i) std::printf("%s %.1f MB", i ? "," : "", rss_ranks[i] / 1e6);
@@ -415,7 +661,7 @@ int run(const std::vector<std::string>& argv) {
     for (auto& [k, v] : spec["full_acceptance_speedup"].items()) std::printf(" K=%s %.2fx", k.c_str(), double(v));
     std::printf("\n");
   }
-  return 0;
+  return exit_code;
 }
 
 CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run,
@@ -424,6 +670,12 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --prefill N                  prompt tokens per measurement (default 512)\n"
                         "  --decode N                   decoded tokens per measurement (default 128)\n"
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"
+                        "  --decode-batches B1,B2,...   also decode B fresh sequences at once (one forward per step),\n"
+                        "                               each prefilled with --prefill tokens first; tok/s and the\n"
+                        "                               roofline of the bytes the batch reads\n"
+                        "  --check-depth-logits         at each depth, compare the last decoded token's logits with one\n"
+                        "                               prefill's over the same tokens; exit 1 above 1e-4 of their std\n"
+                        "  --check-chunk N              that prefill in chunks of N tokens (default 0: one chunk)\n"
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
                         "  --profile                    time of each forward section in prefill and decode, on stderr\n"

@@ -6,14 +6,26 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/layer_ops.h"
+#include "model/deepseek_v4/routing_trace.h"
 
 namespace deepinfer::v4 {
 
 namespace {
+
+thread_local RoutingTrace* routing_trace = nullptr;
+
+// Marks the experts of `chosen` (ids below n_experts) in the trace's row of layer id.
+void record_routing(RoutingTrace& trace, int64_t id, int64_t n_experts, std::span<const int32_t> chosen) {
+  if (int64_t(trace.chosen.size()) <= id) trace.chosen.resize(size_t(id) + 1);
+  std::vector<uint8_t>& row = trace.chosen[size_t(id)];
+  if (int64_t(row.size()) < n_experts) row.resize(size_t(n_experts), 0);
+  for (int32_t e : chosen) row[size_t(e)] = 1;
+}
 
 // A token's K experts and their routing weights, into experts[K] and weights[K].
 void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const float* logits, int32_t token,
@@ -113,6 +125,8 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
 
 }  // namespace
 
+RoutingTrace* set_routing_trace(RoutingTrace* trace) { return std::exchange(routing_trace, trace); }
+
 ExpertSplit split_experts(dist::Communicator* comm, int64_t n_experts, int64_t vocab) {
   ExpertSplit s;
   s.comm = comm;
@@ -143,6 +157,7 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
   std::span<float> chosen_weight = scratch.take<float>(S * K);
   for (int64_t t = 0; t < S; ++t)
     route_token(cfg, m, L.hash_routed, &logits[t * E], tokens[t], &chosen_expert[t * K], &chosen_weight[t * K]);
+  if (routing_trace) record_routing(*routing_trace, L.id, E, chosen_expert);
 
   // Group the choices by expert (a stable counting sort): expert e's rows are the slots
   // [first_slot[e], first_slot[e + 1]), its tokens in chunk order. Experts run in increasing

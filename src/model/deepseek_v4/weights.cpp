@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <stdexcept>
 
 namespace deepinfer::v4 {
 
@@ -417,6 +418,29 @@ int64_t routed_expert_bytes_per_token(const Config& c, const Weights& w) {
     if (routed) bytes += share * double(matrix_bytes(m));
   });
   return int64_t(bytes);
+}
+
+double batch_weight_bytes_per_step(const Config& c, const Weights& w, const std::vector<double>& distinct_experts,
+                                   int64_t batch) {
+  if (distinct_experts.size() != w.layers.size())
+    throw std::invalid_argument("batch_weight_bytes_per_step: one distinct-expert count per layer expected");
+  // What every token reads by itself: its embedding row and its Engram rows.
+  double per_token = double(matrix_bytes(w.embed)) / double(c.vocab_size);
+  for (const LayerWeights& L : w.layers)
+    if (L.has_engram)
+      per_token += double((c.engram_max_ngram - 1) * c.engram_n_heads * (L.engram.head_dim + L.engram.head_dim / 32));
+  double bytes = double(batch) * per_token;
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool routed = false) {
+    if (!routed) bytes += share * double(matrix_bytes(m));
+  });
+  // A layer's routed experts all have the same shape: its experts' bytes / E per expert read.
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    double all_experts = 0;
+    for (const ExpertWeights& e : w.layers[l].ffn.experts)
+      for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) all_experts += double(matrix_bytes(*m));
+    bytes += distinct_experts[l] * all_experts / double(std::max<int64_t>(1, c.n_routed_experts));
+  }
+  return bytes;
 }
 
 int64_t mtp_draft_bytes_per_token(const Config& c, const Weights& w) {

@@ -128,6 +128,13 @@ int64_t matrix_bytes(const WeightMatrix& w);
 int64_t active_weight_bytes_per_token(const Config& cfg, const Weights& w);
 // Of those, the routed experts' share.
 int64_t routed_expert_bytes_per_token(const Config& cfg, const Weights& w);
+// Bytes of weights one batched decode step of `batch` tokens reads when its tokens chose
+// distinct_experts[l] distinct routed experts in backbone layer l: every dense weight, shared
+// expert and the head once, each token's embedding row (and Engram rows), and each chosen
+// expert once. With distinct_experts[l] = num_experts_per_tok and batch 1 this is
+// active_weight_bytes_per_token.
+double batch_weight_bytes_per_step(const Config& cfg, const Weights& w, const std::vector<double>& distinct_experts,
+                                   int64_t batch);
 // Bytes one MTP draft token reads: the first MTP module's weights a token visits and the head.
 int64_t mtp_draft_bytes_per_token(const Config& cfg, const Weights& w);
 // Speculative decoding's costs per draft token, in plain decode steps (by bytes read):
