@@ -409,6 +409,9 @@ def cmd_export(args) -> int:
     gen = {"tool": "tools/train/train.py", "checkpoint": args.ckpt, "steps": saved["state"]["step"],
            "train_minutes": round(saved["state"]["elapsed"] / 60, 1), "context": CONTEXT,
            "data": "King James Bible (Debian bible-kjv-text), tools/train/data.py"}
+    if "from" in saved["state"]:        # a finetune: say what it started from and what it added
+        gen["finetuned_from"] = saved["state"]["from"]
+        gen["data"] += " + synthetic chat turns rendered by the engine's chat encoder, tools/train/chat_data.py"
     readme = Path(args.readme).read_text(encoding="utf-8") if args.readme else None
     sha = ex.export(state_values(model), MODEL_CFG, work / "tokenizer.json", Path(args.out), gen, readme)
     print(f"export: {args.out} (model.safetensors sha256 {sha})")
