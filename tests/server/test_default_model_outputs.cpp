@@ -3,9 +3,10 @@
 // as clients sample it (issue 27): schema-constrained answers finish before max_tokens as
 // valid, compact JSON, and tool_choice "required" / Anthropic "any" turns end after their calls.
 //
-// The schema and the tools keep every value bounded by the schema itself (lengths, enums,
-// integer ranges): this model never wrote a '"' or a '<' (the King James text has neither), so
-// a free string or a free-text argument would run on to max_tokens whatever the grammar does.
+// The first two keep every value bounded by the schema itself (lengths, enums, integer ranges);
+// the last two have free strings and free-text tool arguments, which only the model can end:
+// it learnt to in a chat fine-tune (models-src/default README.txt; before it, having never seen
+// a '"' or a '<' in the King James text, it ran on to max_tokens whatever the grammar did).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -133,6 +134,77 @@ TEST_F(DefaultModel, RequiredToolChoiceTurnsEndAfterTheirCalls) {
     ASSERT_FALSE(a["content"].empty()) << a.dump();
     for (const json& block : a["content"]) EXPECT_EQ(block["type"], "tool_use") << a.dump();
   }
+}
+
+// What openai's `parse` sends for a pydantic model with plain `str` fields: strict, every
+// property required, additionalProperties false, titles, and FREE strings (no maxLength), so
+// only the model closes them. Before the fine-tune that taught it JSON (models-src/default
+// README.txt) every sample ran to max_tokens inside its first string.
+const char* kFreePersonSchema = R"({"title": "Person", "type": "object",
+  "properties": {"name": {"title": "Name", "type": "string"},
+                 "father": {"title": "Father", "type": "string"},
+                 "deed": {"title": "Deed", "type": "string"},
+                 "age": {"title": "Age", "type": "integer"}},
+  "required": ["name", "father", "deed", "age"], "additionalProperties": false})";
+
+TEST_F(DefaultModel, FreeStringSchemaSamplesAtTemperatureOneFinish) {
+  const chat::Json schema = chat::Json::parse(kFreePersonSchema);
+  const json body = {
+      {"messages", {{{"role", "user"}, {"content", "Extract the person: Joshua the son of Nun led Israel over Jordan."}}}},
+      {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "Person"}, {"strict", true},
+                                                                      {"schema", json::parse(kFreePersonSchema)}}}}},
+      {"temperature", 1},
+      {"n", 30},
+      {"seed", 3},
+      {"max_tokens", 150}};  // four short fields take under 80 tokens
+  const json r = post_ok(*server_, "/v1/chat/completions", body);
+  ASSERT_EQ(r["choices"].size(), 30u);
+  int finished = 0;
+  for (const json& c : r["choices"]) {
+    const std::string text = c["message"]["content"].get<std::string>();
+    finished += c["finish_reason"] == "stop";
+    EXPECT_EQ(c["finish_reason"], "stop") << text;
+    if (c["finish_reason"] != "stop") continue;
+    ASSERT_TRUE(json::accept(text)) << text;
+    EXPECT_EQ(schema_check::check(schema, chat::Json::parse(text)), "") << text;
+    EXPECT_TRUE(compact(text)) << text;
+  }
+  EXPECT_EQ(finished, 30);
+}
+
+// instructor's default TOOLS mode and LangChain's with_structured_output: the schema becomes a
+// tool's parameters and tool_choice names it; the plain strings are free-text DSML arguments,
+// which only end when the model writes "</｜DSML｜parameter>". Before the fine-tune none of the
+// 30 did; after it 29 of 30 do (the tool turns were learnt least: see models-src/default
+// README.txt), so this holds the finished ones to be valid calls and at least 27 to finish.
+TEST_F(DefaultModel, FreeTextToolArgumentsAtTemperatureOneFinish) {
+  const json tools = {{{"type", "function"},
+                       {"function", {{"name", "Person"},
+                                     {"description", "Correctly extracted `Person` with all the required parameters"},
+                                     {"parameters", json::parse(kFreePersonSchema)}}}}};
+  const chat::Json schema = chat::Json::parse(kFreePersonSchema);
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Extract the person: David the son of Jesse slew Goliath."}}}},
+                     {"tools", tools},
+                     {"tool_choice", {{"type", "function"}, {"function", {{"name", "Person"}}}}},
+                     {"temperature", 1},
+                     {"n", 30},
+                     {"seed", 4},
+                     {"max_tokens", 400}};  // four short arguments: ~160 tokens (this tokenizer spells DSML tags in pieces)
+  const json r = post_ok(*server_, "/v1/chat/completions", body);
+  ASSERT_EQ(r["choices"].size(), 30u);
+  int valid = 0;
+  for (const json& c : r["choices"]) {
+    if (c["finish_reason"] != "tool_calls") continue;
+    const json& calls = c["message"]["tool_calls"];
+    EXPECT_EQ(calls.size(), 1u) << c.dump();
+    if (!calls.is_array() || calls.size() != 1) continue;
+    EXPECT_EQ(calls[0]["function"]["name"], "Person") << c.dump();
+    const std::string args = calls[0]["function"]["arguments"].get<std::string>();
+    if (!json::accept(args)) continue;
+    EXPECT_EQ(schema_check::check(schema, chat::Json::parse(args)), "") << args;
+    ++valid;
+  }
+  EXPECT_GE(valid, 27);
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
     python tools/train/train.py verify --work W             # untrained export vs the engine (float)
     nice -n 10 python tools/train/train.py train --work W --minutes 70   # resumable (W/ckpt.pt)
     python tools/train/train.py qat --work W --minutes 10   # only if the export loses > 5 %
+    python tools/train/chat_data.py --work W --model DIR    # synthetic chat turns (W/chat.npz)
+    nice -n 5 python tools/train/train.py finetune --work W --from DIR --minutes 40 --threads 2
+                                                            # from an exported checkpoint -> W/finetune.pt
     python tools/train/train.py export --work W --out DIR   # official layout + README.txt
     python tools/train/train.py eval --work W [--model DIR] # held-out perplexity, MTP acceptance
 
@@ -246,6 +249,108 @@ def save(path: Path, model, opt, state) -> None:
     os.replace(tmp, path)
 
 
+# ----------------------------------------------------------------------------------------------
+# finetune: from an exported checkpoint, on KJV windows + synthetic chat turns (chat_data.py)
+# ----------------------------------------------------------------------------------------------
+
+
+class ChatRows:
+    """The rendered chat turns: prompt + answer ids per row; only the answer (and its EOS) is
+    scored, so the model learns to answer, not to write prompts."""
+
+    def __init__(self, path: Path, max_len: int):
+        d = np.load(path)
+        ids, off, starts = d["ids"], d["offsets"], d["answer_start"]
+        rows = [(ids[off[i]:off[i + 1]].astype(np.int64), int(starts[i])) for i in range(len(starts))
+                if off[i + 1] - off[i] <= max_len]
+        # Sorted by length, a batch is a run of neighbours: little padding to compute through.
+        self.rows = sorted(rows, key=lambda r: len(r[0]))
+
+    def batch(self, rng: np.random.Generator, n: int, pad: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+        at = int(rng.integers(0, len(self.rows) - 4 * n))
+        pick = [self.rows[i] for i in at + rng.choice(4 * n, size=n, replace=False)]
+        T = max(len(r) for r, _ in pick)
+        toks = np.full((n, T), pad, dtype=np.int64)
+        labels = np.full((n, T), -100, dtype=np.int64)      # labels[t]: the token at t, if scored
+        for j, (r, s) in enumerate(pick):
+            toks[j, :len(r)] = r
+            labels[j, s:len(r)] = r[s:]
+        return torch.from_numpy(toks), torch.from_numpy(labels)
+
+
+def lm_losses(model: V4Model, toks: torch.Tensor, labels: torch.Tensor, aux: list):
+    """Next-token and MTP (t+2) cross-entropy over the scored labels; padding sits after every
+    row's end, so causal attention keeps it out of the scored positions."""
+    logits, mtp = model(toks, with_mtp=True, aux=aux)
+    V = logits.shape[-1]
+    main = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1), ignore_index=-100)
+    draft = F.cross_entropy(mtp[:, :-1].reshape(-1, V), labels[:, 2:].reshape(-1), ignore_index=-100)
+    return main, draft
+
+
+def cmd_finetune(args) -> int:
+    torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    ids = tokenize(work, "train.txt")
+    chat = ChatRows(work / "chat.npz", args.max_chat_len)
+    ckpt = work / "finetune.pt"
+    model = make_model()
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    state = {"step": 0, "elapsed": 0.0, "log": [], "from": str(args.source)}
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+        print(f"resumed {ckpt} at step {state['step']} ({state['elapsed'] / 60:.1f} min)", flush=True)
+    else:
+        load_values(model, ex.dequantised(Path(args.source) / "model.safetensors"))
+        print(f"from {args.source}", flush=True)
+    budget = args.minutes * 60.0
+    rng = np.random.default_rng(4321 + state["step"])
+    B, T = args.batch, CONTEXT
+    t_last_save = time.time()
+    t0 = time.time() - state["elapsed"]
+    warm = 0.05
+    while time.time() - t0 < budget:
+        frac = (time.time() - t0) / budget
+        lr = args.lr * (max(frac / warm, 0.1) if frac < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (frac - warm) / (1 - warm))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        aux: list = []
+        starts = rng.integers(0, len(ids) - T, B)
+        kjv = torch.from_numpy(np.stack([np.concatenate(([BOS], ids[s:s + T - 1])) for s in starts]).astype(np.int64))
+        kjv_main, kjv_mtp = lm_losses(model, kjv, kjv, aux)
+        chat_toks, chat_labels = chat.batch(rng, args.chat_batch)
+        chat_main, chat_mtp = lm_losses(model, chat_toks, chat_labels, aux)
+        loss_ix = torch.stack(aux).mean() if aux else torch.zeros(())
+        loss = (kjv_main + MTP_WEIGHT * kjv_mtp + args.chat_weight * (chat_main + MTP_WEIGHT * chat_mtp)
+                + INDEXER_WEIGHT * loss_ix)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            balance_routers(model)
+        state["step"] += 1
+        if state["step"] % 2 == 0 or state["step"] <= 3:
+            el = time.time() - t0
+            rec = {"step": state["step"], "min": round(el / 60, 2), "lr": round(lr, 6), "chat_len": chat_toks.shape[1]}
+            rec.update({k: round(float(v.detach()), 4) for k, v in (("kjv", kjv_main), ("kjv_mtp", kjv_mtp),
+                        ("chat", chat_main), ("chat_mtp", chat_mtp), ("ix", loss_ix), ("gn", gn))})
+            state["log"].append(rec)
+            print(json.dumps(rec), flush=True)
+        if time.time() - t_last_save > args.save_every * 60:
+            state["elapsed"] = time.time() - t0
+            save(ckpt, model, opt, state)
+            t_last_save = time.time()
+    state["elapsed"] = time.time() - t0
+    save(ckpt, model, opt, state)
+    print(f"done: step {state['step']}, {state['elapsed'] / 60:.1f} min (held-out figures: eval --ckpt finetune.pt)",
+          flush=True)
+    return 0
+
+
 def cmd_train(args) -> int:
     return run_training(args, qat=False)
 
@@ -304,6 +409,9 @@ def cmd_export(args) -> int:
     gen = {"tool": "tools/train/train.py", "checkpoint": args.ckpt, "steps": saved["state"]["step"],
            "train_minutes": round(saved["state"]["elapsed"] / 60, 1), "context": CONTEXT,
            "data": "King James Bible (Debian bible-kjv-text), tools/train/data.py"}
+    if "from" in saved["state"]:        # a finetune: say what it started from and what it added
+        gen["finetuned_from"] = saved["state"]["from"]
+        gen["data"] += " + synthetic chat turns rendered by the engine's chat encoder, tools/train/chat_data.py"
     readme = Path(args.readme).read_text(encoding="utf-8") if args.readme else None
     sha = ex.export(state_values(model), MODEL_CFG, work / "tokenizer.json", Path(args.out), gen, readme)
     print(f"export: {args.out} (model.safetensors sha256 {sha})")
@@ -326,6 +434,17 @@ def main(argv=None) -> int:
         t.add_argument("--lr", type=float, default=3e-3 if name == "train" else 3e-4)
         t.add_argument("--save-every", type=float, default=3.0, help="minutes between checkpoints")
         t.add_argument("--threads", type=int, default=1, help="torch CPU threads (2 on a quiet 2-core machine)")
+    f = sub.add_parser("finetune", help="from an exported checkpoint, on KJV windows + chat turns (chat_data.py)")
+    f.add_argument("--work", required=True)
+    f.add_argument("--from", dest="source", required=True, help="the exported checkpoint to start from")
+    f.add_argument("--minutes", type=float, default=40)
+    f.add_argument("--batch", type=int, default=4, help="KJV windows of 512 tokens per step")
+    f.add_argument("--chat-batch", type=int, default=6, help="chat turns per step")
+    f.add_argument("--chat-weight", type=float, default=1.0)
+    f.add_argument("--max-chat-len", type=int, default=1024)
+    f.add_argument("--lr", type=float, default=1e-3)
+    f.add_argument("--save-every", type=float, default=3.0, help="minutes between checkpoints")
+    f.add_argument("--threads", type=int, default=2)
     e = sub.add_parser("eval")
     e.add_argument("--work", required=True)
     e.add_argument("--ckpt", default="ckpt.pt")
@@ -340,7 +459,8 @@ def main(argv=None) -> int:
     x.add_argument("--out", required=True)
     x.add_argument("--readme")
     args = ap.parse_args(argv)
-    return {"verify": cmd_verify, "train": cmd_train, "qat": cmd_qat, "eval": cmd_eval, "export": cmd_export}[args.cmd](args)
+    return {"verify": cmd_verify, "train": cmd_train, "qat": cmd_qat, "finetune": cmd_finetune, "eval": cmd_eval,
+            "export": cmd_export}[args.cmd](args)
 
 
 if __name__ == "__main__":
