@@ -187,9 +187,12 @@ def main() -> int:
         for c in concurrencies:
             d = [r[f"serve_deepinfer_c{c}"] for r in rounds]
             l = [r[f"serve_llama-server_c{c}"] for r in rounds]
-            thr = [a["total_token_throughput"] / b["total_token_throughput"] for a, b in zip(d, l)]
-            ttft = [b["ttft_median_ms"] / a["ttft_median_ms"] for a, b in zip(d, l)]
-            tpot = [b["tpot_median_ms"] / a["tpot_median_ms"] for a, b in zip(d, l)]
+            # A side that served nothing has no figures: its ratios are infinite (or undefined).
+            def ratio(x: float, y: float) -> float:
+                return x / y if y > 0 else float("inf") if x > 0 else float("nan")
+            thr = [ratio(a["total_token_throughput"], b["total_token_throughput"]) for a, b in zip(d, l)]
+            ttft = [ratio(b["ttft_median_ms"], a["ttft_median_ms"]) for a, b in zip(d, l)]
+            tpot = [ratio(b["tpot_median_ms"], a["tpot_median_ms"]) for a, b in zip(d, l)]
             summary[f"serving_c{c}"] = {"throughput_ratio": thr, "ttft_speedup": ttft, "tpot_speedup": tpot}
             med = statistics.median
             print(f"| {c} | {med([a['total_token_throughput'] for a in d]):.1f} | "
