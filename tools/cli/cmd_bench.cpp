@@ -404,6 +404,214 @@ nlohmann::json measure_speculative(const v4::Model& model, const Compute& comput
   return spec;
 }
 
+// Decode after depth tokens must give the logits one prefill gives (float numerics: within
+// 1e-4 of the logits' std).
+constexpr double kLogitsTolerance = 1e-4;
+// Where the attention cost per token is extrapolated to.
+const int64_t kExtrapolateTo[] = {131072, 1048576};
+
+// What one bench run measured, and what the report derives from it.
+struct Report {
+  std::vector<Run> runs;            // per depth
+  std::vector<BatchRun> batch_runs;  // per decode batch
+  nlohmann::json spec;              // the speculative variants (null: not asked for)
+  int64_t max_drafts = 0, n_prefill = 0, n_decode = 0, wbytes = 0;
+  double prefill_flop = 0;
+  bool check_logits = false;
+  int64_t check_chunk = 0;
+  int threads = 1, ranks = 1;
+  std::string kernels_name, kernels_arg, numerics;
+  int64_t rss = 0;
+  std::vector<int64_t> rss_ranks;
+  double bw_before = 0, bw_after = 0, bw = 0;  // triad GB/s; the roofline uses their mean
+  // From analyse_depths():
+  const Run* depth0 = nullptr;
+  bool have_slope = false;
+  double attention_slope = 0;  // seconds per decoded token per token of context
+  double worst_logits = -1;
+
+  double roofline(const Run& r) const { return bw * 1e9 / (double(wbytes) + r.kv_bytes); }
+  double prefill_gflop_s(const Run& r) const { return prefill_flop * r.prefill_tok_s / double(n_prefill) / 1e9; }
+  // Decode seconds per token at r's depth minus depth 0's.
+  double attention_cost(const Run& r) const { return 1.0 / r.decode_tok_s - 1.0 / depth0->decode_tok_s; }
+  bool logits_ok() const { return worst_logits <= kLogitsTolerance; }
+
+  // Attention cost per decoded token at each depth (when depth 0 was measured) and a line
+  // through the origin fitted to it (least squares) that extrapolates it; the worst logits check.
+  void analyse_depths() {
+    for (const Run& r : runs)
+      if (r.depth == 0) depth0 = &r;
+    double num = 0, den = 0;
+    if (depth0)
+      for (const Run& r : runs) {
+        num += double(r.depth) * attention_cost(r);
+        den += double(r.depth) * double(r.depth);
+      }
+    have_slope = depth0 && den > 0;
+    attention_slope = have_slope ? num / den : 0.0;
+    for (const Run& r : runs) worst_logits = std::max(worst_logits, r.logits_diff_over_std);
+  }
+};
+
+nlohmann::json report_json(const Report& R) {
+  nlohmann::json j;
+  const Run& f = R.runs.front();
+  j["prefill_tok_s"] = f.prefill_tok_s;
+  j["decode_tok_s"] = f.decode_tok_s;
+  j["decode_roofline_tok_s"] = R.roofline(f);
+  j["decode_roofline_fraction"] = f.decode_tok_s / R.roofline(f);
+  j["mem_bandwidth_gb_s"] = R.bw;
+  j["mem_bandwidth_samples_gb_s"] = {R.bw_before, R.bw_after};
+  j["peak_rss_bytes"] = R.rss;
+  j["ranks"] = R.ranks;
+  j["peak_rss_bytes_per_rank"] = R.rss_ranks;
+  j["prefill_comm_seconds_per_token"] = f.prefill_comm_s;
+  j["prefill_comm_bytes_per_token"] = f.prefill_comm_bytes;
+  j["decode_comm_seconds_per_token"] = f.decode_comm_s;
+  j["decode_comm_bytes_per_token"] = f.decode_comm_bytes;
+  j["weight_bytes_per_token"] = R.wbytes;
+  j["kv_bytes_per_token"] = f.kv_bytes;
+  j["prefill_gflop_s"] = R.prefill_gflop_s(f);
+  j["threads"] = R.threads;
+  j["kernels"] = R.kernels_name;
+  // Which machine the figures came from: an AVX2 and an AVX-512 CPU differ by far more
+  // than run-to-run noise (compute-bound drafter stages above all).
+  j["cpu"] = {{"model", cpu_model_name()},
+              {"kernel_isa", R.kernels_arg == "cpu" ? kernels::isa_name(kernels::cpu_dispatch_isa())
+                             : R.kernels_arg.rfind("cpu-", 0) == 0 ? R.kernels_arg.substr(4)
+                                                                  : R.kernels_arg},
+              {"features", cpu_features_description()},
+              {"hardware_threads", std::thread::hardware_concurrency()}};
+  j["numerics"] = R.numerics;
+  j["n_prefill"] = R.n_prefill;
+  j["n_decode"] = R.n_decode;
+  j["runs"] = nlohmann::json::array();
+  if (!R.spec.is_null()) j["speculative"] = R.spec;
+  for (const Run& r : R.runs) {
+    nlohmann::json run = {{"depth", r.depth},
+                          {"prefill_tok_s", r.prefill_tok_s},
+                          {"decode_tok_s", r.decode_tok_s},
+                          {"decode_roofline_fraction", r.decode_tok_s / R.roofline(r)},
+                          {"kv_bytes_read_per_token", r.kv_bytes},
+                          {"kv_bytes_held", r.kv_held_bytes},
+                          {"kv_bytes_held_spec", r.kv_spec_held_bytes}};
+    if (r.depth > 0) {
+      run["kv_bytes_per_context_token"] = r.kv_held_bytes / double(r.depth);
+      run["kv_bytes_per_context_token_spec"] = r.kv_spec_held_bytes / double(r.depth);
+      run["kv_held_over_spec"] = r.kv_held_bytes / r.kv_spec_held_bytes;
+    }
+    if (R.depth0) {
+      run["attention_seconds_per_token"] = R.attention_cost(r);
+      run["decode_at_depth_over_depth0"] = r.decode_tok_s / R.depth0->decode_tok_s;
+    }
+    if (r.logits_diff_over_std >= 0) {
+      run["logits_max_diff_over_std"] = r.logits_diff_over_std;
+      run["logits_max_abs_diff"] = r.logits_max_abs_diff;  // 0: bit-identical
+    }
+    j["runs"].push_back(run);
+  }
+  if (R.have_slope) {
+    j["attention_cost_seconds_per_token_per_context_token"] = R.attention_slope;
+    for (int64_t d : kExtrapolateTo) j["attention_cost_extrapolated"][std::to_string(d)] = R.attention_slope * double(d);
+  }
+  if (R.check_logits)
+    j["depth_logits_check"] = {{"max_diff_over_std", R.worst_logits},
+                               {"tolerance", kLogitsTolerance},
+                               {"ok", R.logits_ok()},
+                               {"prefill_chunk", R.check_chunk}};
+  if (!R.batch_runs.empty()) {
+    j["decode_batches"] = nlohmann::json::array();
+    for (const BatchRun& r : R.batch_runs) {
+      const double bytes = r.weight_bytes + r.kv_bytes;
+      j["decode_batches"].push_back({{"batch", r.batch},
+                                     {"tok_s", r.tok_s},
+                                     {"bytes_per_step", bytes},
+                                     {"weight_bytes_per_step", r.weight_bytes},
+                                     {"kv_bytes_per_step", r.kv_bytes},
+                                     {"roofline_tok_s", double(r.batch) * R.bw * 1e9 / bytes},
+                                     {"roofline_fraction", r.tok_s * bytes / (double(r.batch) * R.bw * 1e9)},
+                                     {"distinct_experts_per_layer_mean", r.distinct_mean()},
+                                     {"distinct_experts_per_layer", r.distinct_experts}});
+    }
+  }
+  return j;
+}
+
+// The depth table (KV held, attention cost, logits check) of print_report.
+void print_depth_table(const Report& R) {
+  std::printf("\n| depth | KV held MB | KV B/context token | by the KV spec | held / spec | decode / depth 0 | attention s/token | "
+              "logits max|diff| / std |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Run& r : R.runs) {
+    std::printf("| %lld | %.2f | ", (long long)r.depth, r.kv_held_bytes / 1e6);
+    if (r.depth > 0)
+      std::printf("%.0f | %.0f | %.2f | ", r.kv_held_bytes / double(r.depth), r.kv_spec_held_bytes / double(r.depth),
+                  r.kv_held_bytes / r.kv_spec_held_bytes);
+    else
+      std::printf("- | - | - | ");
+    if (R.depth0)
+      std::printf("%.3f | %.3g | ", r.decode_tok_s / R.depth0->decode_tok_s, R.attention_cost(r));
+    else
+      std::printf("- | - | ");
+    if (r.logits_diff_over_std >= 0)
+      std::printf("%.3g |\n", r.logits_diff_over_std);
+    else
+      std::printf("- |\n");
+  }
+  if (R.have_slope) {
+    std::printf("attention cost extrapolated (a line through 0 fitted to these depths):");
+    for (int64_t d : kExtrapolateTo) std::printf(" %lld tokens: %.4g s/token;", (long long)d, R.attention_slope * double(d));
+    std::printf("\n");
+  }
+  if (R.check_logits)
+    std::printf("decode vs one prefill over the same tokens: max |diff| / std %.3g (tolerance %g): %s\n", R.worst_logits,
+                kLogitsTolerance, R.logits_ok() ? "ok" : "FAILED");
+}
+
+// The tables (or CSV rows) of a bench run.
+void print_report(const Report& R, bool csv) {
+  std::printf(csv ? "depth,prefill_tok_s,prefill_gflop_s,decode_tok_s,weight_mb_per_tok,kv_mb_per_tok,roofline_tok_s,roofline_fraction\n"
+                  : "| depth | pp%lld tok/s | prefill GFLOP/s | tg%lld tok/s | weights MB/tok | KV MB/tok | roofline tok/s | of roofline |\n"
+                    "|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              (long long)R.n_prefill, (long long)R.n_decode);
+  for (const Run& r : R.runs)
+    std::printf(csv ? "%lld,%.3f,%.2f,%.3f,%.2f,%.2f,%.2f,%.3f\n" : "| %lld | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n",
+                (long long)r.depth, r.prefill_tok_s, R.prefill_gflop_s(r), r.decode_tok_s, R.wbytes / 1e6,
+                r.kv_bytes / 1e6, R.roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / R.roofline(r));
+  if (csv) return;
+  std::printf("\nmemory bandwidth (triad, %d threads): %.1f GB/s (%.1f before the runs, %.1f after); peak RSS %.1f MB\n",
+              R.threads, R.bw, R.bw_before, R.bw_after, R.rss / 1e6);
+  if (R.depth0 || R.check_logits) print_depth_table(R);
+  if (!R.batch_runs.empty()) {
+    std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | roofline tok/s | of roofline |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const BatchRun& r : R.batch_runs) {
+      const double bytes = r.weight_bytes + r.kv_bytes, roof = double(r.batch) * R.bw * 1e9 / bytes;
+      std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s, r.distinct_mean(),
+                  r.weight_bytes / 1e6, r.kv_bytes / 1e6, roof, 100.0 * r.tok_s / roof);
+    }
+  }
+  if (R.ranks > 1) {
+    std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", R.ranks, R.threads);
+    for (size_t i = 0; i < R.rss_ranks.size(); ++i) std::printf("%s %.1f MB", i ? "," : "", R.rss_ranks[i] / 1e6);
+    std::printf("\n");
+    for (const Run& r : R.runs)
+      std::printf("depth %lld: rank 0 in collectives: prefill %.3f ms/token (%.1f KB/token received), decode %.3f "
+                  "ms/token (%.1f KB/token received)\n",
+                  (long long)r.depth, r.prefill_comm_s * 1e3, r.prefill_comm_bytes / 1e3, r.decode_comm_s * 1e3,
+                  r.decode_comm_bytes / 1e3);
+  }
+  if (!R.spec.is_null()) {
+    const nlohmann::json& spec = R.spec;
+    std::printf("\nspeculative (%s, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
+                "every draft rejected %.2fx; every draft accepted:",
+                std::string(spec["mode"]).c_str(), (long long)R.max_drafts, double(spec["plain_decode_tok_s"]),
+                double(spec["decode_tok_s"]), double(spec["speedup"]), double(spec["acceptance_rate"]),
+                double(spec["zero_acceptance_speedup"]));
+    for (auto& [k, v] : spec["full_acceptance_speedup"].items()) std::printf(" K=%s %.2fx", k.c_str(), double(v));
+    std::printf("\n");
+  }
+}
+
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens", "--spec-rounds", "--decode-batches", "--check-chunk"},
@@ -441,7 +649,6 @@ int run(const std::vector<std::string>& argv) {
   const v4::Weights& w = model->weights();
   const int64_t head_macs = w.head.rows * w.head.cols + w.hc_head.fn.rows * w.hc_head.fn.cols;
   const double prefill_flop = 2.0 * (double(n_prefill) * double(macs - head_macs) + double(head_macs));
-  auto prefill_gflop_s = [&](const Run& r) { return prefill_flop * r.prefill_tok_s / double(n_prefill) / 1e9; };
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(3, int32_t(c.vocab_size - 1));
@@ -467,30 +674,6 @@ int run(const std::vector<std::string>& argv) {
     const BatchRun& r = batch_runs.back();
     log_info("decode batch %lld: %.2f tok/s, %.1f distinct experts per layer", (long long)b, r.tok_s, r.distinct_mean());
   }
-  // Attention cost per decoded token at each depth: its decode seconds per token minus depth
-  // 0's (when 0 was measured); a line through the origin fitted to them (least squares)
-  // extrapolates it.
-  const Run* depth0 = nullptr;
-  for (const Run& r : runs)
-    if (r.depth == 0) depth0 = &r;
-  auto attention_cost = [&](const Run& r) { return 1.0 / r.decode_tok_s - 1.0 / depth0->decode_tok_s; };
-  double slope_num = 0, slope_den = 0;
-  if (depth0)
-    for (const Run& r : runs) {
-      slope_num += double(r.depth) * attention_cost(r);
-      slope_den += double(r.depth) * double(r.depth);
-    }
-  const bool have_slope = depth0 && slope_den > 0;
-  const double attention_slope = have_slope ? slope_num / slope_den : 0.0;
-  const std::vector<int64_t> extrapolate_to{131072, 1048576};
-  double worst_logits = -1;
-  for (const Run& r : runs) worst_logits = std::max(worst_logits, r.logits_diff_over_std);
-  // Decode after depth tokens must give the logits one prefill gives (float numerics: within
-  // 1e-4 of the logits' std).
-  const double logits_tolerance = 1e-4;
-  const int exit_code = check_logits && !(worst_logits <= logits_tolerance) ? 1 : 0;
-  if (exit_code) log_warn("bench: decode logits differ from one prefill's by %.3g of their std (> %g)", worst_logits, logits_tolerance);
-
   // Speculative decoding, on one fresh prompt: plain greedy decode (which is also the oracle
   // continuation), the checkpoint's drafter with its adaptive draft length, every draft
   // accepted (the oracle as drafts) for K = 1..5, and every draft rejected (drafts run, then
@@ -502,166 +685,37 @@ int run(const std::vector<std::string>& argv) {
     spec = measure_speculative(*model, compute, random_tokens(std::min<int64_t>(n_prefill, 128)), n_decode, max_drafts,
                                spec_rounds);
 
-  const int64_t rss = peak_rss_bytes();
+  Report rep;
+  rep.runs = std::move(runs);
+  rep.batch_runs = std::move(batch_runs);
+  rep.spec = std::move(spec);
+  rep.max_drafts = max_drafts;
+  rep.n_prefill = n_prefill;
+  rep.n_decode = n_decode;
+  rep.wbytes = wbytes;
+  rep.prefill_flop = prefill_flop;
+  rep.check_logits = check_logits;
+  rep.check_chunk = check_chunk;
+  rep.threads = compute.pool->size();
+  rep.ranks = comm.size();
+  rep.kernels_name = compute.backend->name();
+  rep.kernels_arg = args.get_or("--kernels", "cpu");
+  rep.numerics = v4::numerics_name(compute.num.mode);
+  rep.rss = peak_rss_bytes();
   // Every rank's peak (each holds its share of the experts), for rank 0 to print.
-  std::vector<int64_t> rss_ranks(size_t(comm.size()));
-  comm.allgather_bytes(&rss, sizeof rss, rss_ranks.data());
-  const double bw_after = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
+  rep.rss_ranks.resize(size_t(comm.size()));
+  comm.allgather_bytes(&rep.rss, sizeof rep.rss, rep.rss_ranks.data());
+  rep.bw_before = bw_before;
+  rep.bw_after = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
   comm.barrier();
-  const double bw = 0.5 * (bw_before + bw_after);
-  auto roofline = [&](const Run& r) { return bw * 1e9 / (double(wbytes) + r.kv_bytes); };
-  if (args.has("--json")) {
-    nlohmann::json j;
-    const Run& f = runs.front();
-    j["prefill_tok_s"] = f.prefill_tok_s;
-    j["decode_tok_s"] = f.decode_tok_s;
-    j["decode_roofline_tok_s"] = roofline(f);
-    j["decode_roofline_fraction"] = f.decode_tok_s / roofline(f);
-    j["mem_bandwidth_gb_s"] = bw;
-    j["mem_bandwidth_samples_gb_s"] = {bw_before, bw_after};
-    j["peak_rss_bytes"] = rss;
-    j["ranks"] = comm.size();
-    j["peak_rss_bytes_per_rank"] = rss_ranks;
-    j["prefill_comm_seconds_per_token"] = f.prefill_comm_s;
-    j["prefill_comm_bytes_per_token"] = f.prefill_comm_bytes;
-    j["decode_comm_seconds_per_token"] = f.decode_comm_s;
-    j["decode_comm_bytes_per_token"] = f.decode_comm_bytes;
-    j["weight_bytes_per_token"] = wbytes;
-    j["kv_bytes_per_token"] = f.kv_bytes;
-    j["prefill_gflop_s"] = prefill_gflop_s(f);
-    j["threads"] = compute.pool->size();
-    j["kernels"] = compute.backend->name();
-    // Which machine the figures came from: an AVX2 and an AVX-512 CPU differ by far more
-    // than run-to-run noise (compute-bound drafter stages above all).
-    const std::string kernels_arg = args.get_or("--kernels", "cpu");
-    j["cpu"] = {{"model", cpu_model_name()},
-                {"kernel_isa", kernels_arg == "cpu" ? kernels::isa_name(kernels::cpu_dispatch_isa())
-                               : kernels_arg.rfind("cpu-", 0) == 0 ? kernels_arg.substr(4)
-                                                                  : kernels_arg},
-                {"features", cpu_features_description()},
-                {"hardware_threads", std::thread::hardware_concurrency()}};
-    j["numerics"] = v4::numerics_name(compute.num.mode);
-    j["n_prefill"] = n_prefill;
-    j["n_decode"] = n_decode;
-    j["runs"] = nlohmann::json::array();
-    if (!spec.is_null()) j["speculative"] = spec;
-    for (const Run& r : runs) {
-      nlohmann::json run = {{"depth", r.depth},
-                            {"prefill_tok_s", r.prefill_tok_s},
-                            {"decode_tok_s", r.decode_tok_s},
-                            {"decode_roofline_fraction", r.decode_tok_s / roofline(r)},
-                            {"kv_bytes_read_per_token", r.kv_bytes},
-                            {"kv_bytes_held", r.kv_held_bytes},
-                            {"kv_bytes_held_spec", r.kv_spec_held_bytes}};
-      if (r.depth > 0) {
-        run["kv_bytes_per_context_token"] = r.kv_held_bytes / double(r.depth);
-        run["kv_bytes_per_context_token_spec"] = r.kv_spec_held_bytes / double(r.depth);
-        run["kv_held_over_spec"] = r.kv_held_bytes / r.kv_spec_held_bytes;
-      }
-      if (depth0) {
-        run["attention_seconds_per_token"] = attention_cost(r);
-        run["decode_at_depth_over_depth0"] = r.decode_tok_s / depth0->decode_tok_s;
-      }
-      if (r.logits_diff_over_std >= 0) {
-        run["logits_max_diff_over_std"] = r.logits_diff_over_std;
-        run["logits_max_abs_diff"] = r.logits_max_abs_diff;  // 0: bit-identical
-      }
-      j["runs"].push_back(run);
-    }
-    if (have_slope) {
-      j["attention_cost_seconds_per_token_per_context_token"] = attention_slope;
-      for (int64_t d : extrapolate_to) j["attention_cost_extrapolated"][std::to_string(d)] = attention_slope * double(d);
-    }
-    if (check_logits)
-      j["depth_logits_check"] = {{"max_diff_over_std", worst_logits},
-                                 {"tolerance", logits_tolerance},
-                                 {"ok", exit_code == 0},
-                                 {"prefill_chunk", check_chunk}};
-    if (!batch_runs.empty()) {
-      j["decode_batches"] = nlohmann::json::array();
-      for (const BatchRun& r : batch_runs) {
-        const double bytes = r.weight_bytes + r.kv_bytes;
-        j["decode_batches"].push_back({{"batch", r.batch},
-                                       {"tok_s", r.tok_s},
-                                       {"bytes_per_step", bytes},
-                                       {"weight_bytes_per_step", r.weight_bytes},
-                                       {"kv_bytes_per_step", r.kv_bytes},
-                                       {"roofline_tok_s", double(r.batch) * bw * 1e9 / bytes},
-                                       {"roofline_fraction", r.tok_s * bytes / (double(r.batch) * bw * 1e9)},
-                                       {"distinct_experts_per_layer_mean", r.distinct_mean()},
-                                       {"distinct_experts_per_layer", r.distinct_experts}});
-      }
-    }
-    std::printf("%s\n", j.dump().c_str());
-    return exit_code;
-  }
-  const bool csv = args.has("--csv");
-  std::printf(csv ? "depth,prefill_tok_s,prefill_gflop_s,decode_tok_s,weight_mb_per_tok,kv_mb_per_tok,roofline_tok_s,roofline_fraction\n"
-                  : "| depth | pp%lld tok/s | prefill GFLOP/s | tg%lld tok/s | weights MB/tok | KV MB/tok | roofline tok/s | of roofline |\n"
-                    "|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-              (long long)n_prefill, (long long)n_decode);
-  for (const Run& r : runs)
-    std::printf(csv ? "%lld,%.3f,%.2f,%.3f,%.2f,%.2f,%.2f,%.3f\n" : "| %lld | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n",
-                (long long)r.depth, r.prefill_tok_s, prefill_gflop_s(r), r.decode_tok_s,
-                wbytes / 1e6, r.kv_bytes / 1e6, roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / roofline(r));
-  std::printf(csv ? "" : "\nmemory bandwidth (triad, %d threads): %.1f GB/s (%.1f before the runs, %.1f after); peak RSS %.1f MB\n",
-              compute.pool->size(), bw, bw_before, bw_after, rss / 1e6);
-  if (!csv && (depth0 || check_logits)) {
-    std::printf("\n| depth | KV held MB | KV B/context token | by the KV spec | held / spec | decode / depth 0 | attention s/token | "
-                "logits max|diff| / std |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const Run& r : runs) {
-      std::printf("| %lld | %.2f | ", (long long)r.depth, r.kv_held_bytes / 1e6);
-      if (r.depth > 0)
-        std::printf("%.0f | %.0f | %.2f | ", r.kv_held_bytes / double(r.depth), r.kv_spec_held_bytes / double(r.depth),
-                    r.kv_held_bytes / r.kv_spec_held_bytes);
-      else
-        std::printf("- | - | - | ");
-      if (depth0)
-        std::printf("%.3f | %.3g | ", r.decode_tok_s / depth0->decode_tok_s, attention_cost(r));
-      else
-        std::printf("- | - | ");
-      if (r.logits_diff_over_std >= 0)
-        std::printf("%.3g |\n", r.logits_diff_over_std);
-      else
-        std::printf("- |\n");
-    }
-    if (have_slope) {
-      std::printf("attention cost extrapolated (a line through 0 fitted to these depths):");
-      for (int64_t d : extrapolate_to) std::printf(" %lld tokens: %.4g s/token;", (long long)d, attention_slope * double(d));
-      std::printf("\n");
-    }
-    if (check_logits)
-      std::printf("decode vs one prefill over the same tokens: max |diff| / std %.3g (tolerance %g): %s\n", worst_logits,
-                  logits_tolerance, exit_code ? "FAILED" : "ok");
-  }
-  if (!batch_runs.empty() && !csv) {
-    std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | roofline tok/s | of roofline |\n"
-                "|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const BatchRun& r : batch_runs) {
-      const double bytes = r.weight_bytes + r.kv_bytes, roof = double(r.batch) * bw * 1e9 / bytes;
-      std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s, r.distinct_mean(),
-                  r.weight_bytes / 1e6, r.kv_bytes / 1e6, roof, 100.0 * r.tok_s / roof);
-    }
-  }
-  if (comm.size() > 1 && !csv) {
-    std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", comm.size(), compute.pool->size());
-    for (size_t i = 0; i < rss_ranks.size(); ++i) std::printf("%s %.1f MB", i ? "," : "", rss_ranks[i] / 1e6);
-    std::printf("\n");
-    for (const Run& r : runs)
-      std::printf("depth %lld: rank 0 in collectives: prefill %.3f ms/token (%.1f KB/token received), decode %.3f "
-                  "ms/token (%.1f KB/token received)\n",
-                  (long long)r.depth, r.prefill_comm_s * 1e3, r.prefill_comm_bytes / 1e3, r.decode_comm_s * 1e3,
-                  r.decode_comm_bytes / 1e3);
-  }
-  if (!spec.is_null() && !csv) {
-    std::printf("\nspeculative (%s, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
-                "every draft rejected %.2fx; every draft accepted:",
-                std::string(spec["mode"]).c_str(), (long long)max_drafts, double(spec["plain_decode_tok_s"]), double(spec["decode_tok_s"]),
-                double(spec["speedup"]), double(spec["acceptance_rate"]), double(spec["zero_acceptance_speedup"]));
-    for (auto& [k, v] : spec["full_acceptance_speedup"].items()) std::printf(" K=%s %.2fx", k.c_str(), double(v));
-    std::printf("\n");
-  }
-  return exit_code;
+  rep.bw = 0.5 * (rep.bw_before + rep.bw_after);
+  rep.analyse_depths();
+  if (rep.check_logits && !rep.logits_ok())
+    log_warn("bench: decode logits differ from one prefill's by %.3g of their std (> %g)", rep.worst_logits,
+             kLogitsTolerance);
+  if (args.has("--json")) std::printf("%s\n", report_json(rep).dump().c_str());
+  else print_report(rep, args.has("--csv"));
+  return rep.check_logits && !rep.logits_ok() ? 1 : 0;
 }
 
 CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run,
