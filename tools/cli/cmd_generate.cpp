@@ -60,6 +60,7 @@ int run(const std::vector<std::string>& argv) {
   std::optional<IncrementalDetokenizer> detok;
   if (tok) detok.emplace(*tok, true);
   std::string line;
+  Usage usage;  // of the finished request
   if (n > 0) {
     GenerateRequest req;
     req.prompt = tokens;
@@ -82,17 +83,25 @@ int run(const std::vector<std::string>& argv) {
         if (detok) std::printf("%s\n", detok->flush().c_str());
         throw std::runtime_error(ev->error.message);
       }
-      if (finished && ev->usage.draft_tokens > 0) {
-        const Usage& u = ev->usage;
-        log_info("speculative: %lld tokens in %lld forwards; %lld drafts, %lld accepted (%.1f%%)",
-                 (long long)u.completion_tokens, (long long)(u.completion_tokens - u.accepted_draft_tokens),
-                 (long long)u.draft_tokens, (long long)u.accepted_draft_tokens,
-                 100.0 * double(u.accepted_draft_tokens) / double(u.draft_tokens));
-      }
+      if (finished) usage = ev->usage;
     }
   }
-  if (detok) std::printf("%s\n", detok->flush().c_str());
-  else std::printf("%s\n", line.c_str());
+  auto log_drafts = [&] {
+    if (usage.draft_tokens > 0)
+      log_info("speculative: %lld tokens in %lld forwards; %lld drafts, %lld accepted (%.1f%%)",
+               (long long)usage.completion_tokens, (long long)(usage.completion_tokens - usage.accepted_draft_tokens),
+               (long long)usage.draft_tokens, (long long)usage.accepted_draft_tokens,
+               100.0 * double(usage.accepted_draft_tokens) / double(usage.draft_tokens));
+  };
+  // Text ends its line before the log; ids stay the last line (the contract other tools read).
+  if (detok) {
+    std::printf("%s\n", detok->flush().c_str());
+    std::fflush(stdout);
+    log_drafts();
+  } else {
+    log_drafts();
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 
