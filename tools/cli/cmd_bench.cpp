@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -123,17 +124,19 @@ double kv_spec_bytes(const v4::Config& c, int64_t n) {
   return bytes;
 }
 
-std::vector<int64_t> parse_depths(const std::string& s) {
+// A comma-separated list of integers in [lo, hi] for `flag` ("--depths 0,2048,8192").
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag, long lo, long hi,
+                                    const char* example) {
   std::vector<int64_t> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     long v = std::strtol(item.c_str(), &end, 10);
-    if (end == item.c_str() || *end != '\0' || v < 0) throw ArgError("--depths expects e.g. 0,2048,8192");
+    if (end == item.c_str() || *end != '\0' || v < lo || v > hi) throw ArgError(flag + " expects e.g. " + example);
     out.push_back(v);
   }
-  if (out.empty()) throw ArgError("--depths is empty");
+  if (out.empty()) throw ArgError(flag + " is empty");
   return out;
 }
 
@@ -234,20 +237,6 @@ Run measure_depth(const v4::Model& model, const Compute& compute, int64_t depth,
              (long long)depth, (long long)n, max_diff, r.logits_diff_over_std);
   }
   return r;
-}
-
-std::vector<int64_t> parse_batches(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long v = std::strtol(item.c_str(), &end, 10);
-    if (end == item.c_str() || *end != '\0' || v < 1 || v > 4096) throw ArgError("--decode-batches expects e.g. 1,4,16,32");
-    out.push_back(v);
-  }
-  if (out.empty()) throw ArgError("--decode-batches is empty");
-  return out;
 }
 
 struct BatchRun {
@@ -621,9 +610,11 @@ int run(const std::vector<std::string>& argv) {
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
   const int64_t spec_rounds = args.get_int("--spec-rounds", 1);
   if (spec_rounds < 1 || spec_rounds > 99) throw ArgError("--spec-rounds must be 1..99");
-  const auto depths = parse_depths(args.get_or("--depths", "0"));
+  const auto depths = parse_int_list(args.get_or("--depths", "0"), "--depths", 0, LONG_MAX, "0,2048,8192");
   const std::vector<int64_t> batches =
-      args.get("--decode-batches") ? parse_batches(*args.get("--decode-batches")) : std::vector<int64_t>{};
+      args.get("--decode-batches")
+          ? parse_int_list(*args.get("--decode-batches"), "--decode-batches", 1, 4096, "1,4,16,32")
+          : std::vector<int64_t>{};
   const bool check_logits = args.has("--check-depth-logits");
   const int64_t check_chunk = args.get_int("--check-chunk", 0);
   if (check_chunk < 0) throw ArgError("--check-chunk must be >= 0");

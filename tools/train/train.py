@@ -170,6 +170,17 @@ def balance_routers(model: V4Model, rate: float = 1e-3) -> None:
         moe.gate.bias += rate * torch.sign(load.mean() - load)
 
 
+def optimizer_step(model: V4Model, opt, state: dict) -> torch.Tensor:
+    """One update after backward(): clip to norm 1, step, rebalance the routers' biases, count
+    the step. Returns the gradient norm before clipping."""
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    with torch.no_grad():
+        balance_routers(model)
+    state["step"] += 1
+    return gn
+
+
 def run_training(args, qat: bool) -> int:
     torch.set_num_threads(args.threads)
     work = Path(args.work)
@@ -220,11 +231,7 @@ def run_training(args, qat: bool) -> int:
             loss_ix = torch.stack(aux).mean() if aux else torch.zeros(())
             loss = loss_main + MTP_WEIGHT * loss_mtp + INDEXER_WEIGHT * loss_ix
             loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        with torch.no_grad():
-            balance_routers(model)
-        state["step"] += 1
+        gn = optimizer_step(model, opt, state)
         if state["step"] % 10 == 0 or state["step"] <= 3:
             el = time.time() - t0
             rec = {"step": state["step"], "min": round(el / 60, 2), "lr": lr, "loss": float(loss_main.detach()),
@@ -328,11 +335,7 @@ def cmd_finetune(args) -> int:
         loss = (kjv_main + MTP_WEIGHT * kjv_mtp + args.chat_weight * (chat_main + MTP_WEIGHT * chat_mtp)
                 + INDEXER_WEIGHT * loss_ix)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        with torch.no_grad():
-            balance_routers(model)
-        state["step"] += 1
+        gn = optimizer_step(model, opt, state)
         if state["step"] % 2 == 0 or state["step"] <= 3:
             el = time.time() - t0
             rec = {"step": state["step"], "min": round(el / 60, 2), "lr": round(lr, 6), "chat_len": chat_toks.shape[1]}
