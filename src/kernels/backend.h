@@ -76,6 +76,10 @@ class Backend {
   // a backend with idle threads pulls them into cache while the caller runs serial code in
   // between. Only a hint; results never depend on it. The base does nothing.
   virtual void prefetch_hint(const WeightMatrix* const* weights, int n) const;
+  // Measures the multiply-adds per second the products' instruction (fp32 vector FMA) can
+  // issue on every thread of pool() at once (best of a few ~20 ms rounds): the compute side
+  // of a roofline. 0 when the backend has no such figure (the referee); the base returns 0.
+  virtual double fma_peak_macs_per_s() const;
 };
 
 // prefetch_hint through a pool: each matrix's codes and scales as ranges to prefetch.

@@ -17,6 +17,7 @@
 #include "core/cpu_features.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/kernels.h"
 
 using namespace deepinfer;
@@ -915,4 +916,31 @@ TEST(CpuIsa, HcExpandMatchesReferee) {
               << isa_name(isa) << " collapse hc " << hc << " dim " << dim << (round ? " bf16" : "");
         }
   }
+}
+
+// The FMA chains the arithmetic peak is measured with compute their recurrence (so the timed
+// loop really issues those FMAs) and report the multiply-adds done; the backends' peak is a
+// positive rate for the vector ISAs and 0 for the referee, which has no such figure.
+TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
+  ThreadPool pool(2);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    const cpu::IsaKernels& k = isa == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels();
+    ASSERT_NE(k.fma_chains, nullptr) << isa_name(isa);
+    const int64_t lanes = isa == Isa::Avx2 ? 8 : 16;
+    for (int64_t iters : {0, 1, 7, 1000}) {
+      double want = 0;
+      for (int j = 0; j < cpu::kFmaChains; ++j) {
+        float x = 1.5f + float(j) / 1024.0f;
+        for (int64_t i = 0; i < iters; ++i) x = std::fmaf(x, 0.99999994f, 0.25f);
+        want += double(lanes) * double(x);
+      }
+      int64_t macs = -1;
+      EXPECT_EQ(k.fma_chains(iters, 1.5f, &macs), want) << isa_name(isa) << " iters " << iters;
+      EXPECT_EQ(macs, iters * cpu::kFmaChains * lanes) << isa_name(isa);
+    }
+    const double peak = make_cpu_backend_isa(&pool, isa)->fma_peak_macs_per_s();
+    EXPECT_TRUE(std::isfinite(peak) && peak > 1e8) << isa_name(isa) << " " << peak;
+  }
+  EXPECT_EQ(make_backend("ref", &pool)->fma_peak_macs_per_s(), 0.0);
 }

@@ -372,12 +372,18 @@ TEST(Cli, BenchDecodeBatches) {
   ASSERT_EQ(r.code, 0) << r.output;
   const nlohmann::json j = bench_json(r.output);
   const nlohmann::json& b = j.at("decode_batches");
+  EXPECT_GT(j.at("fma_peak_gflop_s").get<double>(), 0.0);  // measured in the same run
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].at("batch").get<int64_t>(), 1);
   EXPECT_EQ(b[1].at("batch").get<int64_t>(), 4);
-  for (const auto& x : b)
-    for (const char* k : {"tok_s", "bytes_per_step", "roofline_fraction", "roofline_tok_s", "kv_bytes_per_step"})
+  for (const auto& x : b) {
+    for (const char* k : {"tok_s", "bytes_per_step", "roofline_fraction", "roofline_tok_s", "kv_bytes_per_step",
+                          "memory_roofline_tok_s", "compute_roofline_tok_s"})
       EXPECT_GT(x.at(k).get<double>(), 0.0) << k;
+    // Each matrix at the slower of its reads and its multiply-adds: no faster than either side.
+    EXPECT_LE(x.at("roofline_tok_s").get<double>(), x.at("memory_roofline_tok_s").get<double>());
+    EXPECT_LE(x.at("roofline_tok_s").get<double>(), x.at("compute_roofline_tok_s").get<double>());
+  }
   const double b1 = b[0].at("bytes_per_step"), b4 = b[1].at("bytes_per_step");
   EXPECT_GE(b4, b1);
   EXPECT_LE(b4, 4 * b1);

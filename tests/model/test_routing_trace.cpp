@@ -70,6 +70,10 @@ TEST(RoutingTrace, CountsTheExpertsTheTokensChose) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::set<int32_t> got = chosen_set(trace, l);
     EXPECT_EQ(int64_t(got.size()), trace.distinct(l)) << "layer " << l;
+    // Rows per expert: every token's K choices counted once each.
+    uint32_t rows = 0;
+    for (uint32_t n : trace.chosen[size_t(l)]) rows += n;
+    EXPECT_EQ(int64_t(rows), B * K) << "layer " << l;
     distinct.push_back(double(got.size()));
     if (w.layers[size_t(l)].hash_routed) {
       // Hash layers: the union of the tokens' rows of the routing table.
@@ -77,6 +81,11 @@ TEST(RoutingTrace, CountsTheExpertsTheTokensChose) {
       for (int32_t t : next)
         for (int64_t k = 0; k < K; ++k) want.insert(w.layers[size_t(l)].ffn.tid2eid[size_t(int64_t(t) * K + k)]);
       EXPECT_EQ(got, want) << "layer " << l;
+      // ... each expert as many rows as the table lists it for these tokens.
+      std::vector<uint32_t> want_rows(size_t(c.n_routed_experts), 0);
+      for (int32_t t : next)
+        for (int64_t k = 0; k < K; ++k) ++want_rows[size_t(w.layers[size_t(l)].ffn.tid2eid[size_t(int64_t(t) * K + k)])];
+      EXPECT_EQ(trace.chosen[size_t(l)], want_rows) << "layer " << l;
       ++n_hash;
     } else {
       EXPECT_GE(int64_t(got.size()), K) << "layer " << l;
@@ -85,6 +94,10 @@ TEST(RoutingTrace, CountsTheExpertsTheTokensChose) {
   }
   EXPECT_GT(n_hash, 0);
   EXPECT_EQ(trace.distinct(c.n_layers + 5), 0);
+  // Experts by their row count, per layer (for the step's bound below).
+  std::vector<std::vector<double>> expert_rows(size_t(c.n_layers), std::vector<double>(size_t(B * K + 1), 0.0));
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (uint32_t n : trace.chosen[size_t(l)]) expert_rows[size_t(l)][n] += 1.0;
 
   // One token alone chooses K distinct experts in every layer.
   trace.clear();
@@ -110,4 +123,23 @@ TEST(RoutingTrace, CountsTheExpertsTheTokensChose) {
   }
   EXPECT_NEAR(batch_weight_bytes_per_step(c, w, distinct, B), want, 1e-6 * want);
   EXPECT_THROW(batch_weight_bytes_per_step(c, w, {1.0}, 1), std::invalid_argument);
+
+  // The step's bound: its reads are the bytes above, its multiply-adds B tokens' worth, and
+  // each matrix costs the larger of the two, so the bound lies between their max and sum.
+  const double bw = 1e10, peak = 4e10;  // about where a 4-row FP8 product balances
+  const StepBound sb = batch_step_bound(c, w, expert_rows, B, bw, peak);
+  const double bytes = batch_weight_bytes_per_step(c, w, distinct, B);
+  const double macs = double(B) * double(active_weight_macs_per_token(c, w));
+  EXPECT_NEAR(sb.memory_s * bw, bytes, 1e-6 * bytes);
+  EXPECT_NEAR(sb.compute_s * peak, macs, 1e-6 * macs + double(B));
+  EXPECT_GE(sb.bound_s, std::max(sb.memory_s, sb.compute_s));
+  EXPECT_LE(sb.bound_s, sb.memory_s + sb.compute_s);
+  // Neither side binds every matrix at these rates: the bound exceeds the larger side.
+  EXPECT_GT(sb.bound_s, 1.0001 * std::max(sb.memory_s, sb.compute_s));
+  // Without a compute rate the bound is the reads.
+  const StepBound reads = batch_step_bound(c, w, expert_rows, B, bw, 0.0);
+  EXPECT_EQ(reads.compute_s, 0.0);
+  EXPECT_DOUBLE_EQ(reads.bound_s, reads.memory_s);
+  EXPECT_DOUBLE_EQ(reads.memory_s, sb.memory_s);
+  EXPECT_THROW(batch_step_bound(c, w, {}, B, bw, peak), std::invalid_argument);
 }

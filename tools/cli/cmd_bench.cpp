@@ -8,7 +8,9 @@
 // Also measures this machine's memory bandwidth with a STREAM-like triad in the same run and
 // reports decode speed against the roofline bandwidth / (weight + KV bytes read per token).
 // --decode-batches: B fresh sequences decode one token each per forward; the roofline counts
-// the bytes that batch reads (the distinct experts its tokens chose, the rest once).
+// each matrix the batch reads (the distinct experts its tokens chose, the rest once) at the
+// slower of its bytes over the bandwidth and its multiply-adds (B rows; an expert, the tokens
+// that chose it) over the FMA peak, both measured in the same run.
 // --check-depth-logits: at each depth, the last decoded token's logits against those of one
 // prefill over the same tokens on a fresh sequence.
 #include <sys/resource.h>
@@ -245,6 +247,14 @@ struct BatchRun {
   // Per step (one forward of `batch` tokens), means over the steps.
   double weight_bytes = 0, kv_bytes = 0;
   std::vector<double> distinct_experts;  // per layer
+  // expert_rows[l][r]: experts of layer l whose products had r rows (batch_step_bound's input).
+  std::vector<std::vector<double>> expert_rows;
+  // The step's least time at the run's bandwidth and FMA peak, its KV reads included (set
+  // once both are known; see v4::batch_step_bound).
+  v4::StepBound bound;
+  double roofline_tok_s() const { return double(batch) / bound.bound_s; }
+  double memory_roofline_tok_s() const { return double(batch) / bound.memory_s; }
+  double compute_roofline_tok_s() const { return bound.compute_s > 0 ? double(batch) / bound.compute_s : 0.0; }
   double distinct_mean() const {
     double s = 0;
     for (double d : distinct_experts) s += d;
@@ -275,6 +285,7 @@ BatchRun measure_batch(const v4::Model& model, const Compute& compute, int64_t b
   BatchRun r;
   r.batch = batch;
   r.distinct_experts.assign(size_t(c.n_layers), 0.0);
+  r.expert_rows.assign(size_t(c.n_layers), std::vector<double>(size_t(batch * c.n_activated_experts + 1), 0.0));
   v4::RoutingTrace trace;
   v4::RoutingTrace* previous = v4::set_routing_trace(&trace);
   profile::reset();
@@ -284,7 +295,11 @@ BatchRun measure_batch(const v4::Model& model, const Compute& compute, int64_t b
     trace.clear();
     for (const auto& st : states) r.kv_bytes += double(kv_bytes_per_token(c, st.n_past));
     model.forward_batch(chunks, compute.num);
-    for (int64_t l = 0; l < c.n_layers; ++l) r.distinct_experts[size_t(l)] += double(trace.distinct(l));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      r.distinct_experts[size_t(l)] += double(trace.distinct(l));
+      if (l < int64_t(trace.chosen.size()))
+        for (uint32_t rows : trace.chosen[size_t(l)]) r.expert_rows[size_t(l)][rows] += 1.0;
+    }
     for (int64_t b = 0; b < batch; ++b) next[size_t(b)] = argmax_lowest(&logits[size_t(b * V)], V);
   }
   r.tok_s = double(batch * n_decode) / seconds_since(t0);
@@ -296,6 +311,8 @@ BatchRun measure_batch(const v4::Model& model, const Compute& compute, int64_t b
   }
   r.kv_bytes /= double(n_decode);
   for (double& d : r.distinct_experts) d /= double(n_decode);
+  for (auto& layer : r.expert_rows)
+    for (double& n : layer) n /= double(n_decode);
   r.weight_bytes = v4::batch_weight_bytes_per_step(c, model.weights(), r.distinct_experts, batch);
   return r;
 }
@@ -413,6 +430,7 @@ struct Report {
   int64_t rss = 0;
   std::vector<int64_t> rss_ranks;
   double bw_before = 0, bw_after = 0, bw = 0;  // triad GB/s; the roofline uses their mean
+  double fma_peak = 0;  // multiply-adds / s of the products' FMA on every thread (0: not known)
   // From analyse_depths():
   const Run* depth0 = nullptr;
   bool have_slope = false;
@@ -451,6 +469,7 @@ nlohmann::json report_json(const Report& R) {
   j["decode_roofline_fraction"] = f.decode_tok_s / R.roofline(f);
   j["mem_bandwidth_gb_s"] = R.bw;
   j["mem_bandwidth_samples_gb_s"] = {R.bw_before, R.bw_after};
+  if (R.fma_peak > 0) j["fma_peak_gflop_s"] = 2.0 * R.fma_peak / 1e9;
   j["peak_rss_bytes"] = R.rss;
   j["ranks"] = R.ranks;
   j["peak_rss_bytes_per_rank"] = R.rss_ranks;
@@ -511,14 +530,16 @@ nlohmann::json report_json(const Report& R) {
   if (!R.batch_runs.empty()) {
     j["decode_batches"] = nlohmann::json::array();
     for (const BatchRun& r : R.batch_runs) {
-      const double bytes = r.weight_bytes + r.kv_bytes;
       j["decode_batches"].push_back({{"batch", r.batch},
                                      {"tok_s", r.tok_s},
-                                     {"bytes_per_step", bytes},
+                                     {"bytes_per_step", r.weight_bytes + r.kv_bytes},
                                      {"weight_bytes_per_step", r.weight_bytes},
                                      {"kv_bytes_per_step", r.kv_bytes},
-                                     {"roofline_tok_s", double(r.batch) * R.bw * 1e9 / bytes},
-                                     {"roofline_fraction", r.tok_s * bytes / (double(r.batch) * R.bw * 1e9)},
+                                     {"roofline_tok_s", r.roofline_tok_s()},
+                                     {"roofline_fraction", r.tok_s / r.roofline_tok_s()},
+                                     {"memory_roofline_tok_s", r.memory_roofline_tok_s()},
+                                     {"memory_roofline_fraction", r.tok_s / r.memory_roofline_tok_s()},
+                                     {"compute_roofline_tok_s", r.compute_roofline_tok_s()},
                                      {"distinct_experts_per_layer_mean", r.distinct_mean()},
                                      {"distinct_experts_per_layer", r.distinct_experts}});
     }
@@ -571,13 +592,17 @@ void print_report(const Report& R, bool csv) {
               R.threads, R.bw, R.bw_before, R.bw_after, R.rss / 1e6);
   if (R.depth0 || R.check_logits) print_depth_table(R);
   if (!R.batch_runs.empty()) {
-    std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | roofline tok/s | of roofline |\n"
-                "|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const BatchRun& r : R.batch_runs) {
-      const double bytes = r.weight_bytes + r.kv_bytes, roof = double(r.batch) * R.bw * 1e9 / bytes;
-      std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s, r.distinct_mean(),
-                  r.weight_bytes / 1e6, r.kv_bytes / 1e6, roof, 100.0 * r.tok_s / roof);
-    }
+    if (R.fma_peak > 0)
+      std::printf("\nFMA peak (fp32 vector FMA, %d threads): %.1f GFLOP/s; a batch's roofline counts each matrix at the "
+                  "slower of its bytes and its multiply-adds\n",
+                  R.threads, 2.0 * R.fma_peak / 1e9);
+    std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | memory-bound tok/s | "
+                "compute-bound tok/s | roofline tok/s | of roofline |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const BatchRun& r : R.batch_runs)
+      std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s,
+                  r.distinct_mean(), r.weight_bytes / 1e6, r.kv_bytes / 1e6, r.memory_roofline_tok_s(),
+                  r.compute_roofline_tok_s(), r.roofline_tok_s(), 100.0 * r.tok_s / r.roofline_tok_s());
   }
   if (R.ranks > 1) {
     std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", R.ranks, R.threads);
@@ -631,6 +656,8 @@ int run(const std::vector<std::string>& argv) {
   // would share the memory bus with it).
   dist::Communicator& comm = world();
   const double bw_before = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
+  // The compute side of the batched decode roofline: only when batches are measured.
+  const double fma_peak = comm.rank() == 0 && !batches.empty() ? compute.backend->fma_peak_macs_per_s() : 0.0;
   comm.barrier();
   if (!reset_peak_rss()) log_warn("bench: cannot reset the peak RSS; it includes the triad's arrays");
   const int64_t wbytes = v4::active_weight_bytes_per_token(c, model->weights());
@@ -700,6 +727,12 @@ int run(const std::vector<std::string>& argv) {
   rep.bw_after = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
   comm.barrier();
   rep.bw = 0.5 * (rep.bw_before + rep.bw_after);
+  rep.fma_peak = fma_peak;
+  for (BatchRun& r : rep.batch_runs) {
+    r.bound = v4::batch_step_bound(c, w, r.expert_rows, r.batch, rep.bw * 1e9, fma_peak);
+    r.bound.memory_s += r.kv_bytes / (rep.bw * 1e9);
+    r.bound.bound_s += r.kv_bytes / (rep.bw * 1e9);
+  }
   rep.analyse_depths();
   if (rep.check_logits && !rep.logits_ok())
     log_warn("bench: decode logits differ from one prefill's by %.3g of their std (> %g)", rep.worst_logits,
@@ -716,8 +749,9 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --decode N                   decoded tokens per measurement (default 128)\n"
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"
                         "  --decode-batches B1,B2,...   also decode B fresh sequences at once (one forward per step),\n"
-                        "                               each prefilled with --prefill tokens first; tok/s and the\n"
-                        "                               roofline of the bytes the batch reads\n"
+                        "                               each prefilled with --prefill tokens first; tok/s against the\n"
+                        "                               roofline of the bytes the batch reads and the multiply-adds\n"
+                        "                               it does (FMA peak measured in the same run)\n"
                         "  --check-depth-logits         at each depth, compare the last decoded token's logits with one\n"
                         "                               prefill's over the same tokens; exit 1 above 1e-4 of their std\n"
                         "  --check-chunk N              that prefill in chunks of N tokens (default 0: one chunk)\n"

@@ -62,6 +62,9 @@ constexpr uint32_t kBf16RangeHiBits = uint32_t(127 + 40) << 23;
 // The most indexer heads IsaKernels::index_combine takes.
 constexpr int64_t kIndexCombineMaxHeads = 512;
 
+// Independent FMA chains of IsaKernels::fma_chains (latency 4 x 2 ports, and some to spare).
+constexpr int kFmaChains = 12;
+
 // Columns per chunk of the FP4 lane order: word j of the chunk's vector v (32 bf16 words
 // each) is the chunk's column 4j + v.
 constexpr int64_t kFp4Chunk = 128;
@@ -161,6 +164,10 @@ struct IsaKernels {
   // Null, or: what the kernels compute once per call from its prepared rows, before the rows
   // are split over threads (AVX2: LinearCall's x range, for FP8 calls of one or two rows).
   void (*call_setup)(LinearCall& c) = nullptr;
+  // kFmaChains chains x <- x * 0.99999994 + 0.25 of `iters` fp32 vector FMAs from x0 + j / 1024
+  // (chain j, every lane); the lanes' final values summed in double; *macs = the
+  // multiply-adds done. What the arithmetic peak is measured with (Backend::fma_peak_macs_per_s).
+  double (*fma_chains)(int64_t iters, float x0, int64_t* macs) = nullptr;
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

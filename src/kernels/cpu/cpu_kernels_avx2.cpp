@@ -846,6 +846,7 @@ struct Ops {
   static DI_INLINE F add(F a, F b) { return _mm256_add_ps(a, b); }
   static DI_INLINE F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static DI_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static DI_INLINE F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static DI_INLINE F min(F a, F b) { return _mm256_min_ps(a, b); }
   static DI_INLINE F max(F a, F b) { return _mm256_max_ps(a, b); }
   static DI_INLINE F abs(F v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
@@ -1013,6 +1014,7 @@ constexpr IsaKernels kKernels = {
     .dot_f64 = dot_f64,
     .swiglu = avx2::swiglu<avx2::Ops>,
     .call_setup = call_setup,
+    .fma_chains = avx2::fma_chains<avx2::Ops>,
 };
 
 }  // namespace

@@ -1102,6 +1102,7 @@ struct Ops {
   static DI_INLINE F add(F a, F b) { return _mm512_add_ps(a, b); }
   static DI_INLINE F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static DI_INLINE F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static DI_INLINE F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static DI_INLINE F min(F a, F b) { return _mm512_min_ps(a, b); }
   static DI_INLINE F max(F a, F b) { return _mm512_max_ps(a, b); }
   static DI_INLINE F abs(F v) {
@@ -1310,6 +1311,7 @@ constexpr IsaKernels kKernels = {
     .hc_collapse = avx512::hc_collapse<avx512::Ops>,
     .dot_f64 = dot_f64,
     .swiglu = avx512::swiglu<avx512::Ops>,
+    .fma_chains = avx512::fma_chains<avx512::Ops>,
 };
 
 // The same without bf16 mode (fp32 mode for every row), for a CPU whose vdpbf16ps does not

@@ -234,3 +234,28 @@ void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t 
     scores[s] = round ? V::first(round_bf16_ps<V>(V::set1(t))) : t;
   }
 }
+
+// ------------------------------------------------------------------------------ FMA peak
+
+// The arithmetic peak of the products: kFmaChains independent chains x <- x * m + b of `iters`
+// steps in fp32 vectors (the instruction the GEMM microkernels issue), enough chains to cover
+// the FMA latency on every port. Chain j starts at x0 + j / 1024 in every lane. Returns the
+// lanes' final values summed in double, chain by chain (exact: equal floats), so that nothing
+// is elided and a test can recompute it; *macs = the multiply-adds done.
+template <class V>
+double fma_chains(int64_t iters, float x0, int64_t* macs) {
+  using F = typename V::F;
+  const F m = V::set1(0.99999994f), b = V::set1(0.25f);
+  F x[kFmaChains];
+  for (int j = 0; j < kFmaChains; ++j) x[j] = V::set1(x0 + float(j) / 1024.0f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kFmaChains; ++j) x[j] = V::fmadd(x[j], m, b);
+  double total = 0;
+  alignas(64) float lanes[V::kLanes];
+  for (int j = 0; j < kFmaChains; ++j) {
+    V::store(lanes, x[j]);
+    for (int64_t l = 0; l < V::kLanes; ++l) total += double(lanes[l]);
+  }
+  *macs = iters * kFmaChains * V::kLanes;
+  return total;
+}

@@ -19,12 +19,12 @@ namespace {
 
 thread_local RoutingTrace* routing_trace = nullptr;
 
-// Marks the experts of `chosen` (ids below n_experts) in the trace's row of layer id.
+// Counts the experts of `chosen` (ids below n_experts) in the trace's row of layer id.
 void record_routing(RoutingTrace& trace, int64_t id, int64_t n_experts, std::span<const int32_t> chosen) {
   if (int64_t(trace.chosen.size()) <= id) trace.chosen.resize(size_t(id) + 1);
-  std::vector<uint8_t>& row = trace.chosen[size_t(id)];
+  std::vector<uint32_t>& row = trace.chosen[size_t(id)];
   if (int64_t(row.size()) < n_experts) row.resize(size_t(n_experts), 0);
-  for (int32_t e : chosen) row[size_t(e)] = 1;
+  for (int32_t e : chosen) ++row[size_t(e)];
 }
 
 // A token's K experts and their routing weights, into experts[K] and weights[K].

@@ -9,18 +9,19 @@
 namespace deepinfer::v4 {
 
 struct RoutingTrace {
-  // chosen[id][e] != 0: a token chose expert e in the MoE of layer id (LayerWeights::id:
-  // the backbone's layers first, then the MTP stages); grown on demand.
-  std::vector<std::vector<uint8_t>> chosen;
+  // chosen[id][e]: how many tokens chose expert e in the MoE of layer id (LayerWeights::id:
+  // the backbone's layers first, then the MTP stages), i.e. the rows of that expert's
+  // products; grown on demand.
+  std::vector<std::vector<uint32_t>> chosen;
 
   void clear() {
-    for (auto& layer : chosen) std::fill(layer.begin(), layer.end(), uint8_t(0));
+    for (auto& layer : chosen) std::fill(layer.begin(), layer.end(), 0u);
   }
   // Distinct experts chosen in layer id.
   int64_t distinct(int64_t id) const {
     if (id < 0 || id >= int64_t(chosen.size())) return 0;
     int64_t n = 0;
-    for (uint8_t c : chosen[size_t(id)]) n += c != 0;
+    for (uint32_t c : chosen[size_t(id)]) n += c != 0;
     return n;
   }
 };

@@ -443,6 +443,42 @@ double batch_weight_bytes_per_step(const Config& c, const Weights& w, const std:
   return bytes;
 }
 
+StepBound batch_step_bound(const Config& c, const Weights& w, const std::vector<std::vector<double>>& expert_rows,
+                           int64_t batch, double bytes_per_s, double macs_per_s) {
+  if (expert_rows.size() != w.layers.size())
+    throw std::invalid_argument("batch_step_bound: one expert row histogram per layer expected");
+  if (!(bytes_per_s > 0)) throw std::invalid_argument("batch_step_bound: bytes_per_s must be > 0");
+  StepBound b;
+  auto add = [&](double bytes, double macs) {
+    const double read = bytes / bytes_per_s, mul = macs_per_s > 0 ? macs / macs_per_s : 0.0;
+    b.memory_s += read;
+    b.compute_s += mul;
+    b.bound_s += std::max(read, mul);
+  };
+  double per_token = double(matrix_bytes(w.embed)) / double(c.vocab_size);
+  for (const LayerWeights& L : w.layers)
+    if (L.has_engram)
+      per_token += double((c.engram_max_ngram - 1) * c.engram_n_heads * (L.engram.head_dim + L.engram.head_dim / 32));
+  add(double(batch) * per_token, 0.0);
+  for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool routed = false) {
+    if (!routed) add(share * double(matrix_bytes(m)), double(batch) * share * double(m.rows * m.cols));
+  });
+  // A layer's routed experts all have the same shape; one with r rows reads its bytes once
+  // and does r times its multiply-adds.
+  const double E = double(std::max<int64_t>(1, c.n_routed_experts));
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    double bytes = 0, macs = 0;
+    for (const ExpertWeights& e : w.layers[l].ffn.experts)
+      for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) {
+        bytes += double(matrix_bytes(*m));
+        macs += double(m->rows * m->cols);
+      }
+    for (size_t r = 1; r < expert_rows[l].size(); ++r)
+      add(expert_rows[l][r] * bytes / E, expert_rows[l][r] * double(r) * macs / E);
+  }
+  return b;
+}
+
 int64_t mtp_draft_bytes_per_token(const Config& c, const Weights& w) {
   if (w.mtp.empty()) return 0;
   const MtpWeights& m = w.mtp[0];

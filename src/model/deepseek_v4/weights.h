@@ -148,4 +148,19 @@ double dspark_draft_cost(const Config& cfg, const Weights& w);
 // Multiply-adds per token of the weight products (prefill FLOP/s = 2 * this * tok/s).
 int64_t active_weight_macs_per_token(const Config& cfg, const Weights& w);
 
+// The least time one batched decode step's weight products can take on a machine that reads
+// bytes_per_s from memory and issues macs_per_s multiply-adds: each matrix is read once and
+// multiplies its rows (the batch's tokens; a routed expert, the tokens that chose it), so it
+// takes at least max(its bytes / bytes_per_s, its multiply-adds / macs_per_s), and the step
+// the sum over its matrices. expert_rows[l][r] = how many experts of backbone layer l had r
+// rows (a step's mean). The embedding and Engram rows count as reads only; macs_per_s 0:
+// reads only (bound_s = memory_s). memory_s is batch_weight_bytes_per_step's bytes read.
+struct StepBound {
+  double memory_s = 0;   // every byte at bytes_per_s
+  double compute_s = 0;  // every multiply-add at macs_per_s
+  double bound_s = 0;    // per matrix the larger of the two, summed
+};
+StepBound batch_step_bound(const Config& cfg, const Weights& w, const std::vector<std::vector<double>>& expert_rows,
+                           int64_t batch, double bytes_per_s, double macs_per_s);
+
 }  // namespace deepinfer::v4
