@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <atomic>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -22,14 +24,16 @@ struct FakeServer {
   httplib::Server srv;
   std::thread thread;
   int port = 0;
+  std::atomic<int> with_bias{0};  // requests whose body carried logit_bias {"5": -100}
   // usage: send the final usage chunk when asked (include_usage); tokens_per_chunk: how many
   // tokens each text chunk stands for (usage then tells the truth, the chunks cannot).
   FakeServer(bool usage, int tokens_per_chunk) {
     srv.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"object": "list", "data": [{"id": "fake", "object": "model"}]})", "application/json");
     });
-    srv.Post("/v1/completions", [usage, tokens_per_chunk](const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/completions", [this, usage, tokens_per_chunk](const httplib::Request& req, httplib::Response& res) {
       const json body = json::parse(req.body);
+      if (body.contains("logit_bias") && body["logit_bias"].value("5", 0.0) == -100.0) ++with_bias;
       const int max_tokens = body.value("max_tokens", 16);
       const bool include = body.contains("stream_options") && body["stream_options"].value("include_usage", false);
       const int prompt = int(body["prompt"].size());
@@ -140,4 +144,26 @@ TEST(BenchServe, RangeRatioDrawsLengthsFromTheRange) {
   const std::string refused = std::string(DI_CLI_PATH) + " bench-serve --url http://127.0.0.1:" +
                               std::to_string(fake.port) + " --range-ratio 1 >/dev/null 2>&1";
   EXPECT_NE(std::system(refused.c_str()), 0);
+}
+
+// --extra-body merges its fields into every request (inline or from a file), as the
+// llama.cpp comparison sends the same logit_bias to both servers; anything but a JSON
+// object is refused before any request.
+TEST(BenchServe, ExtraBodyIsMergedIntoEveryRequest) {
+  FakeServer fake(true, 1);
+  json r = bench(fake.port, 3, 4, "--extra-body '{\"logit_bias\": {\"5\": -100}}'");
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["successful_requests"], 3) << r.dump();
+  EXPECT_EQ(fake.with_bias.load(), 3);
+  const std::string file = ::testing::TempDir() + "extra_body.json";
+  std::ofstream(file) << R"({"logit_bias": {"5": -100}, "seed": 7})";
+  r = bench(fake.port, 2, 4, "--extra-body @" + file);
+  EXPECT_EQ(r["successful_requests"], 2) << r.dump();
+  EXPECT_EQ(fake.with_bias.load(), 5);
+  for (const char* bad : {"'[1, 2]'", "'{\"a\":'", "@/nonexistent/extra.json"}) {
+    const std::string cmd = std::string(DI_CLI_PATH) + " bench-serve --url http://127.0.0.1:" + std::to_string(fake.port) +
+                            " --extra-body " + bad + " >/dev/null 2>&1";
+    EXPECT_NE(std::system(cmd.c_str()), 0) << bad;
+  }
+  EXPECT_EQ(fake.with_bias.load(), 5);
 }

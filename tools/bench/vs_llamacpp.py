@@ -18,6 +18,14 @@ TPOT. Each concurrency C sends max(--serve-prompts, W C) requests (W = --serve-w
 2), so every slot serves W; with --serve-range-ratio R their lengths are drawn from [len (1 - R), len (1 + R)]
 (640 / 160 with 0.6: prompts of 256-1024 tokens, 64-256 out).
 
+llama-server parses every streamed completion with its chat-output parser, even on
+/v1/completions, and fails the request (HTTP 500 mid-stream, "does not match the expected
+Content-only format") once the text holds a byte sequence that is not UTF-8, which a random-weight
+model emits within a few dozen tokens. Both servers therefore get the same `logit_bias` of -100
+on the tokens that are not valid UTF-8 by themselves (1470 of the V4 vocabulary's 128000; any
+sequence of the others is valid UTF-8), computed from the checkpoint's tokenizer.json;
+--serve-any-bytes sends no bias.
+
 llama.cpp is built outside this repository (see tools/bench/README.md: the fork
 fairydreaming/llama.cpp @571d0d5 runs DeepSeek-V4 on CPU); nothing of it is vendored here.
 Every speed claim about llama.cpp in this project comes from a run of this script.
@@ -30,11 +38,34 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def non_utf8_token_ids(tokenizer_json: Path) -> list[int]:
+    """Ids of the byte-level BPE tokens whose bytes are not valid UTF-8 by themselves."""
+    vocab = json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]
+    # GPT-2's byte <-> printable character map, which byte-level BPE vocabularies are written in.
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    byte_of = {chr(b): b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            byte_of[chr(256 + extra)] = b
+            extra += 1
+    bad = []
+    for text, i in vocab.items():
+        if any(ch not in byte_of for ch in text):
+            continue  # an added / special token written as itself
+        try:
+            bytes(byte_of[ch] for ch in text).decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(i)
+    return sorted(bad)
 
 
 def run_deepinfer(args, numerics: str) -> dict:
@@ -99,7 +130,7 @@ def run_serving(args, who: str, concurrency: int) -> dict:
         bench = [str(args.deepinfer), "bench-serve", "--url", url, "--concurrency", str(concurrency),
                  "--num-prompts", str(max(args.serve_prompts, args.serve_waves * concurrency)), "--input-len", str(args.serve_input),
                  "--output-len", str(args.serve_output), "--range-ratio", str(args.serve_range_ratio),
-                 "--vocab-size", "100000", "--json"]
+                 "--vocab-size", "100000", "--json"] + (["--extra-body", "@" + str(args.extra_body)] if args.extra_body else [])
         # bench-serve exits 1 when requests failed; its report still says how many.
         out = subprocess.run(bench, capture_output=True, text=True)
         try:
@@ -144,7 +175,16 @@ def main() -> int:
     ap.add_argument("--serve-range-ratio", type=float, default=0.0)
     ap.add_argument("--serve-args", default="", help="more arguments for `deepinfer serve`, e.g. '--speculative off'")
     ap.add_argument("--skip-bench", action="store_true", help="serving only: no llama-bench / deepinfer bench pairs")
+    ap.add_argument("--serve-any-bytes", action="store_true",
+                    help="no logit_bias against the tokens that are not UTF-8 alone (llama-server then fails requests)")
     args = ap.parse_args()
+    args.extra_body = None
+    if args.llama_server and not args.serve_any_bytes:
+        banned = non_utf8_token_ids(Path(args.model) / "tokenizer.json")
+        extra = Path(tempfile.mkdtemp(prefix="vs_llamacpp_")) / "extra_body.json"
+        extra.write_text(json.dumps({"logit_bias": {str(i): -100 for i in banned}}))
+        args.extra_body = str(extra)
+        print(f"serving: both servers get logit_bias -100 on the {len(banned)} tokens that are not UTF-8 alone", flush=True)
     concurrencies = [int(c) for c in args.serve_concurrency.split(",") if c]
     modes = [m for m in args.numerics.split(",") if m]
     rounds = []

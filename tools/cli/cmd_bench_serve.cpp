@@ -21,6 +21,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -145,7 +147,21 @@ struct Load {
   long concurrency = 8, n = 64, in_len = 128, out_len = 64;
   double range_ratio = 0.0;  // lengths drawn from [len * (1 - r), len * (1 + r)]
   int64_t vocab = 0;  // 0: the server's vocab_size, else 32000
+  json extra = json::object();  // --extra-body: merged into every random-workload request
 };
+
+// --extra-body: a JSON object given inline or as @FILE.
+json extra_body_arg(const std::string& value) {
+  std::string text = value;
+  if (!value.empty() && value[0] == '@') {
+    std::ifstream f(value.substr(1), std::ios::binary);
+    if (!f) throw ArgError("--extra-body: cannot read " + value.substr(1));
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw ArgError("--extra-body must be a JSON object (or @FILE holding one)");
+  return j;
+}
 
 // Random prompts, drawn up front so the timed loop only sends.
 std::vector<json> make_bodies(const Load& l, const json& model, uint64_t seed) {
@@ -164,9 +180,11 @@ std::vector<json> make_bodies(const Load& l, const json& model, uint64_t seed) {
     const long out_len = l.range_ratio > 0 ? length(l.out_len) : l.out_len;
     std::vector<int64_t> ids(static_cast<size_t>(in_len));
     for (auto& t : ids) t = tok(rng);
-    bodies.push_back(json{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", out_len}, {"temperature", 0.0},
-                          {"ignore_eos", true}, {"stream", true}, {"return_token_ids", true},
-                          {"stream_options", {{"include_usage", true}}}});
+    json body{{"model", model["id"]}, {"prompt", ids}, {"max_tokens", out_len}, {"temperature", 0.0},
+              {"ignore_eos", true}, {"stream", true}, {"return_token_ids", true},
+              {"stream_options", {{"include_usage", true}}}};
+    body.update(l.extra);
+    bodies.push_back(std::move(body));
   }
   return bodies;
 }
@@ -336,7 +354,7 @@ int run_agent(const Load& l, const json& model, long turns, long tool_len, uint6
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--url", "--concurrency", "--num-prompts", "--input-len", "--output-len", "--seed", "--api-key",
-             "--vocab-size", "--range-ratio", "--workload", "--turns", "--tool-result-len"},
+             "--vocab-size", "--range-ratio", "--workload", "--turns", "--tool-result-len", "--extra-body"},
             {"--json", "--detailed"});
   Load l;
   l.url = args.get_or("--url", "http://127.0.0.1:8000");
@@ -351,6 +369,7 @@ int run(const std::vector<std::string>& argv) {
   if (auto k = args.get("--api-key")) l.headers.emplace("Authorization", "Bearer " + *k);
   l.vocab = args.get_int("--vocab-size", 0);
   if (l.vocab < 0 || l.vocab == 1) throw ArgError("--vocab-size must be at least 2");
+  if (auto e = args.get("--extra-body")) l.extra = extra_body_arg(*e);
   const std::string workload = args.get_or("--workload", "random");
   if (workload == "agent") {
     const long turns = args.get_int("--turns", 10), tool_len = args.get_int("--tool-result-len", 200);
@@ -398,6 +417,8 @@ CommandRegistration reg("bench-serve", "online serving benchmark against a runni
                         "  --range-ratio R              draw each request's lengths from [len*(1-R), len*(1+R)]\n"
                         "                               (default 0: every request the same)\n"
                         "  --seed N                     seed of the random prompts (default 0)\n"
+                        "  --extra-body JSON|@FILE      fields merged into every request of the random workload\n"
+                        "                               (e.g. the same logit_bias for two servers compared)\n"
                         "  --detailed                   also each request's start, TTFT and latency (JSON)\n"
                         "  --api-key KEY                sent as a Bearer token\n"
                         "  --vocab-size N               prompt ids are drawn below N (default: the server's\n"
