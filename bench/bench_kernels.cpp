@@ -4,13 +4,15 @@
 // summary of the speed-ups over Scalar at the end.
 //
 // Decode (M = 1) cycles through enough copies of each weight to overflow the last-level
-// cache, so it measures weight streaming from memory; prefill (M = 128, 512) uses one copy.
+// cache, so it measures weight streaming from memory; batched decode (M = 16, 32) and prefill
+// (M = 128, 512) use one copy.
 // Every benchmark first checks its variant against the ref kernel on a slice of the weight
 // (all M rows, the first 64 output rows) and reports an error instead of a time if wrong.
 //
 //   bench_kernels [--benchmark_filter=...]   threads: DEEPINFER_BENCH_THREADS (default 2);
 //   DEEPINFER_BENCH_HOT=1 keeps decode on one cached copy (kernel speed without memory);
-//   DEEPINFER_BENCH_COLD_MB sets the size of the cold set of copies (default 256).
+//   DEEPINFER_BENCH_COLD_MB sets the size of the cold set of copies (default 256);
+//   DEEPINFER_BENCH_AVX512_TILES=dp|fma forces the AVX-512 bf16 prefill tiles' instruction.
 //   act_quant rows: linear_act_quant on bf16 activations (reference numerics of FP8 / FP4
 //   layers); f32 rows: linear_f32 on fp32 activations (float numerics, fp32 FMA kernels).
 #include <benchmark/benchmark.h>
@@ -147,6 +149,16 @@ std::vector<std::unique_ptr<Weight>>& copies(const Shape& s, bool cold) {
   return v;
 }
 
+ThreadPool& pool();
+
+// DEEPINFER_BENCH_AVX512_TILES=dp|fma forces AVX-512 bf16 mode's prefill tiles onto vdpbf16ps
+// or onto FMAs (by default the CPU's faster one), to compare the two in alternated runs.
+std::unique_ptr<Backend> make_backend_for(Isa isa) {
+  const char* tiles = std::getenv("DEEPINFER_BENCH_AVX512_TILES");
+  if (isa == Isa::Avx512 && tiles) return make_cpu_backend_avx512_tiles(&pool(), std::string(tiles) == "dp");
+  return make_cpu_backend_isa(&pool(), isa);
+}
+
 ThreadPool& pool() {
   static ThreadPool p([] {
     const char* env = std::getenv("DEEPINFER_BENCH_THREADS");
@@ -207,7 +219,7 @@ std::string check(const Backend& be, const WeightMatrix& W, const std::vector<fl
 // ------------------------------------------------------------------------------ benchmark
 
 void bench_linear(benchmark::State& state, const Shape* shape, int64_t M, Isa isa, bool act_quant) {
-  auto be = make_cpu_backend_isa(&pool(), isa);
+  auto be = make_backend_for(isa);
   // Decode and speculative verify chunks (M <= 8) stream their weights from memory.
   const bool cold = M <= 8 && !std::getenv("DEEPINFER_BENCH_HOT");
   auto& ws = copies(*shape, cold);
@@ -290,9 +302,15 @@ class Reporter : public benchmark::ConsoleReporter {
 int main(int argc, char** argv) {
   std::printf("cpu features: %s\ndispatch: %s, threads: %d\n", cpu_features_description().c_str(),
               isa_name(cpu_dispatch_isa()), pool().size());
+  // The compute roofline of the M >= 16 rows (their GFLOP/s against it).
+  for (Isa isa : {Isa::Avx2, Isa::Avx512})
+    if (isa_supported(isa))
+      std::printf("fp32 FMA peak (%s, %d threads): %.1f GFLOP/s\n", isa_name(isa), pool().size(),
+                  2.0 * make_cpu_backend_isa(&pool(), isa)->fma_peak_macs_per_s() / 1e9);
   for (const Shape& s : kShapes)
-    for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 128, 512}) {
-      if (M > 8 && !s.prefill) continue;
+    for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 128, 512}) {
+      // 16 and 32 rows: batched decode (every shape; the products bench --decode-batches runs).
+      if (M > 32 && !s.prefill) continue;
       for (bool aq : {true, false}) {
         if (aq && (s.format == WeightFormat::BF16 || s.format == WeightFormat::F32)) continue;
         for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {

@@ -944,3 +944,47 @@ TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
   }
   EXPECT_EQ(make_backend("ref", &pool)->fma_peak_macs_per_s(), 0.0);
 }
+
+// AVX-512 bf16 mode runs its prefill tiles either on vdpbf16ps or on FMAs in dot-product
+// order, whichever the CPU runs faster: both give every output the bits of the one-row call
+// (batch invariance), over row counts with partial row groups, tails of K, and rows that
+// leave bf16 mode (fp32 activations, a huge row, out-of-range weight scales).
+TEST(CpuIsa, DpTilesEqualFmaTiles) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "needs AVX-512";
+  std::mt19937 rng(53);
+  ThreadPool p1(1), p3(3);
+  auto dp = make_cpu_backend_avx512_tiles(&p3, true), fma = make_cpu_backend_avx512_tiles(&p3, false);
+  auto one_row = make_cpu_backend_avx512_tiles(&p1, true);
+  for (auto f : {WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
+    for (int64_t K : {384, 1088, 100})
+      for (int64_t M : {9, 16, 23, 32}) {
+        if (f == WeightFormat::FP4_BLOCK && K % 32) continue;  // FP4 rows hold whole 32-column blocks
+        const int64_t N = 53;
+        Weight o = make_weight(f, N, K, rng, f == WeightFormat::FP8_BLOCK ? 32 : 128);
+        if (f == WeightFormat::FP8_BLOCK) o.scale[1 * o.w.scale_cols] = 20;  // rows 32..52: tiny scale
+        if (f == WeightFormat::FP4_BLOCK) o.scale[7 * o.w.scale_cols] = 250;  // row 7: huge scale
+        std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
+        for (int64_t m = 0; m < M; m += 4)  // every fourth row full fp32, one row huge
+          for (int64_t k = 0; k < K; ++k) x[m * K + k] *= 1.0f + 1e-3f * float(k % 7);
+        for (int64_t k = 0; k < K; ++k) x[5 * K + k] *= 1e30f;
+        for (bool aq : {false, true}) {
+          if (aq && (!o.w.is_quantized() || K % 128)) continue;
+          auto call = [&](const Backend& be, const float* xp, int64_t m, float* y) {
+            if (aq)
+              be.linear_act_quant(xp, m, o.w, 128, y);
+            else
+              be.linear_f32(xp, m, o.w, y);
+          };
+          std::vector<float> a(M * N), b(M * N, -1.0f), one(N);
+          call(*dp, x.data(), M, a.data());
+          call(*fma, x.data(), M, b.data());
+          const std::string what = "format " + std::to_string(int(f)) + " K " + std::to_string(K) + " M " +
+                                   std::to_string(M) + (aq ? " act-quant" : " f32");
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what;
+          for (int64_t m = 0; m < M; m += 7) {
+            call(*one_row, x.data() + m * K, 1, one.data());
+            ASSERT_EQ(0, std::memcmp(one.data(), &a[m * N], N * sizeof(float))) << what << " row " << m;
+          }
+        }
+      }
+}

@@ -694,6 +694,11 @@ std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa) {
   return std::make_unique<SimdBackend>(pool, *isa_kernels(isa));
 }
 
+std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp_tiles) {
+  if (!isa_supported(Isa::Avx512)) throw std::invalid_argument("cpu backend: this CPU does not support avx512");
+  return std::make_unique<SimdBackend>(pool, cpu::avx512_kernels_with_tiles(dp_tiles));
+}
+
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return make_cpu_backend_isa(pool, cpu_dispatch_isa()); }
 
 void cpu_act_quant(Isa isa, float* x, int64_t n, int64_t block, float* q_out, float* s_out) {

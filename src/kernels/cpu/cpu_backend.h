@@ -21,6 +21,9 @@ bool isa_supported(Isa isa);
 Isa cpu_dispatch_isa();
 // A cpu backend with a forced ISA; throws std::invalid_argument if this CPU lacks it.
 std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa);
+// The AVX-512 backend with bf16 mode's prefill tiles forced onto vdpbf16ps (dp_tiles) or
+// onto FMAs in dot-product order (same bits; make_cpu_backend picks the faster for the CPU).
+std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp_tiles);
 
 // The act-quant of the given ISA's linear_act_quant, with act_quant_ref's interface
 // (n a multiple of block): must be bit-identical to act_quant_ref. Blocks the ISA does not

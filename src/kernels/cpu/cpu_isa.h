@@ -173,5 +173,9 @@ struct IsaKernels {
 // Defined in the ISA files; call only after checking the CPU supports the ISA.
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
+// avx512_kernels() with bf16 mode's prefill tiles on vdpbf16ps (dp_tiles) or on FMAs in
+// dot-product order, whichever this CPU runs faster being what avx512_kernels() picks; the
+// same bits either way (for the tests and benchmarks of both).
+const IsaKernels& avx512_kernels_with_tiles(bool dp_tiles);
 
 }  // namespace deepinfer::kernels::cpu

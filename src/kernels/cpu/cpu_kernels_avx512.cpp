@@ -27,10 +27,14 @@
 // Prefill decodes a tile of weight rows once into L2 and runs a 6 x 4 register-blocked fp32
 // FMA microkernel over all activation rows, K in L1-sized blocks with the vector partial sums
 // carried between blocks. In bf16 mode the tile is decoded to bf16 (straight from the codes,
-// the block scale added to the exponent; FP4: the bare codes and each chunk's scales) and
-// widened into dot-product order with x alike: vdpbf16ps is two FMAs in one instruction but
-// issues at half the rate of two FMAs here (1.9 G/s against 7.5 G/s FMAs on one core), and
-// the FMAs in that order give its bits (see bf16_to_dp).
+// the block scale added to the exponent; FP4: the bare codes and each chunk's scales), then
+// either multiplied with vdpbf16ps as it is, or widened into dot-product order with x alike
+// and multiplied with FMAs, which give the instruction's bits (see bf16_to_dp). Which is
+// faster depends on the CPU (dp_tiles_are_faster, measured once): on the Intel cores this was
+// tuned on vdpbf16ps issued at half the rate of two FMAs (1.9 G/s against 7.5 G/s FMAs on one
+// core); AMD Zen 4 issues one a cycle like an FMA, so it does twice the multiply-adds
+// (bench_kernels, 1 thread, CPU time, act-quant FP8 2048 x 2048 M = 32: 3.9 -> 2.2 ms; FP4
+// 1024 x 2048 M = 32: 2.0 -> 1.2 ms; M = 128 13.3 -> 7.6 and 7.5 -> 4.6 ms).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -41,6 +45,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <time.h>
 
 #include "kernels/cpu/cpu_isa.h"
 
@@ -843,35 +848,53 @@ bool decode_row_parts(const LinearCall& c, const D& d, int64_t n, uint16_t* dst,
   return true;
 }
 
+// The products of the tile microkernels, one vector of columns at a time: fp32 FMAs (16
+// columns: the fp32 mode's products, and bf16 mode's in dot-product order, see bf16_to_dp),
+// or vdpbf16ps on bf16 words (32 columns, the bits of two of those FMAs).
+struct FmaStep {
+  using T = float;
+  using V = __m512;
+  static constexpr int64_t kCols = 16;
+  static DI_INLINE V load(const T* p) { return _mm512_loadu_ps(p); }
+  static DI_INLINE __m512 madd(__m512 acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
+};
+struct DotStep {
+  using T = uint16_t;
+  using V = __m512i;
+  static constexpr int64_t kCols = 32;
+  static DI_INLINE V load(const T* p) { return load_i(p); }
+  static DI_INLINE __m512 madd(__m512 acc, V x, V w) { return dp(acc, x, w); }
+};
+
 // acc[MR][NR] (vector partial sums, kept in memory between K blocks) += x[MR rows] . w[NR
-// rows] over columns [k0, k1): the same per-lane sequence as one pass over K. fp32 FMAs: the
-// fp32 mode's products, and bf16 mode's in dot-product order (see bf16_to_dp).
-template <int MR, int NR>
-void micro(const float* x, int64_t xs, const float* w, int64_t ws, int64_t k0, int64_t k1, __m512* mem, bool first) {
+// rows] over columns [k0, k1): the same per-lane sequence as one pass over K.
+template <class S, int MR, int NR>
+void micro(const typename S::T* x, int64_t xs, const typename S::T* w, int64_t ws, int64_t k0, int64_t k1,
+           __m512* mem, bool first) {
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NR; ++r) acc[m][r] = first ? _mm512_setzero_ps() : _mm512_load_ps(mem + m * NR + r);
-  for (int64_t k = k0; k < k1; k += 16) {
-    __m512 xv[MR];
-    for (int m = 0; m < MR; ++m) xv[m] = _mm512_loadu_ps(x + m * xs + k);
+  for (int64_t k = k0; k < k1; k += S::kCols) {
+    typename S::V xv[MR];
+    for (int m = 0; m < MR; ++m) xv[m] = S::load(x + m * xs + k);
     for (int r = 0; r < NR; ++r) {
-      const __m512 wv = _mm512_loadu_ps(w + r * ws + k);
-      for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(xv[m], wv, acc[m][r]);
+      const typename S::V wv = S::load(w + r * ws + k);
+      for (int m = 0; m < MR; ++m) acc[m][r] = S::madd(acc[m][r], xv[m], wv);
     }
   }
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NR; ++r) _mm512_store_ps(mem + m * NR + r, acc[m][r]);
 }
 
-// micro() for partial-sum decoders (FP4, kFp4Chunk columns a chunk) on dot-product order fp32
-// x and codes: per chunk, part = the FMAs of its eight vectors from zero (= the GEMV's four
-// bf16 dot products), then acc = fma(part, chunk scales, acc), the GEMV's sequence. sc: NR
-// rows of per-chunk scale vectors, row stride nch.
+// micro() for partial-sum decoders (FP4, kFp4Chunk columns a chunk) on codes and x in the
+// GEMV's order: per chunk, part = its products from zero (= the GEMV's four bf16 dot
+// products), then acc = fma(part, chunk scales, acc), the GEMV's sequence. sc: NR rows of
+// per-chunk scale vectors, row stride nch.
 // MR x NR partial sums fill the registers; the accumulators stay in mem (one load and store
 // each per chunk, against 8 FMAs).
-template <int MR, int NR>
-void micro_parts_dp(const float* x, int64_t xs, const float* w, int64_t ws, const __m512* sc, int64_t nch,
-                    int64_t k0, int64_t k1, __m512* mem, bool first) {
+template <class S, int MR, int NR>
+void micro_parts(const typename S::T* x, int64_t xs, const typename S::T* w, int64_t ws, const __m512* sc,
+                 int64_t nch, int64_t k0, int64_t k1, __m512* mem, bool first) {
   if (first)
     for (int m = 0; m < MR; ++m)
       for (int r = 0; r < NR; ++r) mem[m * kNR + r] = _mm512_setzero_ps();
@@ -879,12 +902,12 @@ void micro_parts_dp(const float* x, int64_t xs, const float* w, int64_t ws, cons
     __m512 part[MR][NR];
     for (int m = 0; m < MR; ++m)
       for (int r = 0; r < NR; ++r) part[m][r] = _mm512_setzero_ps();
-    for (int q = 0; q < 8; ++q) {
-      __m512 wv[NR];
-      for (int r = 0; r < NR; ++r) wv[r] = _mm512_loadu_ps(w + r * ws + k + 16 * q);
+    for (int64_t q = 0; q < kFp4Chunk; q += S::kCols) {
+      typename S::V wv[NR];
+      for (int r = 0; r < NR; ++r) wv[r] = S::load(w + r * ws + k + q);
       for (int m = 0; m < MR; ++m) {
-        const __m512 xv = _mm512_loadu_ps(x + m * xs + k + 16 * q);
-        for (int r = 0; r < NR; ++r) part[m][r] = _mm512_fmadd_ps(xv, wv[r], part[m][r]);
+        const typename S::V xv = S::load(x + m * xs + k + q);
+        for (int r = 0; r < NR; ++r) part[m][r] = S::madd(part[m][r], xv, wv[r]);
       }
     }
     for (int r = 0; r < NR; ++r) {
@@ -914,16 +937,26 @@ size_t gemm_scratch(const LinearCall& c) {
 }
 
 // MR rows of x (MR <= kMR: the last, partial row group runs with its exact row count) times
-// the tile, K in blocks of kc columns (x block and accumulators stay in L1, weight rows
-// stream from the L2-resident tile).
-template <int MR>
-void tile_group_k(const LinearCall& c, const float* xg, const float* tile, int64_t rows, int64_t rows_p, int64_t kc,
-                  __m512* accs, int64_t m0, int64_t n_base) {
-  const int64_t Kp = c.xs;
+// the tile (kParts: partial-sum tiles with their chunk scales sc), K in blocks of 1024
+// columns (x block and accumulators stay in L1, weight rows stream from the L2-resident
+// tile). Not inlined: inside its caller the compiler kept the partial-sum tiles' 24 partial
+// sums worse (190 -> 133 GFLOP/s).
+template <class S, bool kParts, int MR>
+__attribute__((noinline)) void tile_group_k(const LinearCall& c, const typename S::T* xg, const typename S::T* tile,
+                                           const __m512* sc, int64_t rows, int64_t rows_p, __m512* accs, int64_t m0,
+                                           int64_t n_base) {
+  constexpr int64_t kc = 1024;
+  static_assert(kc % kFp4Chunk == 0, "chunks whole in a K block");
+  const int64_t Kp = c.xs, nch = Kp / kFp4Chunk;
   for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
     const int64_t k1 = min64(Kp, k0 + kc);
-    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR)
-      micro<MR, kNR>(xg, Kp, tile + r0 * Kp, Kp, k0, k1, accs + (r0 / kNR) * kMR * kNR, k0 == 0);
+    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+      __m512* a = accs + (r0 / kNR) * kMR * kNR;
+      if constexpr (kParts)
+        micro_parts<S, MR, kNR>(xg, Kp, tile + r0 * Kp, Kp, sc + r0 * nch, nch, k0, k1, a, k0 == 0);
+      else
+        micro<S, MR, kNR>(xg, Kp, tile + r0 * Kp, Kp, k0, k1, a, k0 == 0);
+    }
   }
   static_assert(kNR == 4, "reduce4 takes four weight rows");
   for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
@@ -934,61 +967,31 @@ void tile_group_k(const LinearCall& c, const float* xg, const float* tile, int64
   }
 }
 
-void tile_group(const LinearCall& c, const float* xg, const float* tile, int64_t rows, int64_t rows_p, int64_t kc,
-                __m512* accs, int64_t m0, int64_t n_base) {
+template <class S, bool kParts>
+void tile_group(const LinearCall& c, const typename S::T* xg, const typename S::T* tile, const __m512* sc,
+                int64_t rows, int64_t rows_p, __m512* accs, int64_t m0, int64_t n_base) {
   static_assert(kMR == 6, "row-count dispatch below");
   switch (min64(kMR, c.M - m0)) {
-    case 1: return tile_group_k<1>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
-    case 2: return tile_group_k<2>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
-    case 3: return tile_group_k<3>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
-    case 4: return tile_group_k<4>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
-    case 5: return tile_group_k<5>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
-    default: return tile_group_k<6>(c, xg, tile, rows, rows_p, kc, accs, m0, n_base);
+    case 1: return tile_group_k<S, kParts, 1>(c, xg, tile, sc, rows, rows_p, accs, m0, n_base);
+    case 2: return tile_group_k<S, kParts, 2>(c, xg, tile, sc, rows, rows_p, accs, m0, n_base);
+    case 3: return tile_group_k<S, kParts, 3>(c, xg, tile, sc, rows, rows_p, accs, m0, n_base);
+    case 4: return tile_group_k<S, kParts, 4>(c, xg, tile, sc, rows, rows_p, accs, m0, n_base);
+    case 5: return tile_group_k<S, kParts, 5>(c, xg, tile, sc, rows, rows_p, accs, m0, n_base);
+    default: return tile_group_k<S, kParts, 6>(c, xg, tile, sc, rows, rows_p, accs, m0, n_base);
   }
 }
 
-// tile_group for partial-sum tiles on the dot-product order fp32 tile and xd. Not inlined:
-// inside its caller the compiler keeps the 24 partial sums worse (190 -> 133 GFLOP/s).
-template <int MR>
-__attribute__((noinline)) void tile_group_parts_dp_k(const LinearCall& c, const float* xg, const float* tile,
-                                                    const __m512* sc, int64_t rows, int64_t rows_p, int64_t kc,
-                                                    __m512* accs, int64_t m0, int64_t n_base) {
-  const int64_t Kp = c.xs, nch = Kp / kFp4Chunk;
-  for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
-    const int64_t k1 = min64(Kp, k0 + kc);
-    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR)
-      micro_parts_dp<MR, kNR>(xg, Kp, tile + r0 * Kp, Kp, sc + r0 * nch, nch, k0, k1, accs + (r0 / kNR) * kMR * kNR,
-                              k0 == 0);
-  }
-  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-    const __m512* a = accs + (r0 / kNR) * kMR * kNR;
-    for (int64_t m = 0; m < MR; ++m)
-      store_sums(c.y + (m0 + m) * c.N + n_base + r0, reduce4(a[m * kNR], a[m * kNR + 1], a[m * kNR + 2], a[m * kNR + 3]),
-                 rows - r0);
-  }
-}
-
-void tile_group_parts_dp(const LinearCall& c, const float* xg, const float* tile, const __m512* sc, int64_t rows,
-                         int64_t rows_p, __m512* accs, int64_t m0, int64_t n_base) {
-  constexpr int64_t kc = 1024;
-  static_assert(kc % kFp4Chunk == 0 && kMR == 6, "chunks whole in a K block");
-  switch (min64(kMR, c.M - m0)) {
-    case 1: return tile_group_parts_dp_k<1>(c, xg, tile, sc, rows, rows_p, kc, accs, m0, n_base);
-    case 2: return tile_group_parts_dp_k<2>(c, xg, tile, sc, rows, rows_p, kc, accs, m0, n_base);
-    case 3: return tile_group_parts_dp_k<3>(c, xg, tile, sc, rows, rows_p, kc, accs, m0, n_base);
-    case 4: return tile_group_parts_dp_k<4>(c, xg, tile, sc, rows, rows_p, kc, accs, m0, n_base);
-    case 5: return tile_group_parts_dp_k<5>(c, xg, tile, sc, rows, rows_p, kc, accs, m0, n_base);
-    default: return tile_group_parts_dp_k<6>(c, xg, tile, sc, rows, rows_p, kc, accs, m0, n_base);
-  }
-}
-
-template <class D>
+// kDpTiles: bf16 mode keeps the tile in bf16 and runs vdpbf16ps on it and xb (micro_b16);
+// otherwise it widens both into dot-product order fp32 and runs FMAs (micro). Same bits;
+// which is faster depends on the CPU (dp_tiles_are_faster).
+template <class D, bool kDpTiles>
 void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   const int64_t Kp = c.xs, NT = tile_rows(Kp), M = c.M;
   float* tile = static_cast<float*>(scratch);
   __m512* accs = reinterpret_cast<__m512*>(tile + NT * Kp);
   const bool bf = c.use_bf16 && D::B16;
-  if (bf && !c.xd) throw std::logic_error("avx512 gemm: bf16 mode without the dot-product order x");
+  if (bf && !kDpTiles && !c.xd) throw std::logic_error("avx512 gemm: bf16 mode without the dot-product order x");
+  uint16_t* tileb = reinterpret_cast<uint16_t*>(tile);  // dp tiles: bf16 rows of Kp words
   constexpr bool parts = partial_sums<D>();
   // Partial-sum tiles keep each row's chunk scale vectors past the accumulators, then the row
   // of bf16 words each bf16-mode tile row is decoded into (see gemm_scratch).
@@ -1002,16 +1005,20 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
       // bf16 mode as FMAs (the driver's xd): each row decoded to bf16, then widened into
       // dot-product order fp32.
       for (int64_t r = 0; r < rows; ++r) {
+        uint16_t* dst = kDpTiles ? tileb + r * Kp : rowb;
         bool ok;
         if constexpr (parts)
-          ok = decode_row_parts(c, d, nt0 + r, rowb, scales + r * nch, Kp);
+          ok = decode_row_parts(c, d, nt0 + r, dst, scales + r * nch, Kp);
         else
-          ok = decode_row_b16(c, d, nt0 + r, rowb, Kp);
+          ok = decode_row_b16(c, d, nt0 + r, dst, Kp);
         if (ok) {
-          row_to_dp(rowb, tile + r * Kp, Kp);
+          if (!kDpTiles) row_to_dp(rowb, tile + r * Kp, Kp);
         } else {
           f32_rows |= uint64_t(1) << r;
-          std::memset(tile + r * Kp, 0, size_t(Kp) * sizeof(float));
+          if (kDpTiles)
+            std::memset(dst, 0, size_t(Kp) * sizeof(uint16_t));
+          else
+            std::memset(tile + r * Kp, 0, size_t(Kp) * sizeof(float));
           if constexpr (parts) std::memset(static_cast<void*>(scales + r * nch), 0, size_t(nch) * sizeof(__m512));
         }
       }
@@ -1020,13 +1027,21 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
     } else {
       for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
     }
+    if (bf && kDpTiles) {
+      std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
+      for (int64_t m0 = 0; m0 < M; m0 += kMR)
+        tile_group<DotStep, parts>(c, c.xb + m0 * Kp, tileb, scales, rows, rows_p, accs, m0, nt0);
+      for (int64_t r = 0; r < rows; ++r)
+        if (f32_rows >> r & 1) f32_row_all_m(c, d, nt0 + r);
+      continue;
+    }
     std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
     const float* x = bf ? c.xd : c.xf;
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       if (bf && parts)
-        tile_group_parts_dp(c, x + m0 * Kp, tile, scales, rows, rows_p, accs, m0, nt0);
+        tile_group<FmaStep, true>(c, x + m0 * Kp, tile, scales, rows, rows_p, accs, m0, nt0);
       else
-        tile_group(c, x + m0 * Kp, tile, rows, rows_p, 1024, accs, m0, nt0);
+        tile_group<FmaStep, false>(c, x + m0 * Kp, tile, nullptr, rows, rows_p, accs, m0, nt0);
     }
     for (int64_t r = 0; r < rows; ++r)
       if (f32_rows >> r & 1) f32_row_all_m(c, d, nt0 + r);
@@ -1042,19 +1057,20 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
 // 7.9 -> 12.4, 16.6 -> 27.8). Both paths give every row the same bits (RowInvariance).
 constexpr int64_t kGemvMaxM = 8;
 
-template <class D>
+template <class D, bool kDpTiles>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   const D d(c);
   if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
-  gemm_rows<D>(c, d, n0, n1, scratch);
+  gemm_rows<D, kDpTiles>(c, d, n0, n1, scratch);
 }
 
+template <bool kDpTiles>
 void rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   switch (c.W->format) {
-    case WeightFormat::F32: return rows_for<F32Dec>(c, n0, n1, scratch);
-    case WeightFormat::BF16: return rows_for<Bf16Dec>(c, n0, n1, scratch);
-    case WeightFormat::FP8_BLOCK: return rows_for<Fp8Dec>(c, n0, n1, scratch);
-    case WeightFormat::FP4_BLOCK: return rows_for<Fp4Dec>(c, n0, n1, scratch);
+    case WeightFormat::F32: return rows_for<F32Dec, kDpTiles>(c, n0, n1, scratch);
+    case WeightFormat::BF16: return rows_for<Bf16Dec, kDpTiles>(c, n0, n1, scratch);
+    case WeightFormat::FP8_BLOCK: return rows_for<Fp8Dec, kDpTiles>(c, n0, n1, scratch);
+    case WeightFormat::FP4_BLOCK: return rows_for<Fp4Dec, kDpTiles>(c, n0, n1, scratch);
   }
 }
 
@@ -1300,7 +1316,7 @@ constexpr IsaKernels kKernels = {
     .prep_act_quant = avx512::prep_act_quant<avx512::Ops>,
     .act_quant = avx512::act_quant<avx512::Ops>,
     .scratch_bytes = scratch_bytes,
-    .rows = rows,
+    .rows = rows<false>,
     .index_dots = index_dots,
     .fp4_lane_order = fp4_lane_order,
     .bf16_pair_order = bf16_pair_order,
@@ -1322,6 +1338,52 @@ constexpr IsaKernels without_bf16(IsaKernels k) {
   return k;
 }
 constexpr IsaKernels kKernelsNoBf16 = without_bf16(kKernels);
+
+// bf16 mode's tiles on vdpbf16ps (the GEMV of 3-8 rows still widens into the driver's xd).
+constexpr IsaKernels with_dp_tiles(IsaKernels k) {
+  k.rows = rows<true>;
+  return k;
+}
+constexpr IsaKernels kKernelsDpTiles = with_dp_tiles(kKernels);
+
+// Thread CPU seconds of `f` (best of three runs: an interruption only adds time).
+template <class F>
+double best_cpu_seconds(F f) {
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    timespec t0, t1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    f();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    const double seconds = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
+    best = seconds < best ? seconds : best;
+  }
+  return best;
+}
+
+// Thread CPU seconds of 12 independent chains acc <- S::madd(acc, x, w), 2^15 steps each.
+template <class S>
+double chain_seconds(typename S::V x, typename S::V w) {
+  volatile float sink = 0;
+  return best_cpu_seconds([&] {
+    __m512 a[12];
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(1.0f + float(j));
+    for (int64_t i = 0; i < (int64_t(1) << 15); ++i)
+      for (int j = 0; j < 12; ++j) a[j] = S::madd(a[j], x, w);
+    for (int j = 1; j < 12; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+    sink = sink + _mm512_reduce_add_ps(a[0]);
+  });
+}
+
+// Whether vdpbf16ps does its 32 multiply-adds in clearly less time than two FMAs do (AMD Zen 4:
+// one instruction a cycle, like an FMA, so twice the rate; some Intel cores: half an FMA's
+// rate, the same multiply-adds), timed on ~1 ms of each.
+bool dp_tiles_are_faster() {
+  const double fma = chain_seconds<FmaStep>(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+  const double dot = chain_seconds<DotStep>(_mm512_set1_epi16(0x3f00), _mm512_set1_epi16(0x3e80));
+  // One vdpbf16ps stands for two FMAs: faster when it takes under 0.8 of their time.
+  return dot < 0.8 * 2.0 * fma;
+}
 
 // Whether vdpbf16ps gives fma(even, fma(odd, acc)) on this CPU, over normal values of mixed
 // magnitudes (a fixed pseudo-random set; 2048 lanes).
@@ -1363,7 +1425,13 @@ bool bf16_dot_is_two_fmas() {
 
 const IsaKernels& avx512_kernels() {
   static const bool two_fmas = bf16_dot_is_two_fmas();
-  return two_fmas ? kKernels : kKernelsNoBf16;
+  static const bool dp_tiles = two_fmas && dp_tiles_are_faster();
+  return !two_fmas ? kKernelsNoBf16 : dp_tiles ? kKernelsDpTiles : kKernels;
+}
+
+const IsaKernels& avx512_kernels_with_tiles(bool dp_tiles) {
+  static const bool two_fmas = bf16_dot_is_two_fmas();
+  return !two_fmas ? kKernelsNoBf16 : dp_tiles ? kKernelsDpTiles : kKernels;
 }
 
 }  // namespace deepinfer::kernels::cpu
