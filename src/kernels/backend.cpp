@@ -104,6 +104,8 @@ void Backend::prefetch_hint(const WeightMatrix* const*, int) const {}
 
 double Backend::fma_peak_macs_per_s() const { return 0.0; }
 
+double Backend::bf16_dot_peak_macs_per_s() const { return 0.0; }
+
 void Backend::hc_expand(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc,
                         int64_t dim, bool round_bf16, float* Y, int64_t j0, int64_t j1) const {
   hc_expand_ref(o, Rs, comb, post, hc, dim, round_bf16, Y, j0, j1);

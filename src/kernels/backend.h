@@ -80,6 +80,10 @@ class Backend {
   // issue on every thread of pool() at once (best of a few ~20 ms rounds): the compute side
   // of a roofline. 0 when the backend has no such figure (the referee); the base returns 0.
   virtual double fma_peak_macs_per_s() const;
+  // The same for the bf16 dot-product instruction (vdpbf16ps) of the kernels' bf16 mode, the
+  // products whose activations are exact bf16 (reference numerics' act-quant products); 0
+  // when the kernels have no such mode.
+  virtual double bf16_dot_peak_macs_per_s() const;
 };
 
 // prefetch_hint through a pool: each matrix's codes and scales as ranges to prefetch.

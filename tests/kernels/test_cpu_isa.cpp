@@ -941,8 +941,28 @@ TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
     }
     const double peak = make_cpu_backend_isa(&pool, isa)->fma_peak_macs_per_s();
     EXPECT_TRUE(std::isfinite(peak) && peak > 1e8) << isa_name(isa) << " " << peak;
+    // The bf16 dot chains (AVX-512 with bf16 mode): each step adds two exact products.
+    if (k.bf16) {
+      ASSERT_NE(k.bf16_dot_chains, nullptr);
+      for (int64_t iters : {0, 1, 7, 1000}) {
+        double want = 0;
+        for (int j = 0; j < cpu::kFmaChains; ++j) {
+          float x = 1.5f + float(j) / 1024.0f;
+          for (int64_t i = 0; i < iters; ++i) x = std::fmaf(0.5f, 0x1p-10f, std::fmaf(0.5f, 0x1p-10f, x));
+          want += 16.0 * double(x);
+        }
+        int64_t macs = -1;
+        EXPECT_EQ(k.bf16_dot_chains(iters, 1.5f, &macs), want) << "iters " << iters;
+        EXPECT_EQ(macs, iters * cpu::kFmaChains * 32);
+      }
+      const double dot = make_cpu_backend_isa(&pool, isa)->bf16_dot_peak_macs_per_s();
+      EXPECT_TRUE(std::isfinite(dot) && dot > 1e8) << dot;
+    } else {
+      EXPECT_EQ(make_cpu_backend_isa(&pool, isa)->bf16_dot_peak_macs_per_s(), 0.0) << isa_name(isa);
+    }
   }
   EXPECT_EQ(make_backend("ref", &pool)->fma_peak_macs_per_s(), 0.0);
+  EXPECT_EQ(make_backend("ref", &pool)->bf16_dot_peak_macs_per_s(), 0.0);
 }
 
 // AVX-512 bf16 mode runs its prefill tiles either on vdpbf16ps or on FMAs in dot-product

@@ -142,4 +142,11 @@ TEST(RoutingTrace, CountsTheExpertsTheTokensChose) {
   EXPECT_DOUBLE_EQ(reads.bound_s, reads.memory_s);
   EXPECT_DOUBLE_EQ(reads.memory_s, sb.memory_s);
   EXPECT_THROW(batch_step_bound(c, w, {}, B, bw, peak), std::invalid_argument);
+  // FP8 / FP4 products at twice the rate: only they get faster (the BF16 head does not), so
+  // compute time falls, by less than half; the reads stay. The same rate changes nothing.
+  const StepBound fast = batch_step_bound(c, w, expert_rows, B, bw, peak, 2 * peak);
+  EXPECT_LT(fast.compute_s, sb.compute_s);
+  EXPECT_GT(fast.compute_s, 0.5 * sb.compute_s);
+  EXPECT_DOUBLE_EQ(fast.memory_s, sb.memory_s);
+  EXPECT_DOUBLE_EQ(batch_step_bound(c, w, expert_rows, B, bw, peak, peak).bound_s, sb.bound_s);
 }

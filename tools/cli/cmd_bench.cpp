@@ -431,6 +431,8 @@ struct Report {
   std::vector<int64_t> rss_ranks;
   double bw_before = 0, bw_after = 0, bw = 0;  // triad GB/s; the roofline uses their mean
   double fma_peak = 0;  // multiply-adds / s of the products' FMA on every thread (0: not known)
+  double dot_peak = 0;  // the same for the bf16 dot-product instruction (0: none)
+  double quantized_peak = 0;  // the rate the roofline gives FP8 / FP4 products (see run())
   // From analyse_depths():
   const Run* depth0 = nullptr;
   bool have_slope = false;
@@ -470,6 +472,8 @@ nlohmann::json report_json(const Report& R) {
   j["mem_bandwidth_gb_s"] = R.bw;
   j["mem_bandwidth_samples_gb_s"] = {R.bw_before, R.bw_after};
   if (R.fma_peak > 0) j["fma_peak_gflop_s"] = 2.0 * R.fma_peak / 1e9;
+  if (R.dot_peak > 0) j["bf16_dot_peak_gflop_s"] = 2.0 * R.dot_peak / 1e9;
+  if (R.quantized_peak > 0) j["fp8_fp4_product_peak_gflop_s"] = 2.0 * R.quantized_peak / 1e9;
   j["peak_rss_bytes"] = R.rss;
   j["ranks"] = R.ranks;
   j["peak_rss_bytes_per_rank"] = R.rss_ranks;
@@ -593,9 +597,10 @@ void print_report(const Report& R, bool csv) {
   if (R.depth0 || R.check_logits) print_depth_table(R);
   if (!R.batch_runs.empty()) {
     if (R.fma_peak > 0)
-      std::printf("\nFMA peak (fp32 vector FMA, %d threads): %.1f GFLOP/s; a batch's roofline counts each matrix at the "
-                  "slower of its bytes and its multiply-adds\n",
-                  R.threads, 2.0 * R.fma_peak / 1e9);
+      std::printf("\nproduct peaks (%d threads): fp32 FMA %.1f GFLOP/s, bf16 dot product %.1f, FP8 / FP4 products "
+                  "counted at %.1f; a batch's roofline counts each matrix at the slower of its bytes and its "
+                  "multiply-adds\n",
+                  R.threads, 2.0 * R.fma_peak / 1e9, 2.0 * R.dot_peak / 1e9, 2.0 * R.quantized_peak / 1e9);
     std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | memory-bound tok/s | "
                 "compute-bound tok/s | roofline tok/s | of roofline |\n"
                 "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -657,7 +662,9 @@ int run(const std::vector<std::string>& argv) {
   dist::Communicator& comm = world();
   const double bw_before = comm.rank() == 0 ? triad_bandwidth_gb_s(compute.pool.get()) : 0.0;
   // The compute side of the batched decode roofline: only when batches are measured.
-  const double fma_peak = comm.rank() == 0 && !batches.empty() ? compute.backend->fma_peak_macs_per_s() : 0.0;
+  const bool peaks = comm.rank() == 0 && !batches.empty();
+  const double fma_peak = peaks ? compute.backend->fma_peak_macs_per_s() : 0.0;
+  const double dot_peak = peaks ? compute.backend->bf16_dot_peak_macs_per_s() : 0.0;
   comm.barrier();
   if (!reset_peak_rss()) log_warn("bench: cannot reset the peak RSS; it includes the triad's arrays");
   const int64_t wbytes = v4::active_weight_bytes_per_token(c, model->weights());
@@ -728,8 +735,13 @@ int run(const std::vector<std::string>& argv) {
   comm.barrier();
   rep.bw = 0.5 * (rep.bw_before + rep.bw_after);
   rep.fma_peak = fma_peak;
+  rep.dot_peak = dot_peak;
+  // Reference numerics multiplies act-quantised (bf16-exact) rows of FP8 / FP4 weights, which
+  // the kernels may run on the bf16 dot-product instruction: those products get the faster
+  // of the two rates; float numerics' products are fp32 FMAs.
+  rep.quantized_peak = compute.num.mode == v4::NumericsMode::Reference ? std::max(fma_peak, dot_peak) : fma_peak;
   for (BatchRun& r : rep.batch_runs) {
-    r.bound = v4::batch_step_bound(c, w, r.expert_rows, r.batch, rep.bw * 1e9, fma_peak);
+    r.bound = v4::batch_step_bound(c, w, r.expert_rows, r.batch, rep.bw * 1e9, fma_peak, rep.quantized_peak);
     r.bound.memory_s += r.kv_bytes / (rep.bw * 1e9);
     r.bound.bound_s += r.kv_bytes / (rep.bw * 1e9);
   }

@@ -300,10 +300,14 @@ class SimdBackend final : public Backend {
       Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
   }
 
-  // Every thread runs the ISA's FMA chains at once; ~4M steps of 12 vector FMAs is 10-50 ms
-  // per round on today's cores. The best of three rounds: another tenant can only slow it.
-  double fma_peak_macs_per_s() const override {
-    if (!k_.fma_chains) return 0.0;
+  double fma_peak_macs_per_s() const override { return chains_peak(k_.fma_chains); }
+  double bf16_dot_peak_macs_per_s() const override { return k_.bf16 ? chains_peak(k_.bf16_dot_chains) : 0.0; }
+
+ private:
+  // Every thread runs the ISA's chains at once; ~4M steps of 12 vector instructions is 10-50
+  // ms per round on today's cores. The best of three rounds: another tenant can only slow it.
+  double chains_peak(double (*chains)(int64_t, float, int64_t*)) const {
+    if (!chains) return 0.0;
     const int threads = pool_ ? pool_->size() : 1;
     constexpr int64_t kSteps = int64_t(1) << 22;
     double best = 0;
@@ -312,7 +316,7 @@ class SimdBackend final : public Backend {
       std::vector<double> sums(size_t(threads), 0.0);
       const auto t0 = std::chrono::steady_clock::now();
       parallel_for(pool_, threads, 1, [&](int64_t t0_, int64_t t1_, int) {
-        for (int64_t t = t0_; t < t1_; ++t) sums[size_t(t)] = k_.fma_chains(kSteps, 1.0f + float(t), &macs[size_t(t)]);
+        for (int64_t t = t0_; t < t1_; ++t) sums[size_t(t)] = chains(kSteps, 1.0f + float(t), &macs[size_t(t)]);
       });
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       int64_t total = 0;
@@ -322,6 +326,7 @@ class SimdBackend final : public Backend {
     return best;
   }
 
+ public:
   void prefetch_hint(const WeightMatrix* const* weights, int n) const override {
     pool_prefetch_hint(pool_, weights, n);
   }

@@ -168,6 +168,9 @@ struct IsaKernels {
   // (chain j, every lane); the lanes' final values summed in double; *macs = the
   // multiply-adds done. What the arithmetic peak is measured with (Backend::fma_peak_macs_per_s).
   double (*fma_chains)(int64_t iters, float x0, int64_t* macs) = nullptr;
+  // Null, or the same with bf16 dot-product instructions (32 multiply-adds each): what the
+  // bf16 mode's products can reach (Backend::bf16_dot_peak_macs_per_s).
+  double (*bf16_dot_chains)(int64_t iters, float x0, int64_t* macs) = nullptr;
 };
 
 // Defined in the ISA files; call only after checking the CPU supports the ISA.

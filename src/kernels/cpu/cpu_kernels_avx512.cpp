@@ -1301,6 +1301,24 @@ double dot_f64(const float* a, const float* b, int64_t n) {
   return total;
 }
 
+// IsaKernels::bf16_dot_chains: chain j starts at x0 + j / 1024 in every lane and adds
+// 0.5 * 2^-10 twice a step (one vdpbf16ps: a pair of exact products).
+double bf16_dot_chains(int64_t iters, float x0, int64_t* macs) {
+  const __m512i half = _mm512_set1_epi16(0x3f00), tiny = _mm512_set1_epi16(0x3a80);  // bf16 0.5, 2^-10
+  __m512 a[kFmaChains];
+  for (int j = 0; j < kFmaChains; ++j) a[j] = _mm512_set1_ps(x0 + float(j) / 1024.0f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kFmaChains; ++j) a[j] = dp(a[j], half, tiny);
+  double total = 0;
+  alignas(64) float lanes[16];
+  for (int j = 0; j < kFmaChains; ++j) {
+    _mm512_store_ps(lanes, a[j]);
+    for (int l = 0; l < 16; ++l) total += double(lanes[l]);
+  }
+  *macs = iters * kFmaChains * 32;
+  return total;
+}
+
 constexpr IsaKernels kKernels = {
     .name = "avx512",
     .bf16 = true,
@@ -1328,6 +1346,7 @@ constexpr IsaKernels kKernels = {
     .dot_f64 = dot_f64,
     .swiglu = avx512::swiglu<avx512::Ops>,
     .fma_chains = avx512::fma_chains<avx512::Ops>,
+    .bf16_dot_chains = bf16_dot_chains,
 };
 
 // The same without bf16 mode (fp32 mode for every row), for a CPU whose vdpbf16ps does not

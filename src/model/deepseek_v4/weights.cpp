@@ -444,13 +444,15 @@ double batch_weight_bytes_per_step(const Config& c, const Weights& w, const std:
 }
 
 StepBound batch_step_bound(const Config& c, const Weights& w, const std::vector<std::vector<double>>& expert_rows,
-                           int64_t batch, double bytes_per_s, double macs_per_s) {
+                           int64_t batch, double bytes_per_s, double macs_per_s, double quantized_macs_per_s) {
   if (expert_rows.size() != w.layers.size())
     throw std::invalid_argument("batch_step_bound: one expert row histogram per layer expected");
   if (!(bytes_per_s > 0)) throw std::invalid_argument("batch_step_bound: bytes_per_s must be > 0");
   StepBound b;
-  auto add = [&](double bytes, double macs) {
-    const double read = bytes / bytes_per_s, mul = macs_per_s > 0 ? macs / macs_per_s : 0.0;
+  const double q_rate = macs_per_s > 0 && quantized_macs_per_s > 0 ? quantized_macs_per_s : macs_per_s;
+  auto add = [&](double bytes, double macs, bool quantized) {
+    const double rate = quantized ? q_rate : macs_per_s;
+    const double read = bytes / bytes_per_s, mul = rate > 0 ? macs / rate : 0.0;
     b.memory_s += read;
     b.compute_s += mul;
     b.bound_s += std::max(read, mul);
@@ -459,22 +461,24 @@ StepBound batch_step_bound(const Config& c, const Weights& w, const std::vector<
   for (const LayerWeights& L : w.layers)
     if (L.has_engram)
       per_token += double((c.engram_max_ngram - 1) * c.engram_n_heads * (L.engram.head_dim + L.engram.head_dim / 32));
-  add(double(batch) * per_token, 0.0);
+  add(double(batch) * per_token, 0.0, false);
   for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool routed = false) {
-    if (!routed) add(share * double(matrix_bytes(m)), double(batch) * share * double(m.rows * m.cols));
+    if (!routed) add(share * double(matrix_bytes(m)), double(batch) * share * double(m.rows * m.cols), m.is_quantized());
   });
   // A layer's routed experts all have the same shape; one with r rows reads its bytes once
   // and does r times its multiply-adds.
   const double E = double(std::max<int64_t>(1, c.n_routed_experts));
   for (size_t l = 0; l < w.layers.size(); ++l) {
     double bytes = 0, macs = 0;
+    bool quantized = true;
     for (const ExpertWeights& e : w.layers[l].ffn.experts)
       for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) {
         bytes += double(matrix_bytes(*m));
         macs += double(m->rows * m->cols);
+        quantized = quantized && m->is_quantized();
       }
     for (size_t r = 1; r < expert_rows[l].size(); ++r)
-      add(expert_rows[l][r] * bytes / E, expert_rows[l][r] * double(r) * macs / E);
+      add(expert_rows[l][r] * bytes / E, expert_rows[l][r] * double(r) * macs / E, quantized);
   }
   return b;
 }
