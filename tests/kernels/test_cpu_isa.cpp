@@ -965,8 +965,8 @@ TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
   EXPECT_EQ(make_backend("ref", &pool)->bf16_dot_peak_macs_per_s(), 0.0);
 }
 
-// AVX-512 bf16 mode runs its prefill tiles either on vdpbf16ps or on FMAs in dot-product
-// order, whichever the CPU runs faster: both give every output the bits of the one-row call
+// AVX-512 bf16 mode runs its prefill tiles (and the GEMV of 3-8 rows) either on vdpbf16ps or
+// on FMAs in dot-product order, whichever the CPU runs faster: both give every output the bits of the one-row call
 // (batch invariance), over row counts with partial row groups, tails of K, and rows that
 // leave bf16 mode (fp32 activations, a huge row, out-of-range weight scales).
 TEST(CpuIsa, DpTilesEqualFmaTiles) {
@@ -977,7 +977,7 @@ TEST(CpuIsa, DpTilesEqualFmaTiles) {
   auto one_row = make_cpu_backend_avx512_tiles(&p1, true);
   for (auto f : {WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
     for (int64_t K : {384, 1088, 100})
-      for (int64_t M : {9, 16, 23, 32}) {
+      for (int64_t M : {3, 6, 8, 9, 16, 23, 32}) {  // GEMV (3-8: no widening with dp tiles) and tiles
         if (f == WeightFormat::FP4_BLOCK && K % 32) continue;  // FP4 rows hold whole 32-column blocks
         const int64_t N = 53;
         Weight o = make_weight(f, N, K, rng, f == WeightFormat::FP8_BLOCK ? 32 : 128);
@@ -986,7 +986,7 @@ TEST(CpuIsa, DpTilesEqualFmaTiles) {
         std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
         for (int64_t m = 0; m < M; m += 4)  // every fourth row full fp32, one row huge
           for (int64_t k = 0; k < K; ++k) x[m * K + k] *= 1.0f + 1e-3f * float(k % 7);
-        for (int64_t k = 0; k < K; ++k) x[5 * K + k] *= 1e30f;
+        for (int64_t k = 0; k < K; ++k) x[(M - 2) * K + k] *= 1e30f;
         for (bool aq : {false, true}) {
           if (aq && (!o.w.is_quantized() || K % 128)) continue;
           auto call = [&](const Backend& be, const float* xp, int64_t m, float* y) {

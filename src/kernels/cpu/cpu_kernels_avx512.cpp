@@ -560,8 +560,12 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   // bf16_to_dp), which issues at half the rate (hot, 1 thread, FP8 2048 x 2048: M = 3 9.3 ->
   // 10.2 GB/s, M = 4 7.7 -> 9.0, M = 6 5.5 -> 7.0; at M = 2 the widening costs more than it
   // saves, 12.8 -> 11.5; FP4 was not faster).
+  // Only where the driver made xd: with vdpbf16ps as fast as an FMA (dp tiles) it does not,
+  // and the rows meet the bf16 words directly (Zen 4, hot, 1 thread, FP8 2048 x 2048, CPU
+  // time: M = 3 0.467 -> 0.347 ms, M = 4 0.53 -> 0.38, M = 6 0.69 -> 0.47, M = 8 1.05 -> 0.67).
   constexpr bool widen = BF && MR >= 3 && !partial_sums<D>();
   static_assert(!widen || XS == XScale::kNone);
+  bool widened = false;
   // Every chunk of K (whole chunks with the weights' prefetch, then the tail) through step.
   auto sweep = [&](auto& step) __attribute__((always_inline)) {
     int64_t k = 0;
@@ -572,6 +576,8 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     for (; k < Kp; k += D::CH) step(k, K - k < D::CH ? K - k : D::CH);
   };
   if constexpr (widen) {
+    if (c.xd) {
+    widened = true;
     auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
       __m512i w[NRW][NV];
       for (int r = 0; r < NRW; ++r) {
@@ -597,7 +603,9 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
       }
     };
     sweep(step);
-  } else {
+    }
+  }
+  if (!widened) {
     auto step = [&](int64_t k, int64_t nv) __attribute__((always_inline)) {
       T xv[keep_x ? MR : 1][NV];
       if constexpr (keep_x)
@@ -1358,9 +1366,10 @@ constexpr IsaKernels without_bf16(IsaKernels k) {
 }
 constexpr IsaKernels kKernelsNoBf16 = without_bf16(kKernels);
 
-// bf16 mode's tiles on vdpbf16ps (the GEMV of 3-8 rows still widens into the driver's xd).
+// bf16 mode's tiles on vdpbf16ps, and no xd: the GEMV of 3-8 rows runs vdpbf16ps too.
 constexpr IsaKernels with_dp_tiles(IsaKernels k) {
   k.rows = rows<true>;
+  k.bf16_dp_order = nullptr;
   return k;
 }
 constexpr IsaKernels kKernelsDpTiles = with_dp_tiles(kKernels);
