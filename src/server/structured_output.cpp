@@ -94,20 +94,23 @@ std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& f
   if (!type || *type == "text") return nullptr;
   JsonGrammar g(JsonSchema{}, true);  // the chat output parser reads the answer
   int32_t root = 0;
+  auto add = [&](const Json& schema, const std::string& where) {
+    if (!schema.is_object() && !schema.is_boolean()) bad(where + " must be an object", "response_format");
+    try {
+      root = g.add_schema(schema);
+    } catch (const SchemaError& e) {
+      bad(where + ": " + e.what(), "response_format");
+    }
+  };
   if (*type == "json_object") {
-    root = g.add_schema(Json{{"type", "object"}});
+    // {"type": "json_object", "schema": S} (Together's and Fireworks' spelling, sent by
+    // instructor's JSON_SCHEMA mode) asks for S: enforce it rather than any object.
+    if (const Json* schema = find(format, "schema")) add(*schema, "response_format.schema");
+    else root = g.add_schema(Json{{"type", "object"}});
   } else {
     const Json* js = find(format, "json_schema");
     if (!js || !js->is_object()) bad("response_format.json_schema must be an object", "response_format");
-    if (const Json* schema = find(*js, "schema")) {
-      if (!schema->is_object() && !schema->is_boolean())
-        bad("response_format.json_schema.schema must be an object", "response_format");
-      try {
-        root = g.add_schema(*schema);
-      } catch (const SchemaError& e) {
-        bad(std::string("response_format.json_schema.schema: ") + e.what(), "response_format");
-      }
-    }
+    if (const Json* schema = find(*js, "schema")) add(*schema, "response_format.json_schema.schema");
   }
   return make_json_constraint(start_of(b, thinking), std::move(g), root);
 }

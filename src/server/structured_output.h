@@ -5,7 +5,9 @@
 //     {"type": "function", "function": {"name": X}}: exactly one call of X. The block opener
 //     (and the invoke tag of X) is forced, the rest follows tool_grammar.h. "auto" and
 //     "none" constrain nothing ("none" also keeps the tools out of the prompt).
-//   * response_format {"type": "json_object"}: the answer is a JSON object;
+//   * response_format {"type": "json_object"}: the answer is a JSON object (with a "schema"
+//     beside the type, as Together and Fireworks take it and instructor's JSON_SCHEMA mode
+//     sends it, a document following that schema);
 //     {"type": "json_schema", "json_schema": {"schema": S}}: a JSON document following S
 //     (json_grammar.h lists the keywords enforced; any other keyword is a 400 naming it,
 //     param "response_format"; for tool parameters, param "tools").

@@ -712,6 +712,31 @@ TEST_F(StructuredHttp, JsonSchemaResponseFormat) {
   }
 }
 
+// instructor's JSON_SCHEMA mode (and Together / Fireworks clients) put the schema beside
+// "type": "json_object"; the object must follow it, not be any object.
+TEST_F(StructuredHttp, JsonObjectWithASchemaFollowsTheSchema) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": false})");
+  for (int seed = 0; seed < 3; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"response_format", {{"type", "json_object"}, {"schema", schema}}}, {"seed", seed},
+                 {"max_tokens", 200}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    EXPECT_EQ(schema_check::check(Json::parse(schema.dump()), Json::parse(content)), "") << content;
+  }
+  json bad = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
+              {"response_format", {{"type", "json_object"}, {"schema", {{"type", "string"}, {"not", json::object()}}}}}};
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", bad.dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "response_format");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("response_format.schema"), std::string::npos) << r.dump();
+}
+
 TEST_F(StructuredHttp, UnsupportedSchemaKeywordsAre400) {
   json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
                {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"},
