@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/json_limits.h"
 #include "server/chat_prompt.h"
 #include "server/token_constraint.h"
 #include "tokenizer/tokenizer.h"
@@ -14,6 +15,38 @@ using chat::Json;
 
 [[noreturn]] void bad(const std::string& msg, const std::string& param) { bad_request(msg, param); }
 const Json* find(const Json& o, const char* key) { return find_field(o, key); }
+
+// A schema object that lists its "properties" and says nothing of additionalProperties takes
+// only those keys here (JSON Schema would allow any other key; xgrammar's strict mode, vLLM's
+// default, reads it this way too). Clients that build schemas from classes (pydantic through
+// instructor or LangChain) leave additionalProperties out, and with free keys open a sampled
+// model writes invented keys and never reaches the declared ones: the object never ends.
+// Left open where a "required" key is not among the properties (it could only be an extra
+// key). Walks only the keywords that hold schemas (json_grammar.h: others are a 400 anyway);
+// each step goes one level deeper into client JSON, whose depth is bounded (json_limits.h).
+void close_declared_objects(Json& schema, size_t depth = 0) {
+  if (!schema.is_object() || depth > JsonLimits{}.max_depth) return;
+  const Json* props = find(schema, "properties");
+  if (props && props->is_object() && !find(schema, "additionalProperties")) {
+    bool all_declared = true;
+    if (const Json* req = find(schema, "required"); req && req->is_array())
+      for (const Json& k : *req) all_declared = all_declared && k.is_string() && props->contains(k.get<std::string>());
+    if (all_declared) schema["additionalProperties"] = false;
+  }
+  for (const char* map : {"properties", "$defs", "definitions"})
+    if (auto it = schema.find(map); it != schema.end() && it->is_object())
+      for (auto& sub : *it) close_declared_objects(sub, depth + 1);
+  for (const char* one : {"additionalProperties", "additionalItems", "items"})
+    if (auto it = schema.find(one); it != schema.end() && it->is_object()) close_declared_objects(*it, depth + 1);
+  for (const char* list : {"items", "prefixItems", "anyOf", "oneOf", "allOf"})
+    if (auto it = schema.find(list); it != schema.end() && it->is_array())
+      for (auto& sub : *it) close_declared_objects(sub, depth + 1);
+}
+
+Json closed_declared_objects(Json schema) {
+  close_declared_objects(schema);
+  return schema;
+}
 
 struct ToolChoice {
   enum Kind { kAuto, kNone, kRequired, kNamed } kind = kAuto;
@@ -52,7 +85,7 @@ std::vector<ToolSpec> tool_specs(const Json& body) {
     const Json* name = fn ? find(*fn, "name") : nullptr;
     if (!name || !name->is_string()) bad("each tool needs function.name (a string)", "tools");
     const Json* params = find(*fn, "parameters");
-    specs.push_back({name->get<std::string>(), params ? *params : Json()});
+    specs.push_back({name->get<std::string>(), params ? closed_declared_objects(*params) : Json()});
   }
   return specs;
 }
@@ -97,7 +130,7 @@ std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& f
   auto add = [&](const Json& schema, const std::string& where) {
     if (!schema.is_object() && !schema.is_boolean()) bad(where + " must be an object", "response_format");
     try {
-      root = g.add_schema(schema);
+      root = g.add_schema(closed_declared_objects(schema));
     } catch (const SchemaError& e) {
       bad(where + ": " + e.what(), "response_format");
     }

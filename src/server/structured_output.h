@@ -11,6 +11,9 @@
 //     {"type": "json_schema", "json_schema": {"schema": S}}: a JSON document following S
 //     (json_grammar.h lists the keywords enforced; any other keyword is a 400 naming it,
 //     param "response_format"; for tool parameters, param "tools").
+// In both, an object schema that lists "properties" without additionalProperties takes only
+// the listed keys (unless "required" names another): class-built schemas (pydantic) leave
+// additionalProperties out, and free keys let a sampled model invent keys without end.
 // With thinking on, the reasoning is free and the constraint starts after "</think>".
 // tool_choice wins over response_format when both ask for something.
 #pragma once

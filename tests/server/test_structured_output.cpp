@@ -737,6 +737,60 @@ TEST_F(StructuredHttp, JsonObjectWithASchemaFollowsTheSchema) {
   EXPECT_NE(r["error"]["message"].get<std::string>().find("response_format.schema"), std::string::npos) << r.dump();
 }
 
+// Schemas built from classes (pydantic through instructor or LangChain) list their properties
+// and leave additionalProperties out: only the listed keys are written, nested ones ($defs)
+// included, in response_format and in tool arguments; a required key that is not listed
+// keeps its object open.
+TEST_F(StructuredHttp, ListedPropertiesAreTheOnlyKeys) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "inner": {"$ref": "#/$defs/Inner"}}, "required": ["n", "inner"],
+      "$defs": {"Inner": {"type": "object", "properties": {"x": {"type": "integer"}, "ys": {"type": "array",
+        "items": {"type": "object", "properties": {"b": {"type": "boolean"}}}}}, "required": ["x"]}}})");
+  auto only_listed_keys = [](const json& v) {
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (it.key() != "n" && it.key() != "inner") return false;
+    for (auto it = v["inner"].begin(); it != v["inner"].end(); ++it)
+      if (it.key() != "x" && it.key() != "ys") return false;
+    if (v["inner"].contains("ys"))
+      for (const json& y : v["inner"]["ys"])
+        for (auto it = y.begin(); it != y.end(); ++it)
+          if (it.key() != "b") return false;
+    return v["n"].is_number_integer() && v["inner"]["x"].is_number_integer();
+  };
+  for (int seed = 0; seed < 4; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}}, {"seed", seed}, {"max_tokens", 400}};
+    if (seed % 2) body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}};
+    else body["response_format"] = {{"type", "json_object"}, {"schema", schema}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    EXPECT_TRUE(only_listed_keys(json::parse(content))) << content;
+  }
+  json tool = {{"type", "function"}, {"function", {{"name", "put"}, {"parameters", schema}}}};
+  for (int seed = 0; seed < 3; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Put it."}}}}, {"tools", {tool}},
+                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "put"}}}}}, {"seed", seed},
+                 {"max_tokens", 400}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+    const json& calls = r["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 1u) << r.dump();
+    EXPECT_TRUE(only_listed_keys(json::parse(calls[0]["function"]["arguments"].get<std::string>()))) << r.dump();
+  }
+  // "required" naming a key that "properties" does not list: that key is an extra key, so the
+  // object stays open (not a 400 for additionalProperties false).
+  json open = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"b"}}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
+               {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", open}}}}}};
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 200) << r.dump();
+}
+
 TEST_F(StructuredHttp, UnsupportedSchemaKeywordsAre400) {
   json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
                {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"},
