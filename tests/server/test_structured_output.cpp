@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 
 #include "engine/sampler.h"
 #include "server/json_grammar.h"
@@ -587,6 +589,36 @@ TEST_F(StructuredHttp, NamedToolChoiceStreamsArguments) {
   EXPECT_EQ(json::parse(args), json::parse(whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
                                                .get<std::string>()));  // same seed, same call
   EXPECT_EQ(s.chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// Each chunk holds at most one tool_calls entry per call index (the call's header and its first
+// arguments together). openai-python's stream accumulator takes a chunk's first tool_calls list
+// as it is, so a second entry of index 0 there kept the opening '{' out of the arguments.
+TEST_F(StructuredHttp, StreamedToolCallChunksHoldOneEntryPerCall) {
+  for (int seed = 0; seed < 4; ++seed) {
+    json body = chat_body(seed % 2 ? json("required") : json{{"type", "function"}, {"function", {{"name", "set_level"}}}},
+                          seed);
+    body["stream"] = true;
+    body["parallel_tool_calls"] = seed == 1;  // up to 8 calls of this noise model: 3000 tokens
+    body["max_tokens"] = 3000;
+    Sse s = stream_post(srv().port, "/v1/chat/completions", body);
+    ASSERT_EQ(s.status, 200) << s.body;
+    json first_list;  // what openai-python keeps from the first chunk with tool_calls
+    std::map<int, std::string> args;
+    for (const json& c : s.chunks) {
+      const json& d = c["choices"][0]["delta"];
+      if (!d.contains("tool_calls")) continue;
+      std::set<int> indices;
+      for (const json& t : d["tool_calls"]) {
+        EXPECT_TRUE(indices.insert(t["index"].get<int>()).second) << "two entries of one call in " << c.dump();
+        args[t["index"].get<int>()] += t["function"]["arguments"].get<std::string>();
+      }
+      if (first_list.is_null()) first_list = d["tool_calls"];
+    }
+    ASSERT_FALSE(args.empty()) << s.body;
+    for (const auto& [i, a] : args) EXPECT_TRUE(json::parse(a).is_object()) << a;
+    EXPECT_EQ(first_list[0]["function"]["arguments"].get<std::string>().substr(0, 1), "{") << first_list.dump();
+  }
 }
 
 TEST_F(StructuredHttp, RequiredToolChoiceCallsSomeTool) {
