@@ -9,13 +9,16 @@ structured-output path:
   openai_responses_parse   openai  responses.parse(text_format=Model)
   openai_named_tool        openai  chat.completions.create(tools=[pydantic_function_tool(Model)],
                                    tool_choice named); one call with arguments valid for Model
+  openai_*_stream          the same three through the client's streaming helpers (.stream())
   instructor_json          instructor Mode.JSON (response_format json_object, schema in the prompt)
   instructor_json_schema   instructor Mode.JSON_SCHEMA (response_format json_object + schema)
   instructor_tools         instructor Mode.TOOLS (named tool_choice)
   langchain_json_schema    langchain-openai with_structured_output(Model, method="json_schema")
   langchain_function_calling  with_structured_output(Model, method="function_calling")
   langchain_responses_json_schema  the same as langchain_json_schema over the Responses API
+  langchain_tools_stream       ChatOpenAI().bind_tools([Model], tool_choice=name).stream(), chunks added
   langchain_responses_tools   ChatOpenAI(use_responses_api=True).bind_tools([Model], tool_choice=name)
+  langchain_responses_tools_stream  the same, streamed
 
 Every request ends as one of: ok (the client returned a valid Model), length (it ran to
 max_tokens), error (anything else; the first error texts are printed). Clients that are not
@@ -160,6 +163,56 @@ def trial_openai_named_tool(args, capture, Model):
     Model.model_validate_json(calls[0].function.arguments)
 
 
+def trial_openai_chat_parse_stream(args, capture, Model):
+    client = openai_client(args, capture)
+    with client.chat.completions.stream(
+            model=args.model, temperature=args.temperature, **token_limit(args),
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
+            response_format=Model) as stream:
+        for _ in stream:
+            pass
+        completion = stream.get_final_completion()
+    choice = completion.choices[0]
+    if choice.finish_reason == "length":
+        raise Outcome("length", "finish_reason length")
+    if not isinstance(choice.message.parsed, Model):
+        raise Outcome("error", f"parsed is {choice.message.parsed!r}")
+
+
+def trial_openai_responses_parse_stream(args, capture, Model):
+    client = openai_client(args, capture)
+    with client.responses.stream(
+            model=args.model, temperature=args.temperature, **token_limit(args, "max_output_tokens"),
+            instructions=SYSTEM, input=PROMPT, text_format=Model) as stream:
+        for _ in stream:
+            pass
+        response = stream.get_final_response()
+    if response.status == "incomplete":
+        raise Outcome("length", f"status incomplete: {response.incomplete_details}")
+    if not isinstance(response.output_parsed, Model):
+        raise Outcome("error", f"output_parsed is {response.output_parsed!r}")
+
+
+def trial_openai_named_tool_stream(args, capture, Model):
+    import openai
+    client = openai_client(args, capture)
+    tool = openai.pydantic_function_tool(Model)
+    name = tool["function"]["name"]
+    with client.chat.completions.stream(
+            model=args.model, temperature=args.temperature, **token_limit(args),
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
+            tools=[tool], tool_choice={"type": "function", "function": {"name": name}}) as stream:
+        for _ in stream:
+            pass
+        completion = stream.get_final_completion()
+    choice = completion.choices[0]
+    if choice.finish_reason == "length":
+        raise Outcome("length", "finish_reason length")
+    calls = choice.message.tool_calls or []
+    if len(calls) != 1 or not isinstance(calls[0].function.parsed_arguments, Model):
+        raise Outcome("error", f"expected one parsed call of {name}, got {calls!r}")
+
+
 def trial_instructor(mode_name):
     def trial(args, capture, Model):
         import instructor
@@ -199,11 +252,25 @@ def trial_langchain_structured(method, **extra):
     return trial
 
 
-def trial_langchain_responses_tools(args, capture, Model):
-    llm = langchain_model(args, capture, use_responses_api=True).bind_tools([Model], tool_choice=Model.__name__)
-    message = llm.invoke([("system", SYSTEM), ("human", PROMPT)])
+def trial_langchain_tools(streaming, **extra):
+    """bind_tools with the tool named in tool_choice; streamed: the chunks added up."""
+    def trial(args, capture, Model):
+        llm = langchain_model(args, capture, **extra).bind_tools([Model], tool_choice=Model.__name__)
+        messages = [("system", SYSTEM), ("human", PROMPT)]
+        if streaming:
+            message = None
+            for chunk in llm.stream(messages):
+                message = chunk if message is None else message + chunk
+        else:
+            message = llm.invoke(messages)
+        check_langchain_tool_call(message, Model)
+    return trial
+
+
+def check_langchain_tool_call(message, Model):
     meta = getattr(message, "response_metadata", {}) or {}
-    if meta.get("status") == "incomplete" or (meta.get("incomplete_details") or {}).get("reason") == "max_output_tokens":
+    if (meta.get("status") == "incomplete" or meta.get("finish_reason") == "length"
+            or (meta.get("incomplete_details") or {}).get("reason") == "max_output_tokens"):
         raise Outcome("length", f"status incomplete: {meta.get('incomplete_details')}")
     if message.invalid_tool_calls:
         raise Outcome("error", f"invalid tool calls: {message.invalid_tool_calls}")
@@ -216,8 +283,11 @@ def trial_langchain_responses_tools(args, capture, Model):
 CLIENTS = [
     # name, module that must be importable, trial
     ("openai_chat_parse", "openai", trial_openai_chat_parse),
+    ("openai_chat_parse_stream", "openai", trial_openai_chat_parse_stream),
     ("openai_responses_parse", "openai", trial_openai_responses_parse),
+    ("openai_responses_parse_stream", "openai", trial_openai_responses_parse_stream),
     ("openai_named_tool", "openai", trial_openai_named_tool),
+    ("openai_named_tool_stream", "openai", trial_openai_named_tool_stream),
     ("instructor_json", "instructor", trial_instructor("JSON")),
     ("instructor_json_schema", "instructor", trial_instructor("JSON_SCHEMA")),
     ("instructor_tools", "instructor", trial_instructor("TOOLS")),
@@ -225,7 +295,9 @@ CLIENTS = [
     ("langchain_function_calling", "langchain_openai", trial_langchain_structured("function_calling")),
     ("langchain_responses_json_schema", "langchain_openai",
      trial_langchain_structured("json_schema", use_responses_api=True)),
-    ("langchain_responses_tools", "langchain_openai", trial_langchain_responses_tools),
+    ("langchain_tools_stream", "langchain_openai", trial_langchain_tools(True)),
+    ("langchain_responses_tools", "langchain_openai", trial_langchain_tools(False, use_responses_api=True)),
+    ("langchain_responses_tools_stream", "langchain_openai", trial_langchain_tools(True, use_responses_api=True)),
 ]
 
 
