@@ -122,6 +122,36 @@ std::shared_ptr<TokenConstraint> tool_constraint(const Backend& b, const Json& b
   return make_tool_constraint(std::move(s), std::move(g), named);
 }
 
+// tool_choice "auto" (or unset) where every tool is {"strict": true}: the answer is free, but a
+// tool-call block it opens holds to the tools' schemas (OpenAI's strict function calling;
+// openai-python's pydantic_function_tool sets strict). The grammar waits for the block opener.
+bool all_tools_strict(const Json& body) {
+  const Json* tools = find(body, "tools");
+  if (!tools || !tools->is_array() || tools->empty()) return false;
+  for (const Json& t : *tools) {
+    const Json* fn = find(t, "function");
+    const Json* strict = fn ? find(*fn, "strict") : nullptr;
+    if (!strict || !strict->is_boolean() || !strict->get<bool>()) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<TokenConstraint> strict_auto_constraint(const Backend& b, const Json& body, chat::ChatFamily family,
+                                                        bool thinking) {
+  const Json* par = find(body, "parallel_tool_calls");
+  const bool parallel = !(par && par->is_boolean() && !par->get<bool>());
+  std::optional<ToolGrammar> built;
+  try {
+    built.emplace(family, tool_specs(body), parallel);
+  } catch (const SchemaError& e) {
+    bad(std::string("tools: ") + e.what(), "tools");
+  }
+  ConstraintStart s = start_of(b, thinking);
+  const std::string opener = built->forced_prefix(-1);  // "\n\n<block tag>\n"
+  s.wait_for = opener.substr(opener.find('<'));
+  return make_tool_constraint(std::move(s), std::move(*built), -1);
+}
+
 std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& format, bool thinking) {
   const Json* type = find(format, "type");
   if (!type || *type == "text") return nullptr;
@@ -155,7 +185,10 @@ std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const Json&
   const ToolChoice choice = parse_tool_choice(body);
   if (choice.kind == ToolChoice::kRequired || choice.kind == ToolChoice::kNamed)
     return tool_constraint(b, body, choice, family, thinking);
-  if (const Json* f = find(body, "response_format")) return json_constraint(b, *f, thinking);
+  if (const Json* f = find(body, "response_format")) {
+    if (auto c = json_constraint(b, *f, thinking)) return c;
+  }
+  if (choice.kind == ToolChoice::kAuto && all_tools_strict(body)) return strict_auto_constraint(b, body, family, thinking);
   return nullptr;
 }
 

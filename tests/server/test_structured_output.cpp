@@ -469,6 +469,47 @@ TEST(TokenConstraint, ReasoningIsFreeThenForcedTokensThenGrammar) {
   EXPECT_FALSE(mask[0] & 2);  // no EOS inside the invoke
 }
 
+// tool_choice "auto" with strict tools: the answer is free (reasoning too) until the output
+// holds the tool-call block opener; from there on the calls follow the grammar, the bytes after
+// the opener in the token that completes it included.
+TEST(TokenConstraint, StrictAutoIsFreeUntilTheBlockOpens) {
+  const auto& tok = tiny_tokenizer();
+  for (bool thinking : {false, true}) {
+    ToolGrammar g(chat::ChatFamily::V4, weather_tools(), true);
+    ConstraintStart st = tiny_start(thinking);
+    const std::string opener = g.forced_prefix(-1);
+    st.wait_for = opener.substr(2);
+    auto c = make_tool_constraint(std::move(st), std::move(g), -1);
+    std::vector<uint64_t> mask(16);
+    const std::string free_text = (thinking ? "why </think>" : std::string()) + "Some words first." + opener;
+    for (int32_t t : tok.encode(free_text, true)) {
+      EXPECT_FALSE(c->allowed(mask.data(), 1024)) << "constrained before the block opened";
+      c->accept(t);
+    }
+    // Now inside the block: "<｜DSML｜invoke name=\"get_weather\">" goes on, no EOS, no free text.
+    std::fill(mask.begin(), mask.end(), 0);
+    ASSERT_TRUE(c->allowed(mask.data(), 1024));
+    EXPECT_FALSE(mask[0] & 2);
+    for (int32_t t : tok.encode("Hello", true)) EXPECT_FALSE((mask[size_t(t) / 64] >> (t % 64)) & 1);
+    const std::vector<int32_t> call = tok.encode("<｜DSML｜invoke name=\"get_weather\">\n", true);
+    for (int32_t t : call) {
+      std::fill(mask.begin(), mask.end(), 0);
+      ASSERT_TRUE(c->allowed(mask.data(), 1024));
+      ASSERT_TRUE((mask[size_t(t) / 64] >> (t % 64)) & 1) << tok.decode({t});
+      c->accept(t);
+    }
+    // A name that is not a tool is refused.
+    ToolGrammar g2(chat::ChatFamily::V4, weather_tools(), true);
+    ConstraintStart st2 = tiny_start();
+    st2.wait_for = opener.substr(2);
+    auto c2 = make_tool_constraint(std::move(st2), std::move(g2), -1);
+    for (int32_t t : tok.encode(opener + "<｜DSML｜invoke name=\"", true)) c2->accept(t);
+    std::fill(mask.begin(), mask.end(), 0);
+    ASSERT_TRUE(c2->allowed(mask.data(), 1024));
+    for (int32_t t : tok.encode("x", true)) EXPECT_FALSE((mask[size_t(t) / 64] >> (t % 64)) & 1);
+  }
+}
+
 // The index skips special tokens and keeps the byte order it relies on.
 TEST(TokenConstraint, IndexIsSortedWithPrefixLengths) {
   const auto& tok = tiny_tokenizer();
@@ -821,6 +862,26 @@ TEST_F(StructuredHttp, ListedPropertiesAreTheOnlyKeys) {
   int st = 0;
   json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
   EXPECT_EQ(st, 200) << r.dump();
+}
+
+// Strict tools under tool_choice "auto" are held to their schemas, so a keyword the grammar
+// cannot enforce is a 400 there (non-strict tools under "auto" are not compiled); the answer
+// itself stays free.
+TEST_F(StructuredHttp, StrictToolsUnderAutoAreCompiled) {
+  json body = chat_body("auto", 0);
+  body["max_tokens"] = 20;
+  for (json& t : body["tools"]) t["function"]["strict"] = true;
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  body["tools"][0]["function"]["parameters"]["properties"]["level"]["multipleOf"] = 5;
+  r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "tools");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("multipleOf"), std::string::npos) << r.dump();
+  body["tools"][1]["function"]["strict"] = false;  // not every tool strict: nothing enforced
+  post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 200);
 }
 
 TEST_F(StructuredHttp, UnsupportedSchemaKeywordsAre400) {
