@@ -1,6 +1,8 @@
 // POST /v1/chat/completions: DeepSeek-V4 prompt rendering (chat_prompt.h), generation,
 // and the output split into reasoning_content, content and tool calls by the streaming
 // DSML / reasoning parser (tokenizer/chat/output_parser.h).
+#include <algorithm>
+
 #include "core/log.h"
 #include "server/chat_prompt.h"
 #include "server/common.h"
@@ -64,9 +66,15 @@ json delta_of(ChatStreamState& st, const std::vector<chat::ChatEvent>& events) {
                          {"type", "function"},
                          {"function", {{"name", e.text}, {"arguments", ""}}}});
         break;
-      case chat::ChatEventKind::ToolCallArguments:
-        calls.push_back({{"index", e.tool_index}, {"function", {{"arguments", e.text}}}});
+      case chat::ChatEventKind::ToolCallArguments: {
+        // One entry per call in a chunk, as OpenAI sends them: clients that take a first
+        // tool_calls list as it comes (openai-python's stream accumulator) would keep a second
+        // entry of the same index apart, and its text out of the arguments.
+        auto same = std::find_if(calls.begin(), calls.end(), [&](const json& c) { return c["index"] == e.tool_index; });
+        if (same == calls.end()) calls.push_back({{"index", e.tool_index}, {"function", {{"arguments", e.text}}}});
+        else (*same)["function"]["arguments"] = (*same)["function"]["arguments"].get<std::string>() + e.text;
         break;
+      }
       case chat::ChatEventKind::ToolCallEnd: break;
       case chat::ChatEventKind::Error: log_warn("chat output: %s", e.text.c_str()); break;
     }

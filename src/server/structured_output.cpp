@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/json_limits.h"
 #include "server/chat_prompt.h"
 #include "server/token_constraint.h"
 #include "tokenizer/tokenizer.h"
@@ -14,6 +15,38 @@ using chat::Json;
 
 [[noreturn]] void bad(const std::string& msg, const std::string& param) { bad_request(msg, param); }
 const Json* find(const Json& o, const char* key) { return find_field(o, key); }
+
+// A schema object that lists its "properties" and says nothing of additionalProperties takes
+// only those keys here (JSON Schema would allow any other key; xgrammar's strict mode, vLLM's
+// default, reads it this way too). Clients that build schemas from classes (pydantic through
+// instructor or LangChain) leave additionalProperties out, and with free keys open a sampled
+// model writes invented keys and never reaches the declared ones: the object never ends.
+// Left open where a "required" key is not among the properties (it could only be an extra
+// key). Walks only the keywords that hold schemas (json_grammar.h: others are a 400 anyway);
+// each step goes one level deeper into client JSON, whose depth is bounded (json_limits.h).
+void close_declared_objects(Json& schema, size_t depth = 0) {
+  if (!schema.is_object() || depth > JsonLimits{}.max_depth) return;
+  const Json* props = find(schema, "properties");
+  if (props && props->is_object() && !find(schema, "additionalProperties")) {
+    bool all_declared = true;
+    if (const Json* req = find(schema, "required"); req && req->is_array())
+      for (const Json& k : *req) all_declared = all_declared && k.is_string() && props->contains(k.get<std::string>());
+    if (all_declared) schema["additionalProperties"] = false;
+  }
+  for (const char* map : {"properties", "$defs", "definitions"})
+    if (auto it = schema.find(map); it != schema.end() && it->is_object())
+      for (auto& sub : *it) close_declared_objects(sub, depth + 1);
+  for (const char* one : {"additionalProperties", "additionalItems", "items"})
+    if (auto it = schema.find(one); it != schema.end() && it->is_object()) close_declared_objects(*it, depth + 1);
+  for (const char* list : {"items", "prefixItems", "anyOf", "oneOf", "allOf"})
+    if (auto it = schema.find(list); it != schema.end() && it->is_array())
+      for (auto& sub : *it) close_declared_objects(sub, depth + 1);
+}
+
+Json closed_declared_objects(Json schema) {
+  close_declared_objects(schema);
+  return schema;
+}
 
 struct ToolChoice {
   enum Kind { kAuto, kNone, kRequired, kNamed } kind = kAuto;
@@ -52,7 +85,7 @@ std::vector<ToolSpec> tool_specs(const Json& body) {
     const Json* name = fn ? find(*fn, "name") : nullptr;
     if (!name || !name->is_string()) bad("each tool needs function.name (a string)", "tools");
     const Json* params = find(*fn, "parameters");
-    specs.push_back({name->get<std::string>(), params ? *params : Json()});
+    specs.push_back({name->get<std::string>(), params ? closed_declared_objects(*params) : Json()});
   }
   return specs;
 }
@@ -89,25 +122,58 @@ std::shared_ptr<TokenConstraint> tool_constraint(const Backend& b, const Json& b
   return make_tool_constraint(std::move(s), std::move(g), named);
 }
 
+// tool_choice "auto" (or unset) where every tool is {"strict": true}: the answer is free, but a
+// tool-call block it opens holds to the tools' schemas (OpenAI's strict function calling;
+// openai-python's pydantic_function_tool sets strict). The grammar waits for the block opener.
+bool all_tools_strict(const Json& body) {
+  const Json* tools = find(body, "tools");
+  if (!tools || !tools->is_array() || tools->empty()) return false;
+  for (const Json& t : *tools) {
+    const Json* fn = find(t, "function");
+    const Json* strict = fn ? find(*fn, "strict") : nullptr;
+    if (!strict || !strict->is_boolean() || !strict->get<bool>()) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<TokenConstraint> strict_auto_constraint(const Backend& b, const Json& body, chat::ChatFamily family,
+                                                        bool thinking) {
+  const Json* par = find(body, "parallel_tool_calls");
+  const bool parallel = !(par && par->is_boolean() && !par->get<bool>());
+  std::optional<ToolGrammar> built;
+  try {
+    built.emplace(family, tool_specs(body), parallel);
+  } catch (const SchemaError& e) {
+    bad(std::string("tools: ") + e.what(), "tools");
+  }
+  ConstraintStart s = start_of(b, thinking);
+  const std::string opener = built->forced_prefix(-1);  // "\n\n<block tag>\n"
+  s.wait_for = opener.substr(opener.find('<'));
+  return make_tool_constraint(std::move(s), std::move(*built), -1);
+}
+
 std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& format, bool thinking) {
   const Json* type = find(format, "type");
   if (!type || *type == "text") return nullptr;
   JsonGrammar g(JsonSchema{}, true);  // the chat output parser reads the answer
   int32_t root = 0;
+  auto add = [&](const Json& schema, const std::string& where) {
+    if (!schema.is_object() && !schema.is_boolean()) bad(where + " must be an object", "response_format");
+    try {
+      root = g.add_schema(closed_declared_objects(schema));
+    } catch (const SchemaError& e) {
+      bad(where + ": " + e.what(), "response_format");
+    }
+  };
   if (*type == "json_object") {
-    root = g.add_schema(Json{{"type", "object"}});
+    // {"type": "json_object", "schema": S} (Together's and Fireworks' spelling, sent by
+    // instructor's JSON_SCHEMA mode) asks for S: enforce it rather than any object.
+    if (const Json* schema = find(format, "schema")) add(*schema, "response_format.schema");
+    else root = g.add_schema(Json{{"type", "object"}});
   } else {
     const Json* js = find(format, "json_schema");
     if (!js || !js->is_object()) bad("response_format.json_schema must be an object", "response_format");
-    if (const Json* schema = find(*js, "schema")) {
-      if (!schema->is_object() && !schema->is_boolean())
-        bad("response_format.json_schema.schema must be an object", "response_format");
-      try {
-        root = g.add_schema(*schema);
-      } catch (const SchemaError& e) {
-        bad(std::string("response_format.json_schema.schema: ") + e.what(), "response_format");
-      }
-    }
+    if (const Json* schema = find(*js, "schema")) add(*schema, "response_format.json_schema.schema");
   }
   return make_json_constraint(start_of(b, thinking), std::move(g), root);
 }
@@ -119,7 +185,10 @@ std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const Json&
   const ToolChoice choice = parse_tool_choice(body);
   if (choice.kind == ToolChoice::kRequired || choice.kind == ToolChoice::kNamed)
     return tool_constraint(b, body, choice, family, thinking);
-  if (const Json* f = find(body, "response_format")) return json_constraint(b, *f, thinking);
+  if (const Json* f = find(body, "response_format")) {
+    if (auto c = json_constraint(b, *f, thinking)) return c;
+  }
+  if (choice.kind == ToolChoice::kAuto && all_tools_strict(body)) return strict_auto_constraint(b, body, family, thinking);
   return nullptr;
 }
 

@@ -3,14 +3,22 @@
 //   * tool_choice "required": the answer is a DSML tool-call block (one or more calls of the
 //     request's tools; one only with parallel_tool_calls: false); a named function
 //     {"type": "function", "function": {"name": X}}: exactly one call of X. The block opener
-//     (and the invoke tag of X) is forced, the rest follows tool_grammar.h. "auto" and
-//     "none" constrain nothing ("none" also keeps the tools out of the prompt).
-//   * response_format {"type": "json_object"}: the answer is a JSON object;
+//     (and the invoke tag of X) is forced, the rest follows tool_grammar.h. "none"
+//     constrains nothing (and keeps the tools out of the prompt); "auto" neither, unless
+//     every tool says "strict": true: then the answer is free until it opens a tool-call
+//     block, and the block follows tool_grammar.h (OpenAI's strict function calling).
+//   * response_format {"type": "json_object"}: the answer is a JSON object (with a "schema"
+//     beside the type, as Together and Fireworks take it and instructor's JSON_SCHEMA mode
+//     sends it, a document following that schema);
 //     {"type": "json_schema", "json_schema": {"schema": S}}: a JSON document following S
 //     (json_grammar.h lists the keywords enforced; any other keyword is a 400 naming it,
 //     param "response_format"; for tool parameters, param "tools").
+// In both, an object schema that lists "properties" without additionalProperties takes only
+// the listed keys (unless "required" names another): class-built schemas (pydantic) leave
+// additionalProperties out, and free keys let a sampled model invent keys without end.
 // With thinking on, the reasoning is free and the constraint starts after "</think>".
-// tool_choice wins over response_format when both ask for something.
+// tool_choice wins over response_format when both ask for something; response_format wins
+// over strict tools under "auto".
 #pragma once
 #include <memory>
 

@@ -120,17 +120,24 @@ constexpr std::string_view kThinkEnd = "</think>";
 
 template <class G>
 class GrammarConstraint final : public TokenConstraint {
+  enum Phase { kReasoning, kWait, kForced, kGrammar, kDone, kFree };
+
  public:
   GrammarConstraint(ConstraintStart start, G grammar, typename G::State state, bool added_tokens)
       : index_(std::move(start.index)),
         eos_(start.eos_token_id),
         forced_(std::move(start.forced)),
+        wait_for_(std::move(start.wait_for)),
         grammar_(std::move(grammar)),
         state_(state),
         added_tokens_(added_tokens),
         fast_(start.fast_masks),
         stack_(index_->max_length + 1) {
-    phase_ = start.after_reasoning ? kReasoning : forced_.empty() ? kGrammar : kForced;
+    phase_ = start.after_reasoning ? kReasoning : after_reasoning_phase();
+  }
+
+  Phase after_reasoning_phase() const {
+    return !wait_for_.empty() ? kWait : forced_.empty() ? kGrammar : kForced;
   }
 
   bool allowed(uint64_t* mask, int64_t vocab) override {
@@ -139,6 +146,7 @@ class GrammarConstraint final : public TokenConstraint {
     };
     switch (phase_) {
       case kReasoning:
+      case kWait:
       case kFree: return false;
       case kForced: set(forced_[forced_pos_]); return true;
       case kDone: set(eos_); return true;
@@ -216,6 +224,24 @@ class GrammarConstraint final : public TokenConstraint {
     }
   }
 
+  // kWait with think_tail_ holding the latest output: once it contains wait_for_, the grammar
+  // takes what follows it.
+  void wait_for_text() {
+    const size_t at = think_tail_.find(wait_for_);
+    if (at == std::string::npos) {
+      if (think_tail_.size() > wait_for_.size()) think_tail_.erase(0, think_tail_.size() - wait_for_.size());
+      return;
+    }
+    phase_ = kGrammar;
+    for (size_t i = at + wait_for_.size(); i < think_tail_.size(); ++i)
+      if (!grammar_.feed(state_, uint8_t(think_tail_[i]))) {
+        log_warn("constrained decoding: the text after the trigger does not fit the grammar; constraint dropped");
+        phase_ = kFree;
+        break;
+      }
+    think_tail_.clear();
+  }
+
   void accept(int32_t token) override {
     switch (phase_) {
       case kReasoning: {
@@ -224,13 +250,24 @@ class GrammarConstraint final : public TokenConstraint {
           return;
         }
         think_tail_ += index_->token(token);
-        if (think_tail_.find(kThinkEnd) != std::string::npos) {
-          phase_ = forced_.empty() ? kGrammar : kForced;  // (bytes after "</think>" in the same token are not checked)
+        if (const size_t at = think_tail_.find(kThinkEnd); at != std::string::npos) {
+          // (bytes after "</think>" in the same token are not checked, but may start wait_for)
+          phase_ = after_reasoning_phase();
+          think_tail_.erase(0, at + kThinkEnd.size());
+          if (phase_ == kWait) wait_for_text();
         } else if (think_tail_.size() > kThinkEnd.size()) {
           think_tail_.erase(0, think_tail_.size() - kThinkEnd.size());
         }
         return;
       }
+      case kWait:
+        if (token == eos_) {
+          phase_ = kDone;
+          return;
+        }
+        think_tail_ += index_->token(token);
+        wait_for_text();
+        return;
       case kForced:
         if (++forced_pos_ == forced_.size()) phase_ = kGrammar;
         return;
@@ -254,11 +291,11 @@ class GrammarConstraint final : public TokenConstraint {
   }
 
  private:
-  enum Phase { kReasoning, kForced, kGrammar, kDone, kFree };
   std::shared_ptr<const TokenIndex> index_;
   int32_t eos_;
   std::vector<int32_t> forced_;
   size_t forced_pos_ = 0;
+  std::string wait_for_;
   G grammar_;
   typename G::State state_;
   bool added_tokens_;

@@ -10,7 +10,8 @@
 //
 // Phases of one request's constraint:
 //   1. (thinking mode) free until the output contains "</think>": reasoning is not
-//      constrained, the answer after it is;
+//      constrained, the answer after it is; then (with ConstraintStart::wait_for) free
+//      until the output contains that text;
 //   2. forced tokens, one allowed at a time (the tool-call block opener);
 //   3. the grammar; 4. after EOS, nothing but EOS.
 // Special tokens (BOS, EOS, the chat role tokens, ...) never match a grammar byte; other
@@ -81,6 +82,10 @@ struct ConstraintStart {
   int32_t eos_token_id = 1;
   bool after_reasoning = false;  // wait for "</think>"
   std::vector<int32_t> forced;   // tokens forced before the grammar
+  // Non-empty: the output is free (after the reasoning) until it contains this text; the
+  // grammar then takes the bytes after it (tool_choice "auto" with strict tools: free content,
+  // or the tool-call block opener and calls held to the grammar). `forced` must be empty.
+  std::string wait_for;
   // false: every mask walks the whole vocabulary trie byte by byte, without fast classes or
   // skip tables (the reference the fast masks are tested against).
   bool fast_masks = true;

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 
 #include "engine/sampler.h"
 #include "server/json_grammar.h"
@@ -467,6 +469,47 @@ TEST(TokenConstraint, ReasoningIsFreeThenForcedTokensThenGrammar) {
   EXPECT_FALSE(mask[0] & 2);  // no EOS inside the invoke
 }
 
+// tool_choice "auto" with strict tools: the answer is free (reasoning too) until the output
+// holds the tool-call block opener; from there on the calls follow the grammar, the bytes after
+// the opener in the token that completes it included.
+TEST(TokenConstraint, StrictAutoIsFreeUntilTheBlockOpens) {
+  const auto& tok = tiny_tokenizer();
+  for (bool thinking : {false, true}) {
+    ToolGrammar g(chat::ChatFamily::V4, weather_tools(), true);
+    ConstraintStart st = tiny_start(thinking);
+    const std::string opener = g.forced_prefix(-1);
+    st.wait_for = opener.substr(2);
+    auto c = make_tool_constraint(std::move(st), std::move(g), -1);
+    std::vector<uint64_t> mask(16);
+    const std::string free_text = (thinking ? "why </think>" : std::string()) + "Some words first." + opener;
+    for (int32_t t : tok.encode(free_text, true)) {
+      EXPECT_FALSE(c->allowed(mask.data(), 1024)) << "constrained before the block opened";
+      c->accept(t);
+    }
+    // Now inside the block: "<｜DSML｜invoke name=\"get_weather\">" goes on, no EOS, no free text.
+    std::fill(mask.begin(), mask.end(), 0);
+    ASSERT_TRUE(c->allowed(mask.data(), 1024));
+    EXPECT_FALSE(mask[0] & 2);
+    for (int32_t t : tok.encode("Hello", true)) EXPECT_FALSE((mask[size_t(t) / 64] >> (t % 64)) & 1);
+    const std::vector<int32_t> call = tok.encode("<｜DSML｜invoke name=\"get_weather\">\n", true);
+    for (int32_t t : call) {
+      std::fill(mask.begin(), mask.end(), 0);
+      ASSERT_TRUE(c->allowed(mask.data(), 1024));
+      ASSERT_TRUE((mask[size_t(t) / 64] >> (t % 64)) & 1) << tok.decode({t});
+      c->accept(t);
+    }
+    // A name that is not a tool is refused.
+    ToolGrammar g2(chat::ChatFamily::V4, weather_tools(), true);
+    ConstraintStart st2 = tiny_start();
+    st2.wait_for = opener.substr(2);
+    auto c2 = make_tool_constraint(std::move(st2), std::move(g2), -1);
+    for (int32_t t : tok.encode(opener + "<｜DSML｜invoke name=\"", true)) c2->accept(t);
+    std::fill(mask.begin(), mask.end(), 0);
+    ASSERT_TRUE(c2->allowed(mask.data(), 1024));
+    for (int32_t t : tok.encode("x", true)) EXPECT_FALSE((mask[size_t(t) / 64] >> (t % 64)) & 1);
+  }
+}
+
 // The index skips special tokens and keeps the byte order it relies on.
 TEST(TokenConstraint, IndexIsSortedWithPrefixLengths) {
   const auto& tok = tiny_tokenizer();
@@ -587,6 +630,36 @@ TEST_F(StructuredHttp, NamedToolChoiceStreamsArguments) {
   EXPECT_EQ(json::parse(args), json::parse(whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
                                                .get<std::string>()));  // same seed, same call
   EXPECT_EQ(s.chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// Each chunk holds at most one tool_calls entry per call index (the call's header and its first
+// arguments together). openai-python's stream accumulator takes a chunk's first tool_calls list
+// as it is, so a second entry of index 0 there kept the opening '{' out of the arguments.
+TEST_F(StructuredHttp, StreamedToolCallChunksHoldOneEntryPerCall) {
+  for (int seed = 0; seed < 4; ++seed) {
+    json body = chat_body(seed % 2 ? json("required") : json{{"type", "function"}, {"function", {{"name", "set_level"}}}},
+                          seed);
+    body["stream"] = true;
+    body["parallel_tool_calls"] = seed == 1;  // up to 8 calls of this noise model: 3000 tokens
+    body["max_tokens"] = 3000;
+    Sse s = stream_post(srv().port, "/v1/chat/completions", body);
+    ASSERT_EQ(s.status, 200) << s.body;
+    json first_list;  // what openai-python keeps from the first chunk with tool_calls
+    std::map<int, std::string> args;
+    for (const json& c : s.chunks) {
+      const json& d = c["choices"][0]["delta"];
+      if (!d.contains("tool_calls")) continue;
+      std::set<int> indices;
+      for (const json& t : d["tool_calls"]) {
+        EXPECT_TRUE(indices.insert(t["index"].get<int>()).second) << "two entries of one call in " << c.dump();
+        args[t["index"].get<int>()] += t["function"]["arguments"].get<std::string>();
+      }
+      if (first_list.is_null()) first_list = d["tool_calls"];
+    }
+    ASSERT_FALSE(args.empty()) << s.body;
+    for (const auto& [i, a] : args) EXPECT_TRUE(json::parse(a).is_object()) << a;
+    EXPECT_EQ(first_list[0]["function"]["arguments"].get<std::string>().substr(0, 1), "{") << first_list.dump();
+  }
 }
 
 TEST_F(StructuredHttp, RequiredToolChoiceCallsSomeTool) {
@@ -710,6 +783,105 @@ TEST_F(StructuredHttp, JsonSchemaResponseFormat) {
     EXPECT_TRUE(j["n"].is_number_integer() && j["ok"].is_boolean()) << content;
     for (auto it = j.begin(); it != j.end(); ++it) EXPECT_TRUE(it.key() == "n" || it.key() == "ok" || it.key() == "xs");
   }
+}
+
+// instructor's JSON_SCHEMA mode (and Together / Fireworks clients) put the schema beside
+// "type": "json_object"; the object must follow it, not be any object.
+TEST_F(StructuredHttp, JsonObjectWithASchemaFollowsTheSchema) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": false})");
+  for (int seed = 0; seed < 3; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"response_format", {{"type", "json_object"}, {"schema", schema}}}, {"seed", seed},
+                 {"max_tokens", 200}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    EXPECT_EQ(schema_check::check(Json::parse(schema.dump()), Json::parse(content)), "") << content;
+  }
+  json bad = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
+              {"response_format", {{"type", "json_object"}, {"schema", {{"type", "string"}, {"not", json::object()}}}}}};
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", bad.dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "response_format");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("response_format.schema"), std::string::npos) << r.dump();
+}
+
+// Schemas built from classes (pydantic through instructor or LangChain) list their properties
+// and leave additionalProperties out: only the listed keys are written, nested ones ($defs)
+// included, in response_format and in tool arguments; a required key that is not listed
+// keeps its object open.
+TEST_F(StructuredHttp, ListedPropertiesAreTheOnlyKeys) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "inner": {"$ref": "#/$defs/Inner"}}, "required": ["n", "inner"],
+      "$defs": {"Inner": {"type": "object", "properties": {"x": {"type": "integer"}, "ys": {"type": "array",
+        "items": {"type": "object", "properties": {"b": {"type": "boolean"}}}}}, "required": ["x"]}}})");
+  auto only_listed_keys = [](const json& v) {
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (it.key() != "n" && it.key() != "inner") return false;
+    for (auto it = v["inner"].begin(); it != v["inner"].end(); ++it)
+      if (it.key() != "x" && it.key() != "ys") return false;
+    if (v["inner"].contains("ys"))
+      for (const json& y : v["inner"]["ys"])
+        for (auto it = y.begin(); it != y.end(); ++it)
+          if (it.key() != "b") return false;
+    return v["n"].is_number_integer() && v["inner"]["x"].is_number_integer();
+  };
+  for (int seed = 0; seed < 4; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}}, {"seed", seed}, {"max_tokens", 400}};
+    if (seed % 2) body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}};
+    else body["response_format"] = {{"type", "json_object"}, {"schema", schema}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    EXPECT_TRUE(only_listed_keys(json::parse(content))) << content;
+  }
+  json tool = {{"type", "function"}, {"function", {{"name", "put"}, {"parameters", schema}}}};
+  for (int seed = 0; seed < 3; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Put it."}}}}, {"tools", {tool}},
+                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "put"}}}}}, {"seed", seed},
+                 {"max_tokens", 400}};
+    int st = 0;
+    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+    const json& calls = r["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 1u) << r.dump();
+    EXPECT_TRUE(only_listed_keys(json::parse(calls[0]["function"]["arguments"].get<std::string>()))) << r.dump();
+  }
+  // "required" naming a key that "properties" does not list: that key is an extra key, so the
+  // object stays open (not a 400 for additionalProperties false).
+  json open = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"b"}}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
+               {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", open}}}}}};
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 200) << r.dump();
+}
+
+// Strict tools under tool_choice "auto" are held to their schemas, so a keyword the grammar
+// cannot enforce is a 400 there (non-strict tools under "auto" are not compiled); the answer
+// itself stays free.
+TEST_F(StructuredHttp, StrictToolsUnderAutoAreCompiled) {
+  json body = chat_body("auto", 0);
+  body["max_tokens"] = 20;
+  for (json& t : body["tools"]) t["function"]["strict"] = true;
+  int st = 0;
+  json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  body["tools"][0]["function"]["parameters"]["properties"]["level"]["multipleOf"] = 5;
+  r = post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "tools");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("multipleOf"), std::string::npos) << r.dump();
+  body["tools"][1]["function"]["strict"] = false;  // not every tool strict: nothing enforced
+  post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 200);
 }
 
 TEST_F(StructuredHttp, UnsupportedSchemaKeywordsAre400) {
