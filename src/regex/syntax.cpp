@@ -901,10 +901,17 @@ Syntax parse(std::string_view pattern, Dialect dialect) { return Parser(pattern,
 
 std::string quoted_pattern(std::string_view p) {
   constexpr std::size_t kShown = 160;
-  if (p.size() <= kShown) return "\"" + std::string(p) + "\"";
-  std::size_t cut = kShown;
-  while (cut > 0 && (static_cast<unsigned char>(p[cut]) & 0xC0) == 0x80) --cut;  // not inside a code point
-  return "\"" + std::string(p.substr(0, cut)) + "\"... (" + std::to_string(p.size()) + " bytes)";
+  std::size_t cut = p.size();
+  if (p.size() > kShown) {
+    cut = kShown;
+    while (cut > 0 && (static_cast<unsigned char>(p[cut]) & 0xC0) == 0x80) --cut;  // not inside a code point
+  }
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) about "\"" + std::string(...).
+  std::string out(1, '"');
+  out.append(p.substr(0, cut));
+  out.push_back('"');
+  if (cut < p.size()) out += "... (" + std::to_string(p.size()) + " bytes)";
+  return out;
 }
 
 }  // namespace deepinfer::regex
