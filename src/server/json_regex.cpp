@@ -1,7 +1,8 @@
 // The regular-expression subset of JSON Schema `pattern` (and the `format` values written as
-// patterns) compiled to byte DFAs over UTF-8: parse (ReParser) -> NFA over byte ranges ->
-// subset construction; intersection with length bounds and other patterns; pruning of dead
-// states. json_grammar.cpp's schema compiler is its only user.
+// patterns) compiled to byte DFAs over UTF-8: the shared front end parses (regex/syntax.h,
+// ECMA-262 dialect), this back end builds an NFA over byte ranges -> subset construction;
+// intersection with length bounds and other patterns; pruning of dead states. The schema
+// compiler (json_schema.cpp) is its only user.
 #include "server/json_regex.h"
 
 #include <algorithm>
@@ -13,286 +14,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "regex/syntax.h"
+
 namespace deepinfer::server::json_regex {
 
 namespace {
 
 [[noreturn]] void pattern_error(const std::string& why) { throw SchemaError("pattern: " + why); }
 
-using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // code point ranges
-constexpr uint32_t kMaxCp = 0x10FFFF;
-
-Ranges normalized(Ranges r) {
-  std::sort(r.begin(), r.end());
-  Ranges out;
-  for (const auto& x : r) {
-    if (!out.empty() && x.first <= out.back().second + 1) out.back().second = std::max(out.back().second, x.second);
-    else out.push_back(x);
-  }
-  return out;
-}
-Ranges negated(const Ranges& r) {
-  Ranges n = normalized(r), out;
-  uint32_t next = 0;
-  for (const auto& x : n) {
-    if (x.first > next) out.push_back({next, x.first - 1});
-    next = x.second + 1;
-  }
-  if (next <= kMaxCp) out.push_back({next, kMaxCp});
-  return out;
-}
-const Ranges kDigit = {{'0', '9'}};
-const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
-                       {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
-const Ranges kDot = negated({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}});
-const Ranges kAll = {{0, kMaxCp}};
-
-struct Re {
-  enum Kind { kSet, kCat, kAlt, kRep, kBegin, kEnd } kind = kCat;
-  Ranges set;
-  std::vector<Re> kids;
-  int min = 0, max = -1;  // kRep; max -1: unbounded
-};
-
-class ReParser {
- public:
-  explicit ReParser(std::string_view p) : p_(p) {}
-
-  // The pattern as alternatives, each with its anchors.
-  Re parse() {
-    Re top = alt();
-    if (i_ < p_.size()) pattern_error("unbalanced ')'");
-    return top;
-  }
-
- private:
-  bool more() const { return i_ < p_.size(); }
-  char peek() const { return p_[i_]; }
-
-  uint32_t code_point() {
-    const uint8_t c = uint8_t(p_[i_++]);
-    if (c < 0x80) return c;
-    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-    if (n < 0 || i_ + size_t(n) > p_.size()) pattern_error("invalid UTF-8");
-    uint32_t cp = c & (0x3F >> n);
-    while (n-- > 0) cp = (cp << 6) | (uint8_t(p_[i_++]) & 0x3F);
-    return cp;
-  }
-
-  uint32_t hex(int n) {
-    uint32_t v = 0;
-    for (int k = 0; k < n; ++k) {
-      const int h = more() ? hex_value(uint8_t(p_[i_])) : -1;
-      if (h < 0) pattern_error("bad hex escape");
-      v = v * 16 + uint32_t(h);
-      ++i_;
-    }
-    return v;
-  }
-
-  // After a backslash: a class (\d ...) or one character. in_class: \b is a backspace.
-  Ranges escape(bool in_class) {
-    if (!more()) pattern_error("trailing backslash");
-    const char c = p_[i_++];
-    switch (c) {
-      case 'd': return kDigit;
-      case 'D': return negated(kDigit);
-      case 'w': return kWord;
-      case 'W': return negated(kWord);
-      case 's': return kSpace;
-      case 'S': return negated(kSpace);
-      case 't': return {{'\t', '\t'}};
-      case 'n': return {{'\n', '\n'}};
-      case 'r': return {{'\r', '\r'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
-      case '0': return {{0, 0}};
-      case 'x': {
-        const uint32_t v = hex(2);
-        return {{v, v}};
-      }
-      case 'u': {
-        uint32_t v = hex(4);
-        if (v >= 0xD800 && v <= 0xDBFF && i_ + 1 < p_.size() && p_[i_] == '\\' && p_[i_ + 1] == 'u') {
-          i_ += 2;
-          const uint32_t lo = hex(4);
-          if (lo < 0xDC00 || lo > 0xDFFF) pattern_error("unpaired surrogate escape");
-          v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        return {{v, v}};
-      }
-      case 'b':
-        if (in_class) return {{8, 8}};
-        pattern_error("\\b (word boundary) is not supported");
-      default:
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '1' && c <= '9'))
-          pattern_error(std::string("the escape \\") + c + " is not supported");
-        --i_;
-        const uint32_t cp = code_point();
-        return {{cp, cp}};
-    }
-  }
-
-  Ranges char_class() {
-    bool neg = false;
-    if (more() && peek() == '^') neg = true, ++i_;
-    Ranges r;
-    while (true) {
-      if (!more()) pattern_error("unterminated [");
-      if (peek() == ']') break;  // ([] is the empty class)
-      Ranges lo_set;
-      if (peek() == '\\') {
-        ++i_;
-        lo_set = escape(true);
-      } else {
-        const uint32_t cp = code_point();
-        lo_set = {{cp, cp}};
-      }
-      if (lo_set.size() == 1 && lo_set[0].first == lo_set[0].second && i_ + 1 < p_.size() && peek() == '-' &&
-          p_[i_ + 1] != ']') {
-        ++i_;
-        Ranges hi_set;
-        if (peek() == '\\') {
-          ++i_;
-          hi_set = escape(true);
-        } else {
-          const uint32_t cp = code_point();
-          hi_set = {{cp, cp}};
-        }
-        if (hi_set.size() != 1 || hi_set[0].first != hi_set[0].second || hi_set[0].first < lo_set[0].first)
-          pattern_error("bad character range");
-        r.push_back({lo_set[0].first, hi_set[0].first});
-      } else {
-        r.insert(r.end(), lo_set.begin(), lo_set.end());
-      }
-    }
-    ++i_;  // ']'
-    return neg ? negated(r) : normalized(r);
-  }
-
-  Re atom() {
-    Re r;
-    r.kind = Re::kSet;
-    const char c = peek();
-    if (c == '(') {
-      ++i_;
-      if (more() && peek() == '?') {
-        ++i_;
-        if (more() && peek() == ':') {
-          ++i_;
-        } else if (more() && (peek() == '<' || peek() == 'P') && i_ + 1 < p_.size() && p_[i_ + 1] != '=' &&
-                   p_[i_ + 1] != '!') {
-          if (peek() == 'P') ++i_;
-          const size_t close = p_.find('>', i_);
-          if (close == std::string_view::npos) pattern_error("bad group name");
-          i_ = close + 1;
-        } else {
-          pattern_error("lookaround and inline flags are not supported");
-        }
-      }
-      if (++depth_ > 64) pattern_error("groups nested too deeply");
-      Re inner = alt();
-      --depth_;
-      if (!more() || peek() != ')') pattern_error("missing ')'");
-      ++i_;
-      return inner;
-    }
-    ++i_;
-    switch (c) {
-      case '[': r.set = char_class(); return r;
-      case '.': r.set = kDot; return r;
-      case '^': r.kind = Re::kBegin; return r;
-      case '$': r.kind = Re::kEnd; return r;
-      case '\\': r.set = escape(false); return r;
-      case '*':
-      case '+':
-      case '?':
-      case '{': pattern_error(std::string("nothing to repeat before '") + c + "'");
-      default: {
-        --i_;
-        const uint32_t cp = code_point();
-        r.set = {{cp, cp}};
-        return r;
-      }
-    }
-  }
-
-  bool quantifier(int& lo, int& hi) {
-    const char c = peek();
-    if (c == '*') lo = 0, hi = -1;
-    else if (c == '+') lo = 1, hi = -1;
-    else if (c == '?') lo = 0, hi = 1;
-    else if (c == '{') {
-      size_t j = i_ + 1;
-      auto number = [&](int& v) {
-        const size_t s = j;
-        v = 0;
-        while (j < p_.size() && is_digit(uint8_t(p_[j])) && v <= 100000) v = v * 10 + (p_[j++] - '0');
-        return j > s;
-      };
-      if (!number(lo)) return false;  // a literal '{'
-      hi = lo;
-      if (j < p_.size() && p_[j] == ',') {
-        ++j;
-        if (!number(hi)) hi = -1;
-      }
-      if (j >= p_.size() || p_[j] != '}') return false;
-      if (hi >= 0 && hi < lo) pattern_error("bad repetition bounds");
-      if (lo > 1000 || hi > 1000) pattern_error("repetition counts above 1000 are not supported");
-      i_ = j;
-    } else {
-      return false;
-    }
-    ++i_;
-    if (more() && peek() == '?') ++i_;  // lazy: the same language
-    return true;
-  }
-
-  Re concat() {
-    Re r;
-    r.kind = Re::kCat;
-    while (more() && peek() != '|' && peek() != ')') {
-      Re a;
-      if (peek() == '{') {  // a '{' that does not start a quantifier is a literal
-        int lo, hi;
-        if (quantifier(lo, hi)) pattern_error("nothing to repeat before '{'");
-        ++i_;
-        a.kind = Re::kSet;
-        a.set = {{'{', '{'}};
-      } else {
-        a = atom();
-      }
-      int lo, hi;
-      while (more() && quantifier(lo, hi)) {
-        if (a.kind == Re::kBegin || a.kind == Re::kEnd) pattern_error("a quantifier after an anchor");
-        Re rep;
-        rep.kind = Re::kRep;
-        rep.min = lo;
-        rep.max = hi;
-        rep.kids.push_back(std::move(a));
-        a = std::move(rep);
-      }
-      r.kids.push_back(std::move(a));
-    }
-    return r;
-  }
-
-  Re alt() {
-    Re r;
-    r.kind = Re::kAlt;
-    r.kids.push_back(concat());
-    while (more() && peek() == '|') {
-      ++i_;
-      r.kids.push_back(concat());
-    }
-    return r;
-  }
-
-  std::string_view p_;
-  size_t i_ = 0;
-  int depth_ = 0;
-};
+using regex::CodeRanges;
+using regex::Node;
+constexpr uint32_t kMaxCp = regex::kMaxCodePoint;
 
 // The UTF-8 byte-range sequences of the code points [lo, hi] (surrogates skipped).
 void utf8_sequences(uint32_t lo, uint32_t hi, const std::function<void(const std::vector<std::pair<uint8_t, uint8_t>>&)>& f) {
@@ -373,12 +105,15 @@ struct Nfa {
     return int32_t(edges.size() - 1);
   }
 
-  // Appends the automaton of `r` after state `from`; returns its end state.
-  int32_t emit(const Re& r, int32_t from) {
+  // Appends the automaton of `r` after state `from`; returns its end state. sets: the code
+  // points of each of the syntax's sets.
+  int32_t emit(const Node& r, int32_t from, const std::vector<CodeRanges>& sets) {
     switch (r.kind) {
-      case Re::kSet: {
+      case Node::Kind::kChar:
+      case Node::Kind::kClass: {
         const int32_t end = add();
-        for (const auto& [lo, hi] : r.set)
+        const CodeRanges one = {{r.ch, r.ch}};
+        for (const auto& [lo, hi] : r.kind == Node::Kind::kChar ? one : sets[size_t(r.set)])
           utf8_sequences(lo, hi, [&](const std::vector<std::pair<uint8_t, uint8_t>>& seq) {
             int32_t cur = from;
             for (size_t k = 0; k < seq.size(); ++k) {
@@ -389,31 +124,31 @@ struct Nfa {
           });
         return end;
       }
-      case Re::kCat: {
+      case Node::Kind::kConcat: {
         int32_t cur = from;
-        for (const Re& k : r.kids) cur = emit(k, cur);
+        for (const Node& k : r.kids) cur = emit(k, cur, sets);
         return cur;
       }
-      case Re::kAlt: {
+      case Node::Kind::kAlt: {
         const int32_t end = add();
-        for (const Re& k : r.kids) {
+        for (const Node& k : r.kids) {
           const int32_t s = add();
           eps[size_t(from)].push_back(s);
-          eps[size_t(emit(k, s))].push_back(end);
+          eps[size_t(emit(k, s, sets))].push_back(end);
         }
         return end;
       }
-      case Re::kRep: {
+      case Node::Kind::kRepeat: {
         int32_t cur = from;
         for (int i = 0; i < r.min; ++i) {
           const int32_t s = add();
           eps[size_t(cur)].push_back(s);
-          cur = emit(r.kids[0], s);
+          cur = emit(r.kids[0], s, sets);
         }
-        if (r.max < 0) {
+        if (r.max == regex::kInfinite) {
           const int32_t s = add(), end = add();
           eps[size_t(cur)].push_back(s);
-          eps[size_t(emit(r.kids[0], s))].push_back(s);
+          eps[size_t(emit(r.kids[0], s, sets))].push_back(s);
           eps[size_t(s)].push_back(end);
           return end;
         }
@@ -421,7 +156,7 @@ struct Nfa {
           const int32_t s = add(), end = add();
           eps[size_t(cur)].push_back(s);
           eps[size_t(cur)].push_back(end);
-          eps[size_t(emit(r.kids[0], s))].push_back(end);
+          eps[size_t(emit(r.kids[0], s, sets))].push_back(end);
           cur = end;
         }
         return cur;
@@ -563,26 +298,30 @@ ByteDfa pruned(ByteDfa d) {
 
 namespace {
 
-ByteDfa regex_dfa(const Re& top) {
-  // Each top-level alternative with its own anchors; an unanchored side matches anything.
-  Re all;
-  all.kind = Re::kAlt;
-  Re any;
-  any.kind = Re::kRep;
-  any.kids.push_back(Re{Re::kSet, kAll, {}, 0, -1});
-  for (const Re& branch : top.kids) {
-    Re cat = branch;
-    const bool begin = !cat.kids.empty() && cat.kids.front().kind == Re::kBegin;
+// The DFA of a parsed ECMA-262 pattern: each top-level alternative with its own anchors; an
+// unanchored side matches anything.
+ByteDfa regex_dfa(regex::Syntax syntax) {
+  std::vector<CodeRanges> sets;
+  for (const regex::CharSet& c : syntax.sets) sets.push_back(c.ranges());
+  sets.push_back({{0, kMaxCp}});
+  Node any;
+  any.kind = Node::Kind::kRepeat;
+  any.max = regex::kInfinite;
+  any.kids.resize(1);
+  any.kids[0].kind = Node::Kind::kClass;
+  any.kids[0].set = int(sets.size() - 1);
+  auto is_assert = [](const Node& n, regex::AssertKind k) { return n.kind == Node::Kind::kAssert && n.assert_kind == k; };
+  for (Node& cat : syntax.root.kids) {
+    const bool begin = !cat.kids.empty() && is_assert(cat.kids.front(), regex::AssertKind::kTextStart);
     if (begin) cat.kids.erase(cat.kids.begin());
-    const bool end = !cat.kids.empty() && cat.kids.back().kind == Re::kEnd;
+    const bool end = !cat.kids.empty() && is_assert(cat.kids.back(), regex::AssertKind::kTextEnd);
     if (end) cat.kids.pop_back();
     if (!begin) cat.kids.insert(cat.kids.begin(), any);
     if (!end) cat.kids.push_back(any);
-    all.kids.push_back(std::move(cat));
   }
   Nfa nfa;
   const int32_t start = nfa.add();
-  const int32_t end = nfa.emit(all, start);
+  const int32_t end = nfa.emit(syntax.root, start, sets);
   return determinize(nfa, start, end);
 }
 
@@ -628,6 +367,14 @@ bool dfa_accepts(const ByteDfa& d, std::string_view s) {
   return d.accept[size_t(st)];
 }
 
-ByteDfa pattern_dfa(std::string_view pattern) { return regex_dfa(ReParser(pattern).parse()); }
+ByteDfa pattern_dfa(std::string_view pattern) {
+  regex::Syntax syntax;
+  try {
+    syntax = regex::parse(pattern, regex::Dialect::kEcma262);
+  } catch (const regex::SyntaxError& e) {
+    pattern_error(e.what());
+  }
+  return regex_dfa(std::move(syntax));
+}
 
 }  // namespace deepinfer::server::json_regex

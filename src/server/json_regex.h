@@ -1,6 +1,7 @@
 // JSON Schema's regular-expression subset (`pattern`, and `format` as patterns) as byte DFAs:
-// what the schema compiler in json_grammar.cpp builds string constraints from. Internal to
-// src/server.
+// what the schema compiler (json_schema.cpp) builds string constraints from. The patterns are
+// parsed by the shared front end (regex/syntax.h, ECMA-262 dialect); this is the byte-DFA back
+// end. Internal to src/server.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,22 +1,8 @@
-// A small backtracking regex engine over code points, for the Split patterns of
-// Hugging Face tokenizer.json pre-tokenizers (which `tokenizers` runs with Oniguruma).
-//
-// Supported (Oniguruma / Ruby syntax, no extended mode):
-//   literals, escapes \t \n \r \f \v \a \e \xHH \x{H..} \uHHHH and escaped punctuation;
-//   .  (any character except \n);  classes [...] / [^...] with ranges and escapes;
-//   \d \D \s \S \w \W \h \H, \p{..} \P{..} \p{^..} with general categories (L, Lu, Letter,
-//   Uppercase_Letter, LC, Punct, ...), scripts (Han, Hani, Latin, ...), Any, Alphabetic,
-//   White_Space/Space, Word, Digit, ASCII; anchors ^ $ (line), \A \z \Z, \b \B;
-//   groups (...) (?:...) (?<name>...) (?i:...) (?-i:...) (?i) (?>...);
-//   look-ahead (?=...) (?!...); quantifiers ? * + {n} {n,} {,m} {n,m}, lazy (??, *?, +?,
-//   {..}?) and possessive (?+, *+, ++).
-// Case-insensitive matching folds ASCII letters plus U+017F (long s) and U+212A (Kelvin
-// sign), the only non-ASCII characters whose simple case folding is ASCII.
-// Not supported (std::runtime_error at compile time): back-references, look-behind,
-// extended mode (?x), POSIX brackets [[:alpha:]],
-// class intersection (&&), nested classes, unbounded repetition of a
-// sub-expression that can match the empty string, groups nested more than 128 deep and
-// more than 8 stacked quantifiers (a?????????).
+// The tokenizer's regex matcher, for the Split patterns of Hugging Face tokenizer.json
+// pre-tokenizers (which `tokenizers` runs with Oniguruma): the Oniguruma dialect of the shared
+// front end (regex/syntax.h lists what it accepts) compiled to a backtracking program over
+// code points. Errors are std::runtime_error naming the pattern, at compile time for the
+// syntax and for an unbounded repetition of a sub-expression that can match the empty string.
 //
 // Matching semantics are Perl-style leftmost-first with backtracking, like Oniguruma.
 // Character tests are O(1) for ASCII and use the precomputed general category of each

@@ -1,4 +1,4 @@
-// fuzz-sources: src/core/json_limits.cpp src/tokenizer/chat/encoder.cpp src/tokenizer/chat/family.cpp src/tokenizer/chat/py_json.cpp src/tokenizer/unicode_tables.cpp src/tokenizer/unicode.cpp src/tokenizer/regex.cpp src/tokenizer/pretokenizer.cpp src/tokenizer/bpe.cpp src/tokenizer/added_tokens.cpp src/tokenizer/tokenizer.cpp src/tokenizer/detokenizer.cpp
+// fuzz-sources: src/core/json_limits.cpp src/tokenizer/chat/encoder.cpp src/tokenizer/chat/family.cpp src/tokenizer/chat/py_json.cpp src/regex/unicode_tables.cpp src/regex/unicode.cpp src/regex/syntax.cpp src/tokenizer/regex.cpp src/tokenizer/pretokenizer.cpp src/tokenizer/bpe.cpp src/tokenizer/added_tokens.cpp src/tokenizer/tokenizer.cpp src/tokenizer/detokenizer.cpp
 // libFuzzer harness for client JSON, both where it arrives as a body and where it rides inside
 // a string of one (tool-call arguments, which the chat encoders json.loads). What must hold:
 //   - parse_json_bounded never builds a value deeper than its limit, and agrees with the

@@ -1,4 +1,4 @@
-// fuzz-sources: src/server/json_grammar.cpp src/server/json_schema.cpp src/server/json_regex.cpp src/tokenizer/chat/py_json.cpp
+// fuzz-sources: src/server/json_grammar.cpp src/server/json_schema.cpp src/server/json_regex.cpp src/regex/syntax.cpp src/regex/unicode.cpp src/regex/unicode_tables.cpp src/tokenizer/chat/py_json.cpp
 // libFuzzer harness for the constrained-decoding JSON validator. What sampling relies on:
 //   - a text the validator calls a complete document is valid JSON for nlohmann::json (the
 //     validator may refuse valid documents past its limits, never accept invalid ones);

@@ -1,4 +1,4 @@
-// fuzz-sources: src/tokenizer/unicode_tables.cpp src/tokenizer/unicode.cpp src/tokenizer/regex.cpp src/tokenizer/pretokenizer.cpp src/tokenizer/bpe.cpp src/tokenizer/added_tokens.cpp src/tokenizer/tokenizer.cpp src/tokenizer/detokenizer.cpp
+// fuzz-sources: src/regex/unicode_tables.cpp src/regex/unicode.cpp src/regex/syntax.cpp src/tokenizer/regex.cpp src/tokenizer/pretokenizer.cpp src/tokenizer/bpe.cpp src/tokenizer/added_tokens.cpp src/tokenizer/tokenizer.cpp src/tokenizer/detokenizer.cpp
 // libFuzzer harness: arbitrary bytes through the DeepSeek-V4 tokenizers (tiny and full
 // vocabulary). encode() must not throw or crash, decode(encode(x)) must equal the lossy
 // UTF-8 of x, and the incremental detokenizer must only emit valid UTF-8 adding up to the

@@ -1,4 +1,4 @@
-// fuzz-sources: src/tokenizer/unicode_tables.cpp src/tokenizer/unicode.cpp src/tokenizer/regex.cpp
+// fuzz-sources: src/regex/unicode_tables.cpp src/regex/unicode.cpp src/regex/syntax.cpp src/tokenizer/regex.cpp
 // libFuzzer harness for the tokenizer's regex engine: the first line of the input is a
 // pattern, the rest a subject (at most 24 code points). Compiling either succeeds or throws
 // std::runtime_error; searching never crashes, returns in-range matches, or throws

@@ -1,11 +1,11 @@
-#include "tokenizer/unicode.h"
+#include "regex/unicode.h"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <vector>
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::regex {
 
 namespace ut = unicode_tables;
 
@@ -215,4 +215,4 @@ std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::regex

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace deepinfer::tokenizer::unicode_tables {
+namespace deepinfer::regex::unicode_tables {
 
 constexpr std::size_t kCategoryCount = 30;
 
@@ -33,4 +33,4 @@ extern const CodeRange kScriptRanges[];
 extern const ScriptName kScriptNames[];
 extern const std::size_t kScriptNameCount;
 
-}  // namespace deepinfer::tokenizer::unicode_tables
+}  // namespace deepinfer::regex::unicode_tables
