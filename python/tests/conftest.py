@@ -21,7 +21,7 @@ def pytest_addoption(parser):
 def _newest_source_mtime() -> float:
     newest = 0.0
     # What the package is built from (the server, CLI and tests are not part of it).
-    tops = [f"src/{d}" for d in ("core", "loader", "kernels", "model", "tokenizer", "kv", "engine")]
+    tops = [f"src/{d}" for d in ("core", "loader", "kernels", "model", "regex", "tokenizer", "kv", "engine")]
     for top in tops + ["include", "python/src", "python/deepinfer", "python/CMakeLists.txt", "pyproject.toml"]:
         p = REPO / top
         files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts]
