@@ -1,6 +1,7 @@
 // A server on an ephemeral loopback port and a small HTTP / SSE client for the tests.
 #pragma once
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,15 @@
 namespace deepinfer::testing {
 
 using json = nlohmann::json;
+
+// Seconds a test client waits for an answer: 60, times DEEPINFER_TEST_TIME_SCALE where set (the
+// sanitizer pass of test.sh sets 5: a whole sampled generation there takes several times longer,
+// more on a busy machine).
+inline int client_timeout_seconds() {
+  const char* scale = std::getenv("DEEPINFER_TEST_TIME_SCALE");
+  const double f = scale ? std::atof(scale) : 1.0;
+  return int(60.0 * (f >= 1.0 ? f : 1.0));
+}
 
 // One server on an ephemeral port, listening on its own thread.
 struct Running {
@@ -36,7 +46,7 @@ struct Running {
   }
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
+    c.set_read_timeout(client_timeout_seconds(), 0);
     return c;
   }
 };
@@ -77,7 +87,7 @@ struct Sse {
 
 inline Sse stream_post(int port, const std::string& path, const json& body, const httplib::Headers& h = {}) {
   httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
+  c.set_read_timeout(client_timeout_seconds(), 0);
   httplib::Request req;
   req.method = "POST";
   req.path = path;

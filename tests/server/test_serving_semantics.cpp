@@ -246,14 +246,14 @@ TEST_F(Semantics, RequestsCutByShutdownAreTold) {
   std::vector<std::thread> clients;
   clients.emplace_back([&] {
     httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
+    c.set_read_timeout(client_timeout_seconds(), 0);
     auto res = c.Post("/v1/completions", long_completion.dump(), "application/json");
     plain_status = res ? res->status : -1;
     if (res) plain = json::parse(res->body, nullptr, false);
   });
   clients.emplace_back([&] {
     httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
+    c.set_read_timeout(client_timeout_seconds(), 0);
     json body = {{"max_tokens", 3000}, {"temperature", 0}, {"messages", {{{"role", "user"}, {"content", "Go on."}}}}};
     auto res = c.Post("/v1/messages", body.dump(), "application/json");
     anthropic_status = res ? res->status : -1;
