@@ -588,6 +588,21 @@ json chat_body(json tool_choice, int seed) {
               {"max_tokens", 400}};
 }
 
+// Three seeded chat answers under response_format each finish ("stop") with content that
+// follows `schema`.
+void expect_answers_follow(const Running& srv, const json& response_format, const json& schema) {
+  for (int seed = 0; seed < 3; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"response_format", response_format}, {"seed", seed}, {"max_tokens", 200}};
+    int st = 0;
+    json r = post(srv, "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    EXPECT_EQ(schema_check::check(Json::parse(schema.dump()), Json::parse(content)), "") << content;
+  }
+}
+
 }  // namespace
 
 TEST_F(StructuredHttp, NamedToolChoiceIsACallOfThatFunction) {
@@ -790,17 +805,7 @@ TEST_F(StructuredHttp, JsonSchemaResponseFormat) {
 TEST_F(StructuredHttp, JsonObjectWithASchemaFollowsTheSchema) {
   const json schema = json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
       "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": false})");
-  for (int seed = 0; seed < 3; ++seed) {
-    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
-                 {"response_format", {{"type", "json_object"}, {"schema", schema}}}, {"seed", seed},
-                 {"max_tokens", 200}};
-    int st = 0;
-    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
-    ASSERT_EQ(st, 200) << r.dump();
-    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
-    const std::string content = r["choices"][0]["message"]["content"];
-    EXPECT_EQ(schema_check::check(Json::parse(schema.dump()), Json::parse(content)), "") << content;
-  }
+  expect_answers_follow(srv(), {{"type", "json_object"}, {"schema", schema}}, schema);
   json bad = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 5},
               {"response_format", {{"type", "json_object"}, {"schema", {{"type", "string"}, {"not", json::object()}}}}}};
   int st = 0;
@@ -924,17 +929,7 @@ TEST_F(StructuredHttp, JsonSchemaValuesHoldOverHttp) {
   const json schema = json::parse(R"({"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
       "n": {"type": "integer", "minimum": 3, "maximum": 7}, "code": {"type": "string", "pattern": "^[a-z]{2}$"}},
       "required": ["unit", "n", "code"], "additionalProperties": false})");
-  for (int seed = 0; seed < 3; ++seed) {
-    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
-                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}}},
-                 {"seed", seed}, {"max_tokens", 200}};
-    int st = 0;
-    json r = post(srv(), "/v1/chat/completions", body.dump(), &st);
-    ASSERT_EQ(st, 200) << r.dump();
-    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
-    const std::string content = r["choices"][0]["message"]["content"];
-    EXPECT_EQ(schema_check::check(Json::parse(schema.dump()), Json::parse(content)), "") << content;
-  }
+  expect_answers_follow(srv(), {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}}, schema);
 }
 
 // The mask cost on the real V4 vocabulary (129280 ids), when setup.sh has put its

@@ -44,19 +44,14 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "tokenizer"))  # byte_level.py
+from byte_level import byte_decoder  # noqa: E402
 
 
 def non_utf8_token_ids(tokenizer_json: Path) -> list[int]:
     """Ids of the byte-level BPE tokens whose bytes are not valid UTF-8 by themselves."""
     vocab = json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]
-    # GPT-2's byte <-> printable character map, which byte-level BPE vocabularies are written in.
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
-    byte_of = {chr(b): b for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            byte_of[chr(256 + extra)] = b
-            extra += 1
+    byte_of = byte_decoder()
     bad = []
     for text, i in vocab.items():
         if any(ch not in byte_of for ch in text):

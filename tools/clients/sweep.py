@@ -118,17 +118,29 @@ def openai_client(args, capture):
                          http_client=capture.http_client(), max_retries=0)
 
 
+def check_parsed_response(response, Model):
+    """A Responses API answer (plain or streamed) that finished with a parsed Model."""
+    if response.status == "incomplete":
+        raise Outcome("length", f"status incomplete: {response.incomplete_details}")
+    if not isinstance(response.output_parsed, Model):
+        raise Outcome("error", f"output_parsed is {response.output_parsed!r}")
+
+
+def check_parsed_choice(choice, Model):
+    """A chat completion choice (plain or streamed) that finished with a parsed Model."""
+    if choice.finish_reason == "length":
+        raise Outcome("length", "finish_reason length")
+    if not isinstance(choice.message.parsed, Model):
+        raise Outcome("error", f"parsed is {choice.message.parsed!r} (refusal {choice.message.refusal!r})")
+
+
 def trial_openai_chat_parse(args, capture, Model):
     client = openai_client(args, capture)
     completion = client.chat.completions.parse(
         model=args.model, temperature=args.temperature, **token_limit(args),
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
         response_format=Model)
-    choice = completion.choices[0]
-    if choice.finish_reason == "length":
-        raise Outcome("length", "finish_reason length")
-    if not isinstance(choice.message.parsed, Model):
-        raise Outcome("error", f"parsed is {choice.message.parsed!r} (refusal {choice.message.refusal!r})")
+    check_parsed_choice(completion.choices[0], Model)
 
 
 def trial_openai_responses_parse(args, capture, Model):
@@ -136,10 +148,7 @@ def trial_openai_responses_parse(args, capture, Model):
     response = client.responses.parse(
         model=args.model, temperature=args.temperature, **token_limit(args, "max_output_tokens"),
         instructions=SYSTEM, input=PROMPT, text_format=Model)
-    if response.status == "incomplete":
-        raise Outcome("length", f"status incomplete: {response.incomplete_details}")
-    if not isinstance(response.output_parsed, Model):
-        raise Outcome("error", f"output_parsed is {response.output_parsed!r}")
+    check_parsed_response(response, Model)
 
 
 def trial_openai_named_tool(args, capture, Model):
@@ -172,11 +181,7 @@ def trial_openai_chat_parse_stream(args, capture, Model):
         for _ in stream:
             pass
         completion = stream.get_final_completion()
-    choice = completion.choices[0]
-    if choice.finish_reason == "length":
-        raise Outcome("length", "finish_reason length")
-    if not isinstance(choice.message.parsed, Model):
-        raise Outcome("error", f"parsed is {choice.message.parsed!r}")
+    check_parsed_choice(completion.choices[0], Model)
 
 
 def trial_openai_responses_parse_stream(args, capture, Model):
@@ -187,10 +192,7 @@ def trial_openai_responses_parse_stream(args, capture, Model):
         for _ in stream:
             pass
         response = stream.get_final_response()
-    if response.status == "incomplete":
-        raise Outcome("length", f"status incomplete: {response.incomplete_details}")
-    if not isinstance(response.output_parsed, Model):
-        raise Outcome("error", f"output_parsed is {response.output_parsed!r}")
+    check_parsed_response(response, Model)
 
 
 def trial_openai_named_tool_stream(args, capture, Model):

@@ -34,24 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tokenizer"))  # byte_level.py
+from byte_level import byte_decoder  # noqa: E402
+
 # Unicode White_Space (what Rust's char::is_whitespace, and so the Strip normaliser, removes).
 WHITE_SPACE = set("\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
                   "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 SENTINEL = "\ue000"  # private use: keeps a lone space through the strip
-
-
-def byte_decoder() -> dict[str, int]:
-    """GPT-2 byte-level alphabet: printable bytes map to themselves, the rest to 256 + n."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
-        list(range(ord("\xae"), ord("\xff") + 1))
-    chars, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + n)] = b
-            n += 1
-    return chars
 
 
 def normalize(text: str) -> str:
