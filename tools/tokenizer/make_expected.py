@@ -29,6 +29,8 @@ import sysconfig
 import tokenizers
 from tokenizers import Tokenizer
 
+from byte_level import byte_decoder  # beside this script
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "data", "tokenizer")
 TINY = os.path.join(ROOT, "..", "shared", "golden", "tiny-v4-c", "model", "tokenizer.json")
@@ -389,19 +391,6 @@ def expected_for(tok_path, cases, with_decode=True):
     return {"tokenizers_version": tokenizers.__version__, "cases": out}
 
 
-def byte_level_inverse():
-    """Inverse of the GPT-2 byte-to-unicode table (ByteLevel pre-tokenizer output)."""
-    printable = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    inv, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            inv[chr(b)] = b
-        else:
-            inv[chr(256 + extra)] = b
-            extra += 1
-    return inv
-
-
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
@@ -441,7 +430,7 @@ def main():
 
     # Pre-tokenizer pieces (raw bytes) of the V4 file, to localise a mismatch quickly.
     tok = Tokenizer.from_file(os.path.join(OUT, "v4_tokenizer.json"))
-    inv = byte_level_inverse()
+    inv = byte_decoder()
     pieces = []
     for name, data in cases:
         text = data.decode("utf-8", "replace")
