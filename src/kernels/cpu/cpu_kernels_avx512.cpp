@@ -1389,26 +1389,15 @@ double best_cpu_seconds(F f) {
   return best;
 }
 
-// Thread CPU seconds of 12 independent chains acc <- S::madd(acc, x, w), 2^15 steps each.
-template <class S>
-double chain_seconds(typename S::V x, typename S::V w) {
-  volatile float sink = 0;
-  return best_cpu_seconds([&] {
-    __m512 a[12];
-    for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(1.0f + float(j));
-    for (int64_t i = 0; i < (int64_t(1) << 15); ++i)
-      for (int j = 0; j < 12; ++j) a[j] = S::madd(a[j], x, w);
-    for (int j = 1; j < 12; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
-    sink = sink + _mm512_reduce_add_ps(a[0]);
-  });
-}
-
 // Whether vdpbf16ps does its 32 multiply-adds in clearly less time than two FMAs do (AMD Zen 4:
 // one instruction a cycle, like an FMA, so twice the rate; some Intel cores: half an FMA's
-// rate, the same multiply-adds), timed on ~1 ms of each.
+// rate, the same multiply-adds), timed on ~1 ms of each (the chains the peaks are measured with).
 bool dp_tiles_are_faster() {
-  const double fma = chain_seconds<FmaStep>(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
-  const double dot = chain_seconds<DotStep>(_mm512_set1_epi16(0x3f00), _mm512_set1_epi16(0x3e80));
+  constexpr int64_t kSteps = int64_t(1) << 15;
+  volatile double sink = 0;
+  int64_t macs = 0;
+  const double fma = best_cpu_seconds([&] { sink = sink + avx512::fma_chains<avx512::Ops>(kSteps, 1.0f, &macs); });
+  const double dot = best_cpu_seconds([&] { sink = sink + bf16_dot_chains(kSteps, 1.0f, &macs); });
   // One vdpbf16ps stands for two FMAs: faster when it takes under 0.8 of their time.
   return dot < 0.8 * 2.0 * fma;
 }
