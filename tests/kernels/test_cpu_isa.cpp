@@ -940,7 +940,7 @@ TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
       EXPECT_EQ(macs, iters * cpu::kFmaChains * lanes) << isa_name(isa);
     }
     const double peak = make_cpu_backend_isa(&pool, isa)->fma_peak_macs_per_s();
-    EXPECT_TRUE(std::isfinite(peak) && peak > 1e8) << isa_name(isa) << " " << peak;
+    EXPECT_TRUE(std::isfinite(peak) && peak > 0.0) << isa_name(isa) << " " << peak;  // measured, not judged
     // The bf16 dot chains (AVX-512 with bf16 mode): each step adds two exact products.
     if (k.bf16) {
       ASSERT_NE(k.bf16_dot_chains, nullptr);
@@ -956,7 +956,7 @@ TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
         EXPECT_EQ(macs, iters * cpu::kFmaChains * 32);
       }
       const double dot = make_cpu_backend_isa(&pool, isa)->bf16_dot_peak_macs_per_s();
-      EXPECT_TRUE(std::isfinite(dot) && dot > 1e8) << dot;
+      EXPECT_TRUE(std::isfinite(dot) && dot > 0.0) << dot;
     } else {
       EXPECT_EQ(make_cpu_backend_isa(&pool, isa)->bf16_dot_peak_macs_per_s(), 0.0) << isa_name(isa);
     }
