@@ -34,7 +34,10 @@
 // tuned on vdpbf16ps issued at half the rate of two FMAs (1.9 G/s against 7.5 G/s FMAs on one
 // core); AMD Zen 4 issues one a cycle like an FMA, so it does twice the multiply-adds
 // (bench_kernels, 1 thread, CPU time, act-quant FP8 2048 x 2048 M = 32: 3.9 -> 2.2 ms; FP4
-// 1024 x 2048 M = 32: 2.0 -> 1.2 ms; M = 128 13.3 -> 7.6 and 7.5 -> 4.6 ms).
+// 1024 x 2048 M = 32: 2.0 -> 1.2 ms; M = 128 13.3 -> 7.6 and 7.5 -> 4.6 ms). The vdpbf16ps
+// tiles run weight-stationary over all of K with every accumulator in registers (micro_dp,
+// micro_parts_dp): four tile rows sit in L1 while x streams past; 1.15-1.3x over the 6 x 4
+// kernel whose accumulators went through memory per K block (FP4: per chunk).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -929,6 +932,94 @@ void micro_parts(const typename S::T* x, int64_t xs, const typename S::T* w, int
   }
 }
 
+// micro_parts() on vdpbf16ps with the accumulators in registers too: MR (<= 3) rows of x
+// times four tile rows over all of K, then their sums straight to y. 3 x 4 partial sums and
+// accumulators fill 24 registers, so no accumulator passes through memory per chunk (FP4
+// 1024 x 2048, 1 thread: the 6 x 4 kernel with accumulators in memory ran at ~125 GFLOP/s
+// against a 235 peak). Same per-lane sequence as micro_parts over the K blocks.
+template <int MR>
+__attribute__((noinline)) void micro_parts_dp(const LinearCall& c, const uint16_t* x, const uint16_t* w,
+                                              const __m512* sc, int64_t nch, int64_t m0, int64_t n, int64_t n_rows) {
+  const int64_t Kp = c.xs;
+  __m512 acc[MR][kNR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < kNR; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < Kp; k += kFp4Chunk) {
+    __m512 part[MR][kNR];
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < kNR; ++r) part[m][r] = _mm512_setzero_ps();
+    for (int64_t q = 0; q < kFp4Chunk; q += DotStep::kCols) {
+      __m512i wv[kNR];
+      for (int r = 0; r < kNR; ++r) wv[r] = load_i(w + r * Kp + k + q);
+      for (int m = 0; m < MR; ++m) {
+        const __m512i xv = load_i(x + m * Kp + k + q);
+        for (int r = 0; r < kNR; ++r) part[m][r] = dp(part[m][r], xv, wv[r]);
+      }
+    }
+    for (int r = 0; r < kNR; ++r) {
+      const __m512 s = sc[r * nch + k / kFp4Chunk];
+      for (int m = 0; m < MR; ++m) acc[m][r] = _mm512_fmadd_ps(part[m][r], s, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    store_sums(c.y + (m0 + m) * c.N + n, reduce4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]), n_rows);
+}
+
+// micro() on vdpbf16ps over all of K with the accumulators in registers: MR (<= 6) rows of x
+// times four tile rows, then their sums straight to y.
+template <int MR>
+__attribute__((noinline)) void micro_dp(const LinearCall& c, const uint16_t* x, const uint16_t* w, int64_t m0,
+                                        int64_t n, int64_t n_rows) {
+  const int64_t Kp = c.xs;
+  __m512 acc[MR][kNR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < kNR; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < Kp; k += DotStep::kCols) {
+    __m512i xv[MR];
+    for (int m = 0; m < MR; ++m) xv[m] = load_i(x + m * Kp + k);
+    for (int r = 0; r < kNR; ++r) {
+      const __m512i wv = load_i(w + r * Kp + k);
+      for (int m = 0; m < MR; ++m) acc[m][r] = dp(acc[m][r], xv[m], wv);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    store_sums(c.y + (m0 + m) * c.N + n, reduce4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]), n_rows);
+}
+
+void tile_dp(const LinearCall& c, const uint16_t* tile, int64_t rows, int64_t rows_p, int64_t n_base) {
+  const int64_t Kp = c.xs, M = c.M;
+  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+    const uint16_t* w = tile + r0 * Kp;
+    const int64_t n = n_base + r0, n_rows = rows - r0;
+    int64_t m0 = 0;
+    for (; m0 + 6 <= M; m0 += 6) micro_dp<6>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
+    switch (M - m0) {
+      case 5: micro_dp<5>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 4: micro_dp<4>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 3: micro_dp<3>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 2: micro_dp<2>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 1: micro_dp<1>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      default: break;
+    }
+  }
+}
+
+// The FP4 dp tile times every row of x: weight-stationary (four tile rows, 16 KiB at K =
+// 2048, stay in L1 while x streams past them three rows at a time).
+void tile_parts_dp(const LinearCall& c, const uint16_t* tile, const __m512* sc, int64_t rows, int64_t rows_p,
+                   int64_t n_base) {
+  const int64_t Kp = c.xs, nch = Kp / kFp4Chunk, M = c.M;
+  for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
+    const uint16_t* w = tile + r0 * Kp;
+    const __m512* s = sc + r0 * nch;
+    const int64_t n = n_base + r0, n_rows = rows - r0;
+    int64_t m0 = 0;
+    for (; m0 + 3 <= M; m0 += 3) micro_parts_dp<3>(c, c.xb + m0 * Kp, w, s, nch, m0, n, n_rows);
+    if (M - m0 == 2) micro_parts_dp<2>(c, c.xb + m0 * Kp, w, s, nch, m0, n, n_rows);
+    if (M - m0 == 1) micro_parts_dp<1>(c, c.xb + m0 * Kp, w, s, nch, m0, n, n_rows);
+  }
+}
+
 // Tile height: about 512 KiB of fp32 tile, a multiple of kNR, at most 48 rows.
 constexpr int64_t kMaxTile = 48;
 int64_t tile_rows(int64_t Kp) {
@@ -1037,8 +1128,10 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
     }
     if (bf && kDpTiles) {
       std::memset(tileb + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(uint16_t));
-      for (int64_t m0 = 0; m0 < M; m0 += kMR)
-        tile_group<DotStep, parts>(c, c.xb + m0 * Kp, tileb, scales, rows, rows_p, accs, m0, nt0);
+      if constexpr (parts)
+        tile_parts_dp(c, tileb, scales, rows, rows_p, nt0);
+      else
+        tile_dp(c, tileb, rows, rows_p, nt0);
       for (int64_t r = 0; r < rows; ++r)
         if (f32_rows >> r & 1) f32_row_all_m(c, d, nt0 + r);
       continue;
