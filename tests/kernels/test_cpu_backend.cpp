@@ -32,19 +32,21 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, cons
 
 // linear_f32_exact: double dots like linear_f32_ref, in another order, so equal to the last
 // fp32 bit except where a double sum lies on a rounding tie; fp32 streams of the mHC mixer's
-// width (K up to 4 * 2048), every format, odd widths (the scalar tail), several pools.
+// width (K up to 4 * 2048), every format, odd widths (the scalar tail), several pools; a
+// prefill's many rows (split by rows over the pool) give each row's one-row bits.
 TEST(CpuBackend, LinearExactEqualsReferenceDoubleSums) {
   std::mt19937 rng(12);
   int64_t outputs = 0, differ = 0;
   for (int threads : {1, 2, 3})
     for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK})
       for (int64_t K : {32, 96, 1024, 8192})
-        for (int64_t N : {1, 24}) {
+        for (int64_t N : {1, 24})
+        for (int64_t M : {int64_t(3), int64_t(53)}) {
+          if (M > 3 && K > 1024 && f != WeightFormat::F32) continue;  // the row split is fp32 weights' only
           ThreadPool pool(threads);
           auto be = make_cpu_backend(&pool);
           Owned o = random_weight(f, N, K, rng);
           std::normal_distribution<float> nd(0.0f, 1.0f);
-          const int64_t M = 3;
           std::vector<float> x(M * K);
           for (auto& v : x) v = nd(rng);  // fp32, not bf16: the mixer's streams in float numerics
           std::vector<float> want(M * N), got(M * N + 1, 77.0f), base(M * N);
@@ -54,6 +56,11 @@ TEST(CpuBackend, LinearExactEqualsReferenceDoubleSums) {
           EXPECT_EQ(got[M * N], 77.0f) << "guard overwritten";
           got.pop_back();
           EXPECT_EQ(base, want) << "the base implementation is the referee's arithmetic";
+          std::vector<float> alone(N);
+          for (int64_t m = 0; m < M; ++m) {
+            be->linear_f32_exact(&x[m * K], 1, o.w, alone.data());
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + m * N)) << "row " << m << " of " << M;
+          }
           for (size_t i = 0; i < want.size(); ++i) {
             ++outputs;
             if (got[i] == want[i]) continue;

@@ -183,26 +183,41 @@ struct ExactJob {
   int64_t M;
   const WeightMatrix* W;
   float* y;
-  void operator()(int64_t n0, int64_t n1) const {
+  // fp32 weights are read in place (no decode to share per weight row).
+  bool in_place() const {
+    return W->format == WeightFormat::F32 && reinterpret_cast<uintptr_t>(W->data) % alignof(float) == 0;
+  }
+  void dot(int64_t m, int64_t n, const float* w) const {
+    const int64_t K = W->cols;
+    double acc = 0.0;
+    if (k->dot_f64) {
+      acc = k->dot_f64(x + m * K, w, K);
+    } else {
+      for (int64_t i = 0; i < K; ++i) acc += double(x[m * K + i]) * double(w[i]);
+    }
+    y[m * W->rows + n] = float(acc);
+  }
+  // Output columns [n0, n1) of every row.
+  void columns(int64_t n0, int64_t n1) const {
     thread_local std::vector<float> row;  // grow-only per thread
-    const int64_t N = W->rows, K = W->cols;
+    const int64_t K = W->cols;
     row.resize(size_t(K));
     for (int64_t n = n0; n < n1; ++n) {
       const float* w = row.data();
-      if (W->format == WeightFormat::F32 && reinterpret_cast<uintptr_t>(W->data) % alignof(float) == 0)
-        w = reinterpret_cast<const float*>(W->data) + n * K;  // already fp32: read in place
+      if (in_place())
+        w = reinterpret_cast<const float*>(W->data) + n * K;
       else
         weight_decode_row(*W, n, row.data());
-      for (int64_t m = 0; m < M; ++m) {
-        double acc = 0.0;
-        if (k->dot_f64) {
-          acc = k->dot_f64(x + m * K, w, K);
-        } else {
-          for (int64_t i = 0; i < K; ++i) acc += double(x[m * K + i]) * double(w[i]);
-        }
-        y[m * N + n] = float(acc);
-      }
+      for (int64_t m = 0; m < M; ++m) dot(m, n, w);
     }
+  }
+  // Every output column of rows [m0, m1): an x row stays in cache while the weight rows pass
+  // (by columns, each of the few weight rows re-read all of x: a prefill's mHC mixer, 24 rows
+  // of 8192, streamed 8 MiB of x per weight row).
+  void rows(int64_t m0, int64_t m1) const {
+    const float* w = reinterpret_cast<const float*>(W->data);
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t n = 0; n < W->rows; ++n) dot(m, n, w + n * W->cols);
   }
 };
 
@@ -252,11 +267,16 @@ class SimdBackend final : public Backend {
     run(x, M, W, 0, y);
   }
 
-  // Double dots through the ISA kernel, output columns over the pool; each thread decodes a
-  // weight row once into its own grow-only buffer (no allocation once warm).
+  // Double dots through the ISA kernel, output columns over the pool, each thread decoding a
+  // weight row once into its own grow-only buffer (no allocation once warm); with fp32
+  // weights and many rows, rows over the pool instead.
   void linear_f32_exact(const float* x, int64_t M, const WeightMatrix& W, float* y) const override {
     const ExactJob job{&k_, x, M, &W, y};
-    parallel_for(pool_, W.rows, 1, [&job](int64_t n0, int64_t n1, int) { job(n0, n1); });
+    // Each output is the same dot whichever thread computes it, so the split changes no bit.
+    if (job.in_place() && M >= 2 * W.rows)
+      parallel_for(pool_, M, 1, [&job](int64_t m0, int64_t m1, int) { job.rows(m0, m1); });
+    else
+      parallel_for(pool_, W.rows, 1, [&job](int64_t n0, int64_t n1, int) { job.columns(n0, n1); });
   }
 
   void linear_act_quant(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,

@@ -207,11 +207,11 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
   {
     DI_PROFILE("hc.pre");
     hc_site_mix(R.data(), S, L.hc_attn, hc, d, c, num, mix.data());
-    for (int64_t t = 0; t < S; ++t) {
+    for_each_row(num, S, [&](int64_t t) {
       // Staggered (V4.1): the attention input is collapsed with the previous site's pre.
       hc_collapse(&R[t * width], carry_pre ? &carry_pre[t * hc] : mix[t].pre, hc, d, num, &x[t * d]);
       rms_norm(&x[t * d], L.attn_norm.data(), d, eps, num, &x[t * d]);
-    }
+    });
     if (carry_pre)  // the FFN site collapses with the attention site's pre
       for (int64_t t = 0; t < S; ++t) std::copy_n(mix[t].pre, hc, &carry_pre[t * hc]);
   }
@@ -233,10 +233,10 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
     DI_PROFILE("hc.pre");
     std::copy_n(X, S * width, R.data());
     hc_site_mix(R.data(), S, L.hc_ffn, hc, d, c, num, mix.data());
-    for (int64_t t = 0; t < S; ++t) {
+    for_each_row(num, S, [&](int64_t t) {
       hc_collapse(&R[t * width], carry_pre ? &carry_pre[t * hc] : mix[t].pre, hc, d, num, &x[t * d]);
       rms_norm(&x[t * d], L.ffn_norm.data(), d, eps, num, &x[t * d]);
-    }
+    });
     if (carry_pre)  // handed on to the next block's attention site (or the final collapse)
       for (int64_t t = 0; t < S; ++t) std::copy_n(mix[t].pre, hc, &carry_pre[t * hc]);
   }

@@ -20,13 +20,13 @@ static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t
     num.backend->linear_f32_exact(X, rows, w.fn, mix);
   else
     num.backend->linear_f32(X, rows, w.fn, mix);
-  for (int64_t t = 0; t < rows; ++t) {
+  for_each_row(num, rows, [&](int64_t t) {
     const float* x = X + t * width;
     double ss = 0.0;
     for (int64_t i = 0; i < width; ++i) ss += double(x[i] * x[i]);
     const float r = rsqrt_f(float(ss / double(width)) + eps);
     for (int64_t k = 0; k < n_mix; ++k) mix[t * n_mix + k] *= r;
-  }
+  });
 }
 
 void hc_sinkhorn(float* c, int64_t n, int64_t iters, float eps) {
@@ -68,7 +68,7 @@ void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
   hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
   const float eps = float(cfg.hc_eps);
   const float s0 = w.scale[0], s1 = w.scale[1], s2 = w.scale[2];
-  for (int64_t t = 0; t < rows; ++t) {
+  for_each_row(num, rows, [&](int64_t t) {
     const float* mix = &mixes[t * n_mix];
     HcMix& m = out[t];
     for (int64_t i = 0; i < hc; ++i) {
@@ -77,7 +77,7 @@ void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
     }
     for (int64_t k = 0; k < hc * hc; ++k) m.comb[k] = mix[2 * hc + k] * s2 + w.base[2 * hc + k];
     hc_sinkhorn(m.comb, hc, cfg.hc_sinkhorn_iters, eps);
-  }
+  });
 }
 
 void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/scratch_arena.h"
+#include "core/thread_pool.h"
 
 #include "model/deepseek_v4/expert_split.h"
 #include "model/deepseek_v4/numerics.h"
@@ -24,6 +25,15 @@ ScratchArena& step_scratch();
 // plain weights and float numerics take the exact product. Output at a bf16 point.
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y);
+
+// f(t) for every token row t < rows, rows split over the backend's pool (a few per piece;
+// one step's rows run inline). f must touch only row t's data and no step scratch.
+template <class F>
+void for_each_row(const Numerics& num, int64_t rows, F&& f) {
+  parallel_for(num.backend->pool(), rows, 8, [&f](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) f(t);
+  });
+}
 
 // The greedy choice of a drafter: the largest logit, ties to the lower id.
 inline int32_t greedy_token(const float* logits, int64_t n) {
