@@ -142,11 +142,20 @@ TEST(RoutingTrace, CountsTheExpertsTheTokensChose) {
   EXPECT_DOUBLE_EQ(reads.bound_s, reads.memory_s);
   EXPECT_DOUBLE_EQ(reads.memory_s, sb.memory_s);
   EXPECT_THROW(batch_step_bound(c, w, {}, B, bw, peak), std::invalid_argument);
-  // FP8 / FP4 products at twice the rate: only they get faster (the BF16 head does not), so
-  // compute time falls, by less than half; the reads stay. The same rate changes nothing.
+  // FP8 / FP4 / BF16 products at twice the rate: only they get faster (the fp32 mHC mixers do
+  // not), so compute time falls, by less than half; the reads stay. The same rate changes nothing.
   const StepBound fast = batch_step_bound(c, w, expert_rows, B, bw, peak, 2 * peak);
   EXPECT_LT(fast.compute_s, sb.compute_s);
   EXPECT_GT(fast.compute_s, 0.5 * sb.compute_s);
   EXPECT_DOUBLE_EQ(fast.memory_s, sb.memory_s);
+  // The BF16 head is among them (its rows are the bf16 hc_head output): with that rate
+  // unbounded, its time goes, which an fp32 head would keep.
+  ASSERT_EQ(w.head.format, WeightFormat::BF16);
+  const double head_s = double(B) * double(w.head.rows * w.head.cols) / peak;
+  const double bf16_head = batch_step_bound(c, w, expert_rows, B, bw, peak, 1e30).compute_s;
+  const_cast<WeightMatrix&>(w.head).format = WeightFormat::F32;  // this test's own model
+  const double f32_head = batch_step_bound(c, w, expert_rows, B, bw, peak, 1e30).compute_s;
+  const_cast<WeightMatrix&>(w.head).format = WeightFormat::BF16;
+  EXPECT_NEAR(f32_head - bf16_head, head_s, 1e-6 * head_s);
   EXPECT_DOUBLE_EQ(batch_step_bound(c, w, expert_rows, B, bw, peak, peak).bound_s, sb.bound_s);
 }

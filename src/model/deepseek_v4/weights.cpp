@@ -450,6 +450,10 @@ StepBound batch_step_bound(const Config& c, const Weights& w, const std::vector<
   if (!(bytes_per_s > 0)) throw std::invalid_argument("batch_step_bound: bytes_per_s must be > 0");
   StepBound b;
   const double q_rate = macs_per_s > 0 && quantized_macs_per_s > 0 ? quantized_macs_per_s : macs_per_s;
+  // The bf16 rate applies to FP8 / FP4 / BF16 weights: reference numerics hands them exact bf16
+  // rows (act-quantised, or activations the reference holds in bf16, e.g. the head's), which the
+  // kernels multiply in bf16 mode; fp32 weights (the mHC mixers) always take fp32 FMAs.
+  auto bf16_weights = [](const WeightMatrix& m) { return m.is_quantized() || m.format == WeightFormat::BF16; };
   auto add = [&](double bytes, double macs, bool quantized) {
     const double rate = quantized ? q_rate : macs_per_s;
     const double read = bytes / bytes_per_s, mul = rate > 0 ? macs / rate : 0.0;
@@ -463,7 +467,7 @@ StepBound batch_step_bound(const Config& c, const Weights& w, const std::vector<
       per_token += double((c.engram_max_ngram - 1) * c.engram_n_heads * (L.engram.head_dim + L.engram.head_dim / 32));
   add(double(batch) * per_token, 0.0, false);
   for_active_matrices(c, w, [&](const WeightMatrix& m, double share, bool routed = false) {
-    if (!routed) add(share * double(matrix_bytes(m)), double(batch) * share * double(m.rows * m.cols), m.is_quantized());
+    if (!routed) add(share * double(matrix_bytes(m)), double(batch) * share * double(m.rows * m.cols), bf16_weights(m));
   });
   // A layer's routed experts all have the same shape; one with r rows reads its bytes once
   // and does r times its multiply-adds.
@@ -475,7 +479,7 @@ StepBound batch_step_bound(const Config& c, const Weights& w, const std::vector<
       for (const WeightMatrix* m : {&e.w1, &e.w2, &e.w3}) {
         bytes += double(matrix_bytes(*m));
         macs += double(m->rows * m->cols);
-        quantized = quantized && m->is_quantized();
+        quantized = quantized && bf16_weights(*m);
       }
     for (size_t r = 1; r < expert_rows[l].size(); ++r)
       add(expert_rows[l][r] * bytes / E, expert_rows[l][r] * double(r) * macs / E, quantized);

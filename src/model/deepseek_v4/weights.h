@@ -153,9 +153,9 @@ int64_t active_weight_macs_per_token(const Config& cfg, const Weights& w);
 // multiplies its rows (the batch's tokens; a routed expert, the tokens that chose it), so it
 // takes at least max(its bytes / bytes_per_s, its multiply-adds / macs_per_s), and the step
 // the sum over its matrices. expert_rows[l][r] = how many experts of backbone layer l had r
-// rows (a step's mean). quantized_macs_per_s: the rate of the FP8 / FP4 matrices' products
-// where it differs (reference numerics multiplies their act-quantised, bf16-exact rows with a
-// bf16 dot-product instruction; 0: macs_per_s). The embedding and Engram rows count as reads
+// rows (a step's mean). quantized_macs_per_s: the rate of the FP8 / FP4 / BF16 matrices'
+// products where it differs (reference numerics multiplies their bf16-exact rows, act-quantised
+// or held in bf16 by the reference, with a bf16 dot-product instruction; 0: macs_per_s). The embedding and Engram rows count as reads
 // only; macs_per_s 0: reads only (bound_s = memory_s). memory_s is
 // batch_weight_bytes_per_step's bytes read.
 struct StepBound {
