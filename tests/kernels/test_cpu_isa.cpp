@@ -404,12 +404,14 @@ TEST(CpuIsa, NanPropagation) {
 
 // A BF16 matrix with a row_check memo: the first call fills it (1 in range, 2 not: a
 // subnormal, a huge value, a NaN), and calls with the memo give the same bits as without
-// one, for every M and thread count; rows marked 2 keep taking the fp32 arithmetic.
+// one, for every M and thread count; rows marked 2 keep taking the fp32 arithmetic. Tiles
+// (16, 37 rows) whose rows were all seen in range multiply the stored rows in place (AVX-512
+// dp tiles: rows 48-95 here), the last partial group of rows is decoded.
 TEST(CpuIsa, Bf16RowCheckMemoChangesNothing) {
   std::mt19937 rng(33);
   for (Isa isa : supported_isas())
     for (int64_t K : {96, 2048}) {
-      const int64_t N = 67;
+      const int64_t N = 101;
       Weight o = make_weight(WeightFormat::BF16, N, K, rng);
       auto set = [&](int64_t r, int64_t c, uint16_t bits) { std::memcpy(&o.data[2 * (r * K + c)], &bits, 2); };
       for (int64_t c = 0; c < K; ++c) set(3, c, 0);
@@ -417,7 +419,7 @@ TEST(CpuIsa, Bf16RowCheckMemoChangesNothing) {
       set(17, K - 1, 0x7f00);  // 2^127: outside the exact range
       set(40, 0, 0x7fc1);      // NaN
       std::vector<uint8_t> memo(N, 0);
-      for (int64_t M : {1, 2, 5}) {
+      for (int64_t M : {1, 2, 5, 16, 37}) {
         const std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
         for (int threads : {1, 3}) {
           ThreadPool pool(threads);

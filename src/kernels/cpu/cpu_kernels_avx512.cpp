@@ -44,6 +44,8 @@
 #endif
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -1083,6 +1085,16 @@ void tile_group(const LinearCall& c, const typename S::T* xg, const typename S::
 // kDpTiles: bf16 mode keeps the tile in bf16 and runs vdpbf16ps on it and xb (micro_b16);
 // otherwise it widens both into dot-product order fp32 and runs FMAs (micro). Same bits;
 // which is faster depends on the CPU (dp_tiles_are_faster).
+// Whether BF16 weight rows [n, n + rows) can be the dp tile as stored: whole groups of four
+// rows, no column padding (K a multiple of 32, so rows lie Kp words apart), and every row seen
+// in range (row_check memo, set by the GEMV and by the tiles' decode below).
+inline bool in_place_bf16_rows(const LinearCall& c, int64_t n, int64_t rows) {
+  if (!c.W->row_check || rows % kNR != 0 || c.K != c.xs) return false;
+  for (int64_t r = 0; r < rows; ++r)
+    if (__atomic_load_n(c.W->row_check + n + r, __ATOMIC_RELAXED) != 1) return false;
+  return true;
+}
+
 template <class D, bool kDpTiles>
 void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
   const int64_t Kp = c.xs, NT = tile_rows(Kp), M = c.M;
@@ -1099,6 +1111,14 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
   uint16_t* rowb = reinterpret_cast<uint16_t*>(scales + NT * nch);
   for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
     const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
+    if constexpr (kDpTiles && std::is_same_v<D, Bf16Dec>) {
+      // BF16 rows already are the tile (the head: 129280 of them, 32 products per row at a
+      // decode batch of 32): multiplied in place once every row was seen in range.
+      if (bf && in_place_bf16_rows(c, nt0, rows)) {
+        tile_dp(c, reinterpret_cast<const uint16_t*>(c.W->data) + nt0 * Kp, rows, rows, nt0);
+        continue;
+      }
+    }
     uint64_t f32_rows = 0;  // bf16 mode: rows left for the fp32 mode
     if (bf) {
       // bf16 mode as FMAs (the driver's xd): each row decoded to bf16, then widened into
@@ -1110,6 +1130,8 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
           ok = decode_row_parts(c, d, nt0 + r, dst, scales + r * nch, Kp);
         else
           ok = decode_row_b16(c, d, nt0 + r, dst, Kp);
+        if constexpr (std::is_same_v<D, Bf16Dec>)
+          if (c.W->row_check) __atomic_store_n(c.W->row_check + nt0 + r, uint8_t(ok ? 1 : 2), __ATOMIC_RELAXED);
         if (ok) {
           if (!kDpTiles) row_to_dp(rowb, tile + r * Kp, Kp);
         } else {
