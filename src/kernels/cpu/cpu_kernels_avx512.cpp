@@ -861,9 +861,10 @@ bool decode_row_parts(const LinearCall& c, const D& d, int64_t n, uint16_t* dst,
   return true;
 }
 
-// The products of the tile microkernels, one vector of columns at a time: fp32 FMAs (16
-// columns: the fp32 mode's products, and bf16 mode's in dot-product order, see bf16_to_dp),
-// or vdpbf16ps on bf16 words (32 columns, the bits of two of those FMAs).
+// The products of the FMA tile microkernels, one vector of columns at a time: fp32 FMAs (16
+// columns: the fp32 mode's products, and bf16 mode's in dot-product order, see bf16_to_dp).
+// The vdpbf16ps tiles (micro_dp, micro_parts_dp below) take kDotCols bf16 words a step, the
+// bits of two of those FMAs.
 struct FmaStep {
   using T = float;
   using V = __m512;
@@ -871,13 +872,7 @@ struct FmaStep {
   static DI_INLINE V load(const T* p) { return _mm512_loadu_ps(p); }
   static DI_INLINE __m512 madd(__m512 acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
 };
-struct DotStep {
-  using T = uint16_t;
-  using V = __m512i;
-  static constexpr int64_t kCols = 32;
-  static DI_INLINE V load(const T* p) { return load_i(p); }
-  static DI_INLINE __m512 madd(__m512 acc, V x, V w) { return dp(acc, x, w); }
-};
+constexpr int64_t kDotCols = 32;
 
 // acc[MR][NR] (vector partial sums, kept in memory between K blocks) += x[MR rows] . w[NR
 // rows] over columns [k0, k1): the same per-lane sequence as one pass over K.
@@ -950,7 +945,7 @@ __attribute__((noinline)) void micro_parts_dp(const LinearCall& c, const uint16_
     __m512 part[MR][kNR];
     for (int m = 0; m < MR; ++m)
       for (int r = 0; r < kNR; ++r) part[m][r] = _mm512_setzero_ps();
-    for (int64_t q = 0; q < kFp4Chunk; q += DotStep::kCols) {
+    for (int64_t q = 0; q < kFp4Chunk; q += kDotCols) {
       __m512i wv[kNR];
       for (int r = 0; r < kNR; ++r) wv[r] = load_i(w + r * Kp + k + q);
       for (int m = 0; m < MR; ++m) {
@@ -976,7 +971,7 @@ __attribute__((noinline)) void micro_dp(const LinearCall& c, const uint16_t* x, 
   __m512 acc[MR][kNR];
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < kNR; ++r) acc[m][r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < Kp; k += DotStep::kCols) {
+  for (int64_t k = 0; k < Kp; k += kDotCols) {
     __m512i xv[MR];
     for (int m = 0; m < MR; ++m) xv[m] = load_i(x + m * Kp + k);
     for (int r = 0; r < kNR; ++r) {
