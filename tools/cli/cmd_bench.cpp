@@ -1020,8 +1020,8 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --prefill N                  prompt tokens per measurement (default 512)\n"
                         "  --decode N                   decoded tokens per measurement (default 128)\n"
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"
-                        "  --decode-batches B1,B2,...   also decode B fresh sequences at once (one forward per step),\n"
-                        "                               each prefilled with --prefill tokens first; tok/s against the\n"
+                        "  --decode-batches B1,B2,...   also decode B requests at once (one forward of B tokens per\n"
+                        "                               step), each with its own --prefill tokens; tok/s against the\n"
                         "                               roofline of the bytes the batch reads and the multiply-adds\n"
                         "                               it does (FMA peak measured in the same run)\n"
                         "  --check-depth-logits         at each depth, compare the last decoded token's logits with one\n"
@@ -1030,9 +1030,11 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
                         "  --profile                    time of each forward section in prefill and decode, on stderr\n"
+                        "                               (also DEEPINFER_PROFILE=1 for any command)\n"
                         "  --spec-rounds N              with --speculative: each variant N times, each time against a\n"
                         "                               plain run just before it; the median ratio (default 1)\n"
-                        "                               (also DEEPINFER_PROFILE=1 for any command)\n" DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
+                        "  (bench: --speculative is off unless given; the depths and batches always decode plainly)\n"
+                        DI_USAGE_COMPUTE DI_USAGE_SPECULATIVE
                         DI_USAGE_VERIFY);
 
 }  // namespace
