@@ -235,7 +235,8 @@ struct HookReset {
 
 void expect_finished(const Recorder& r, const char* what) {
   if (!r.finished) throw std::logic_error(std::string("bench: the ") + what + " request did not finish");
-  if (r.reason == FinishReason::kError) throw std::runtime_error(std::string("bench: the ") + what + " request failed: " + r.error);
+  if (r.reason == FinishReason::kError)
+    throw std::runtime_error(std::string("bench: the ") + what + " request failed: " + r.error);
 }
 
 struct Run {
@@ -455,7 +456,8 @@ BatchRun measure_batch(Bench& b, int64_t batch, int64_t n_prefill, int64_t n_dec
   for (int64_t step = 0; step < n_decode; ++step) {
     trace.clear();
     // A request holds its prompt and every token it emitted but the last (the one it feeds).
-    for (const auto& rec : recs) r.kv_bytes += double(kv_bytes_per_token(c, prompt_len + int64_t(rec->tokens.size()) - 1));
+    for (const auto& rec : recs)
+      r.kv_bytes += double(kv_bytes_per_token(c, prompt_len + int64_t(rec->tokens.size()) - 1));
     const Clock::time_point t0 = Clock::now();
     const int64_t ran = core.step();
     seconds += seconds_since(t0);
