@@ -852,18 +852,38 @@ void print_report(const Report& R, bool csv) {
 // The blocks of KV memory the bench's requests hold at most at once (each phase drops the
 // prefix cache first): a context state and the prefill that extends it; a decode request
 // (its prompt, n_decode + 1 tokens); `batch` requests that decode while the others still
-// prefill (at most one step per prompt token of each); the speculative runs' request.
+// prefill (at most one step per `budget` prompt tokens of each); a speculative run's request
+// (up to 7 drafts past its tokens).
 int64_t kv_blocks_needed(const kv::KvSpec& spec, const std::vector<int64_t>& depths, const std::vector<int64_t>& batches,
                          int64_t n_prefill, int64_t n_decode, int64_t budget) {
-  int64_t most = spec.blocks_for(std::min<int64_t>(n_prefill, 128) + n_decode + 1);
+  int64_t most = spec.blocks_for(std::min<int64_t>(n_prefill, 128) + n_decode + 8);
   for (int64_t d : depths)
-    most = std::max({most, spec.blocks_for(d) + spec.blocks_for(d + n_prefill),
-                     spec.blocks_for(d + 1 + n_decode + 1)});
+    most = std::max({most, spec.blocks_for(d) + spec.blocks_for(d + n_prefill), spec.blocks_for(d + 1 + n_decode + 1)});
   for (int64_t b : batches) {
     const int64_t prefill_steps = b * ((n_prefill + 1 + budget - 1) / budget + 1);
     most = std::max(most, b * spec.blocks_for(n_prefill + 1 + prefill_steps + n_decode + 1));
   }
   return most + 1;
+}
+
+// The engine `serve` runs, with what the measurements need: no drafting unless asked for
+// (--speculative); a step budget that prefills n_prefill tokens in one chunk (and fills
+// contexts 512 tokens at a time, as before) and decodes the largest batch in one step;
+// prefix-cache snapshots of finished requests only (a checkpoint at every 512 prompt tokens
+// would end a prefill chunk there); KV memory for the largest phase, at least the default.
+EngineOptions bench_engine_options(const Args& args, const std::vector<int64_t>& depths,
+                                   const std::vector<int64_t>& batches, int64_t n_prefill, int64_t n_decode) {
+  EngineOptions eo = engine_options_from_args(args);
+  eo.speculative = args.get_or("--speculative", "off");
+  const int64_t most_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
+  eo.max_running = std::max<int64_t>(32, most_batch);
+  eo.max_batch_tokens = std::max<int64_t>({512, n_prefill, eo.max_running + 1});
+  eo.prefix_cache_granularity = 0;
+  const kv::KvSpec spec =
+      kv::KvSpec::make(v4::kv_layout_of(v4::load_config(eo.model_dir + "/config.json")), eo.kv_block_tokens);
+  const int64_t need = kv_blocks_needed(spec, depths, batches, n_prefill, n_decode, eo.max_batch_tokens);
+  eo.num_kv_blocks = std::max(need, EngineOptions::kDefaultKvMemoryBytes / spec.block_bytes);
+  return eo;
 }
 
 int run(const std::vector<std::string>& argv) {
@@ -887,23 +907,7 @@ int run(const std::vector<std::string>& argv) {
   if (check_logits && comm.size() > 1)
     throw ArgError("--check-depth-logits: its one-prefill side is a single-process model call; run it without mpirun");
 
-  // The engine `serve` runs, with what the measurements need: no drafting unless asked for
-  // (--speculative); a step budget that prefills n_prefill tokens in one chunk (and fills
-  // contexts 512 tokens at a time, as before) and decodes the largest batch in one step;
-  // prefix-cache snapshots of finished requests only (a checkpoint at every 512 prompt
-  // tokens would end a prefill chunk there); KV memory for the largest phase.
-  EngineOptions eo = engine_options_from_args(args);
-  eo.speculative = args.get_or("--speculative", "off");
-  const int64_t most_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
-  eo.max_running = std::max<int64_t>(32, most_batch);
-  eo.max_batch_tokens = std::max<int64_t>({512, n_prefill, eo.max_running + 1});
-  eo.prefix_cache_granularity = 0;
-  {
-    const kv::KvSpec spec = kv::KvSpec::make(v4::kv_layout_of(v4::load_config(eo.model_dir + "/config.json")),
-                                             eo.kv_block_tokens);
-    const int64_t need = kv_blocks_needed(spec, depths, batches, n_prefill, n_decode, eo.max_batch_tokens);
-    eo.num_kv_blocks = std::max(need, EngineOptions::kDefaultKvMemoryBytes / spec.block_bytes);
-  }
+  const EngineOptions eo = bench_engine_options(args, depths, batches, n_prefill, n_decode);
   if (comm.rank() > 0) {  // mpirun: the other ranks run rank 0's engine steps
     run_engine_worker(eo);
     int64_t rss = peak_rss_bytes();
