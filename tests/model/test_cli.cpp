@@ -127,6 +127,15 @@ TEST(Cli, BadArgumentsAreRejected) {
   r = run("logits --model " + shared_model("tiny-v4-a") + " --tokens-file " + tokens + " --out x.npy");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("reference numerics cannot run"), std::string::npos) << r.output;
+  // The engine's refusals that name a flag are argument errors for bench too (it starts its
+  // engine without Engine::create).
+  for (const std::string& bench : {"bench --model " + shared_model("tiny-v41-a") + " --speculative mtp",
+                                  "bench" + model + " --speculative mtp --num-draft-tokens 9",
+                                  "bench" + model + " --speculative bogus"}) {
+    r = run(bench + " --prefill 8 --decode 4");
+    EXPECT_EQ(r.code, 2) << bench << "\n" << r.output;
+    EXPECT_NE(r.output.find("--"), std::string::npos) << r.output;
+  }
 }
 
 // A checkpoint with one tensor of the wrong shape, one missing, or a broken config.json:

@@ -915,7 +915,7 @@ int run(const std::vector<std::string>& argv) {
     comm.allgather_bytes(&rss, sizeof rss, rss_ranks.data());
     return 0;
   }
-  Bench b{engine::create_local_engine(eo)};
+  Bench b{flag_errors_as_arg_errors([&] { return engine::create_local_engine(eo); })};
   const engine::ModelRunner& runner = *b.e.runner;
   const v4::Numerics& num = runner.numerics();
   const v4::Config& c = b.config();

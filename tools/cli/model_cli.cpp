@@ -68,12 +68,7 @@ EngineOptions engine_options_from_args(const Args& args) {
 }
 
 std::unique_ptr<Engine> create_engine(const EngineOptions& o) {
-  try {
-    return Engine::create(o);
-  } catch (const std::runtime_error& e) {
-    if (std::string_view(e.what()).substr(0, 2) == "--") throw ArgError(e.what());
-    throw;
-  }
+  return flag_errors_as_arg_errors([&] { return Engine::create(o); });
 }
 
 int default_threads_per_rank() {

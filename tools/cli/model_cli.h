@@ -2,7 +2,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "args.h"
@@ -22,6 +24,17 @@ EngineOptions engine_options_from_args(const Args& args);
 // Engine::create, where a refusal that names one of the flags ("--speculative mtp: this
 // checkpoint ...") is an ArgError (exit 2) like any other bad argument.
 std::unique_ptr<Engine> create_engine(const EngineOptions& o);
+// The same for any engine start-up (bench's engine without its thread): make(), with a
+// std::runtime_error that names a flag rethrown as an ArgError.
+template <class Make>
+auto flag_errors_as_arg_errors(Make make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const std::runtime_error& e) {
+    if (std::string_view(e.what()).substr(0, 2) == "--") throw ArgError(e.what());
+    throw;
+  }
+}
 // How to compute: --numerics reference|float (default reference), --threads N (default all
 // cores), --kernels cpu|ref (default cpu; ref is the slow scalar referee).
 struct Compute {
