@@ -425,7 +425,9 @@ struct BatchRun {
 // `batch` requests at once, each with its own n_prefill tokens and a first token; once all
 // of them decode, n_decode engine steps, each one forward of `batch` tokens (one per
 // request), are timed; then the requests are cancelled. A routing trace counts the distinct
-// experts each step's tokens chose per layer.
+// experts each step's tokens chose per layer. As in `serve`, the requests decode at
+// different positions: prompts of long_prefill_token_threshold (64) tokens or more are
+// prefilled one per step, and the first ones decode meanwhile.
 BatchRun measure_batch(Bench& b, int64_t batch, int64_t n_prefill, int64_t n_decode,
                        const std::function<int32_t()>& draw) {
   engine::EngineCore& core = b.core();
