@@ -249,25 +249,56 @@ EngineSetup prepare_engine(const EngineOptions& o);
 
 }  // namespace
 
-std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
+namespace {
+
+// Rank 0's (or a lone process's) engine parts: the runner EngineCore is given, and the
+// ModelRunner inside it.
+struct EngineParts {
+  EngineSetup setup;  // its runner moved into `runner`
+  std::unique_ptr<engine::Runner> runner;
+  engine::ModelRunner* model_runner = nullptr;
+};
+
+EngineParts assemble_engine(const EngineOptions& o) {
   using namespace engine;
+  EngineParts p;
   if (!multi_process(o)) {
-    EngineSetup s = prepare_engine(o);
-    return make_engine(s.info, s.copt, s.spec, s.n_blocks, std::move(s.runner));
+    p.setup = prepare_engine(o);
+    p.model_runner = p.setup.runner.get();
+    p.runner = std::move(p.setup.runner);
+    return p;
   }
   // Rank 0's start-up is checked with the workers' before the first step message: any
   // rank's failure fails all of them.
-  EngineSetup s;
   std::string error;
   try {
-    s = prepare_engine(o);
+    p.setup = prepare_engine(o);
   } catch (const std::exception& e) {
     error = e.what();
   }
   dist::agree(*o.comm, error);
   // The workers see every runner call before rank 0 makes it.
-  auto runner = std::make_unique<StepBroadcaster>(std::move(s.runner), *o.comm);
-  return make_engine(s.info, s.copt, s.spec, s.n_blocks, std::move(runner));
+  p.model_runner = p.setup.runner.get();
+  p.runner = std::make_unique<StepBroadcaster>(std::move(p.setup.runner), *o.comm);
+  return p;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& o) {
+  EngineParts p = assemble_engine(o);
+  const EngineSetup& s = p.setup;
+  return engine::make_engine(s.info, s.copt, s.spec, s.n_blocks, std::move(p.runner));
+}
+
+engine::LocalEngine engine::create_local_engine(const EngineOptions& o) {
+  EngineParts p = assemble_engine(o);
+  const EngineSetup& s = p.setup;
+  LocalEngine e;
+  e.core = std::make_unique<EngineCore>(s.copt, s.spec, s.n_blocks, std::move(p.runner));
+  e.runner = p.model_runner;
+  e.info = s.info;
+  return e;
 }
 
 void run_engine_worker(const EngineOptions& o) {

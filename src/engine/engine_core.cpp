@@ -34,6 +34,8 @@ uint64_t fresh_seed() {
 EngineCore::EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec, int64_t n_blocks,
                        std::unique_ptr<Runner> runner)
     : opt_(options),
+      new_request_drafts_(options.num_draft_tokens),
+      new_request_adaptive_(options.adaptive_drafts),
       scheduler_(options.scheduler, spec, n_blocks),
       runner_(std::move(runner)),
       sampler_(runner_->vocab_size()) {
@@ -43,6 +45,17 @@ EngineCore::EngineCore(const EngineCoreOptions& options, const kv::KvSpec& spec,
     throw std::invalid_argument("speculative decoding: " + std::to_string(opt_.num_draft_tokens) +
                                 " draft tokens per step, but this runner drafts at most " +
                                 std::to_string(runner_->max_draft_tokens()));
+}
+
+void EngineCore::set_drafting(int64_t num_draft_tokens, bool adaptive) {
+  if (num_draft_tokens < 0 || num_draft_tokens > opt_.num_draft_tokens)
+    throw std::invalid_argument("set_drafting: " + std::to_string(num_draft_tokens) +
+                                " drafts per step, but this engine drafts at most " +
+                                std::to_string(opt_.num_draft_tokens));
+  new_request_drafts_ = num_draft_tokens;
+  new_request_adaptive_ = adaptive;
+  acceptance_history_ = AcceptanceHistory{};
+  draft_meter_ = DraftCostMeter{};
 }
 
 Status EngineCore::validate(const GenerateRequest& req) const {
@@ -110,8 +123,8 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
   if (!r->params.stop.empty()) r->stop = std::make_unique<StopMatcher>(r->params.stop);
   r->sink = std::move(sink);
   r->t_arrival = arrival;
-  if (opt_.num_draft_tokens > 0 && !r->params.constraint)  // a constrained request samples token by token
-    r->draft_policy = std::make_unique<DraftPolicy>(opt_.num_draft_tokens, opt_.adaptive_drafts ? 0 : opt_.num_draft_tokens,
+  if (new_request_drafts_ > 0 && !r->params.constraint)  // a constrained request samples token by token
+    r->draft_policy = std::make_unique<DraftPolicy>(new_request_drafts_, new_request_adaptive_ ? 0 : new_request_drafts_,
                                                     opt_.draft_cost, opt_.verify_cost, opt_.draft_step_cost,
                                                     acceptance_history_.prior());
   scheduler_.add(r.get());
@@ -369,9 +382,14 @@ void EngineCore::draft_next(Request& r) {
     apply_measured_costs(*r.draft_policy, draft_meter_, opt_.draft_cost, opt_.draft_step_cost);
   const int64_t k = std::min(r.draft_policy->next(), room);
   if (k <= 0) return;
-  const Clock::time_point t0 = Clock::now();
-  r.drafts = runner_->draft(r.id, r.tokens, k);
-  draft_meter_.draft_call(k, seconds(Clock::now() - t0));
+  const Drafter drafter = [&](int64_t n) {
+    const Clock::time_point t0 = Clock::now();
+    std::vector<int32_t> drafts = runner_->draft(r.id, r.tokens, n);
+    draft_meter_.draft_call(n, seconds(Clock::now() - t0));
+    return drafts;
+  };
+  r.drafts = replace_drafts ? replace_drafts(r.id, r.tokens, k, drafter) : drafter(k);
+  if (int64_t(r.drafts.size()) > k) r.drafts.resize(size_t(k));
 }
 
 bool EngineCore::accept_drafts(Request& r, const ScheduledChunk& c, const float* rows, StreamEvent& ev) {

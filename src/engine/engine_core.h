@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,6 +69,21 @@ class EngineCore {
   // token it predicts, row [vocab]).
   std::function<void(uint64_t, int64_t, const float*)> on_logits;
 
+  // Benchmarks' hooks (`bench --speculative` times plain and drafted decoding, and the verify
+  // path's bounds, on one engine; tests). Requests added from now on draft up to
+  // num_draft_tokens per step (0: not at all, as on an engine without drafting; at most
+  // options().num_draft_tokens), chosen by their policy (adaptive) or always that many; and
+  // what the engine learnt from earlier drafts (the acceptance new requests start from, the
+  // measured cost of a draft) starts over, so that each variant a benchmark times starts as
+  // on a fresh engine. std::invalid_argument outside 0 .. options().num_draft_tokens.
+  void set_drafting(int64_t num_draft_tokens, bool adaptive);
+  // When set, the drafts a request verifies next are what this returns (at most k are used)
+  // instead of the runner's, given the request id, its tokens (the pending one last), the
+  // draft count its policy chose and the runner's drafter, which runs (and is timed for the
+  // draft-cost meter) only if called.
+  using Drafter = std::function<std::vector<int32_t>(int64_t k)>;
+  std::function<std::vector<int32_t>(uint64_t, std::span<const int32_t>, int64_t, const Drafter&)> replace_drafts;
+
  private:
   void apply_state_ops();
   bool sample_next(Request& r, const float* row, StreamEvent& ev, int32_t draft = -1, bool* accepted = nullptr);
@@ -81,6 +97,8 @@ class EngineCore {
   void fail_scheduled(const std::vector<ScheduledRequest>& sched, const std::string& what);
 
   EngineCoreOptions opt_;
+  int64_t new_request_drafts_ = 0;  // set_drafting: what requests added from now on draft
+  bool new_request_adaptive_ = true;
   Scheduler scheduler_;
   std::unique_ptr<Runner> runner_;
   Sampler sampler_;

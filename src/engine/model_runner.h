@@ -54,6 +54,11 @@ class ModelRunner final : public Runner {
   std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) override;
 
   const v4::Model& model() const { return *model_; }
+  // How it computes (numerics and kernels) and its compute threads: a caller that runs the
+  // model directly beside the engine (bench's one-prefill check, its bandwidth triad) uses
+  // the same ones.
+  const v4::Numerics& numerics() const { return num_; }
+  ThreadPool& pool() const { return *pool_; }
   size_t live_sequences() const { return seqs_.size(); }
   size_t live_snapshots() const { return snaps_.size(); }
   // Bytes of the KV arena (fixed at bind_kv), and bytes of the arena pages the live states

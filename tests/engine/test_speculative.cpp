@@ -44,6 +44,7 @@ class ScriptedDrafts final : public Runner {
   std::map<int64_t, std::vector<int32_t>> oracle;  // prompt length -> full token sequence
   int64_t wrong_every = 0;                          // 0: never
   bool use_model = false;                           // draft with the MTP module instead
+  int64_t calls = 0;                                // draft() calls
 
   int64_t vocab_size() const override { return inner_->vocab_size(); }
   void bind_kv(const kv::KvSpec& spec, int64_t n) override { inner_->bind_kv(spec, n); }
@@ -51,6 +52,7 @@ class ScriptedDrafts final : public Runner {
   void apply(const StateOp& op) override { inner_->apply(op); }
   int64_t max_draft_tokens() const override { return inner_->max_draft_tokens(); }
   std::vector<int32_t> draft(uint64_t seq, std::span<const int32_t> tokens, int64_t k) override {
+    ++calls;
     std::vector<int32_t> model = inner_->draft(seq, tokens, k);  // keeps the drafter's state moving
     if (use_model) return model;
     std::vector<int32_t> out;
@@ -477,6 +479,78 @@ TEST(Speculative, LaterRequestsStartFromTheEnginesAcceptance) {
   EXPECT_LE(drafted[1], 1u);  // only the probes (one draft each, every 16+ steps)
   EXPECT_LE(drafted[2], 1u);
   EXPECT_LT(drafted[1], drafted[0]);
+}
+
+// The benchmarks' hooks on one engine that drafts with the MTP module: requests added after
+// set_drafting(0) do not draft; replace_drafts runs the drafter and makes every draft wrong,
+// or gives every draft right (the drafter never runs); the greedy tokens stay plain decoding's.
+// set_drafting also starts what the engine learnt over: after a run of wrong drafts the next
+// request starts from the engine's acceptance (~0) and hardly drafts, but after set_drafting
+// wrong drafts go exactly as on the fresh engine.
+TEST(Speculative, BenchHooksSwitchAndReplaceDrafts) {
+  const std::vector<int32_t> p = prompt(21, 5);
+  const int64_t n = 24;
+  const Plain plain = plain_run({p}, n);
+  const std::vector<int32_t>& oracle = plain.tokens[0];
+  SpecCore c(3, 512, 4000, 0, "reference", "cpu", "tiny-v4-c", /*adaptive=*/true);
+  c.runner->use_model = true;
+  struct Counts {
+    uint64_t drafted, accepted, steps;
+    int64_t calls;
+  };
+  auto run_one = [&](const char* what) {
+    SCOPED_TRACE(what);
+    const EngineStats before = c.core->stats();
+    const int64_t calls = c.runner->calls;
+    const uint64_t id = c.submit(p, greedy_n(n));
+    c.run();
+    EXPECT_EQ(c.sinks[id]->tokens(), oracle);
+    const EngineStats after = c.core->stats();
+    return Counts{after.spec_draft_tokens - before.spec_draft_tokens,
+                  after.spec_accepted_tokens - before.spec_accepted_tokens, after.steps_total - before.steps_total,
+                  c.runner->calls - calls};
+  };
+  c.core->set_drafting(0, true);
+  const Counts none = run_one("no drafting");
+  EXPECT_EQ(none.drafted, 0u);
+  EXPECT_EQ(none.calls, 0);
+  EXPECT_EQ(none.steps, uint64_t(n));  // the prompt in one step, then one token per step
+
+  const size_t P = p.size();
+  c.core->set_drafting(3, true);
+  c.core->replace_drafts = [&](uint64_t, std::span<const int32_t> tokens, int64_t k, const EngineCore::Drafter& drafter) {
+    std::vector<int32_t> d = drafter(k);
+    const size_t done = tokens.size() - P;
+    for (size_t i = 0; i < d.size(); ++i) d[i] = (oracle[done + i] + 1) % 1024;
+    return d;
+  };
+  const Counts wrong = run_one("every draft wrong");
+  EXPECT_GT(wrong.drafted, 2u);
+  EXPECT_EQ(wrong.accepted, 0u);
+  EXPECT_GT(wrong.calls, 0);
+  // The next request starts from the engine's acceptance (~0 now) and hardly drafts; after
+  // set_drafting it starts from the default again.
+  EXPECT_LE(run_one("every draft wrong, the engine's acceptance learnt").drafted, 1u);
+  c.core->set_drafting(3, true);
+  const Counts again = run_one("every draft wrong, after set_drafting");
+  EXPECT_EQ(again.drafted, wrong.drafted);
+  EXPECT_EQ(again.calls, wrong.calls);
+
+  c.core->set_drafting(2, false);
+  c.core->replace_drafts = [&](uint64_t, std::span<const int32_t> tokens, int64_t k, const EngineCore::Drafter&) {
+    const size_t done = tokens.size() - P;
+    return std::vector<int32_t>(oracle.begin() + std::ptrdiff_t(done),
+                                oracle.begin() + std::ptrdiff_t(std::min(oracle.size(), done + size_t(k))));
+  };
+  const Counts right = run_one("every draft right");
+  EXPECT_GT(right.drafted, 0u);
+  EXPECT_EQ(right.accepted, right.drafted);
+  EXPECT_EQ(right.calls, 0);                               // the drafter never ran
+  EXPECT_LE(right.steps, uint64_t(1 + (n - 1 + 2) / 3));  // three tokens per verify step
+
+  c.core->replace_drafts = nullptr;
+  EXPECT_THROW(c.core->set_drafting(4, true), std::invalid_argument);
+  EXPECT_THROW(c.core->set_drafting(-1, true), std::invalid_argument);
 }
 
 namespace {

@@ -127,6 +127,15 @@ TEST(Cli, BadArgumentsAreRejected) {
   r = run("logits --model " + shared_model("tiny-v4-a") + " --tokens-file " + tokens + " --out x.npy");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("reference numerics cannot run"), std::string::npos) << r.output;
+  // The engine's refusals that name a flag are argument errors for bench too (it starts its
+  // engine without Engine::create).
+  for (const std::string& bench : {"bench --model " + shared_model("tiny-v41-a") + " --speculative mtp",
+                                  "bench" + model + " --speculative mtp --num-draft-tokens 9",
+                                  "bench" + model + " --speculative bogus"}) {
+    r = run(bench + " --prefill 8 --decode 4");
+    EXPECT_EQ(r.code, 2) << bench << "\n" << r.output;
+    EXPECT_NE(r.output.find("--"), std::string::npos) << r.output;
+  }
 }
 
 // A checkpoint with one tensor of the wrong shape, one missing, or a broken config.json:
@@ -401,10 +410,16 @@ TEST(Cli, BenchDecodeBatches) {
 // and both compression ratios (4, 128; index top-k 64 of 512 entries). The last decoded token's
 // logits equal one prefill's over the same tokens within 1e-4 of their std (float numerics);
 // the depth figures (KV per token of context, attention cost and its extrapolation) are there.
+// The measurements run through the engine `serve` runs: the prefill after 2048 tokens reuses
+// them from its prefix cache and runs in one step.
 TEST(Cli, BenchDepthDecodeLogitsEqualOnePrefill) {
   const Result r = run("bench --model " + shared_model("tiny-v4-c") +
                        " --prefill 8 --decode 4 --threads 2 --depths 0,2048 --check-depth-logits --numerics float --json");
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("depth 0: prefill of 8 tokens in one engine step after 0 tokens from the prefix cache"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("depth 2048: prefill of 8 tokens in one engine step after 2048 tokens from the prefix cache"),
+            std::string::npos) << r.output;
   const nlohmann::json j = bench_json(r.output);
   const nlohmann::json& check = j.at("depth_logits_check");
   EXPECT_TRUE(check.at("ok").get<bool>());

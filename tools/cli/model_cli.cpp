@@ -68,12 +68,7 @@ EngineOptions engine_options_from_args(const Args& args) {
 }
 
 std::unique_ptr<Engine> create_engine(const EngineOptions& o) {
-  try {
-    return Engine::create(o);
-  } catch (const std::runtime_error& e) {
-    if (std::string_view(e.what()).substr(0, 2) == "--") throw ArgError(e.what());
-    throw;
-  }
+  return flag_errors_as_arg_errors([&] { return Engine::create(o); });
 }
 
 int default_threads_per_rank() {
@@ -126,13 +121,6 @@ void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t
   }
 }
 
-int32_t argmax_lowest(const float* row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (row[i] > row[best]) best = i;
-  return int32_t(best);
-}
-
 int64_t first_nonfinite(const float* row, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(row[i])) return i;
@@ -153,14 +141,6 @@ std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols) {
   return s;
 }
 
-int32_t greedy_next(const float* row, int64_t n, int64_t pos) {
-  if (const int64_t bad = first_nonfinite(row, n); bad >= 0)
-    throw std::runtime_error("the model produced non-finite logits (" + std::string(std::isnan(row[bad]) ? "NaN" : "Inf") +
-                             ") at position " + std::to_string(pos) +
-                             "; the checkpoint's weights may be corrupt (--verify-weights scans them)");
-  return argmax_lowest(row, n);
-}
-
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols) {
   std::ostringstream h;
   h << "{'descr': '<f4', 'fortran_order': False, 'shape': (" << rows << ", " << cols << "), }";
@@ -178,28 +158,6 @@ void write_npy_f32(const std::string& path, const float* data, int64_t rows, int
   out << header;
   out.write(reinterpret_cast<const char*>(data), std::streamsize(rows * cols * sizeof(float)));
   if (!out) throw std::runtime_error(path + ": write failed");
-}
-
-int64_t speculative_args(const Args& args, const v4::Model& m) {
-  const v4::Config& c = m.config();
-  std::string mode = args.get_or("--speculative", "auto");
-  const bool has_mtp = m.drafter() == v4::Model::Drafter::kMtp && c.ratio(c.n_layers) == 0;
-  const bool has_dspark = m.drafter() == v4::Model::Drafter::kDspark;
-  if (mode == "auto") mode = has_dspark ? "dspark" : has_mtp ? "mtp" : "off";
-  if (mode == "off") return 0;
-  if (mode != "mtp" && mode != "dspark") throw ArgError("--speculative must be auto, mtp, dspark or off");
-  if (mode == "dspark" && !has_dspark)
-    throw ArgError(c.v41() ? "--speculative dspark: this DeepSeek-V4.1 checkpoint has no DSpark drafter"
-                           : "--speculative dspark: this checkpoint has no DSpark stages (no dspark_* keys in "
-                             "config.json)");
-  if (mode == "mtp" && !has_mtp)
-    throw ArgError(has_dspark ? "--speculative mtp: this checkpoint ships DSpark stages, not an MTP module"
-                           : "--speculative mtp: this checkpoint has no MTP module (num_nextn_predict_layers is 0)");
-  int64_t most = std::min<int64_t>(v4::kMinRingRows, c.window) - 1;
-  if (has_dspark) most = std::min(most, c.dspark_block_size);
-  const long k = args.get_int("--num-draft-tokens", has_dspark ? most : std::min<int64_t>(3, most));
-  if (k < 1 || k > most) throw ArgError("--num-draft-tokens must be between 1 and " + std::to_string(most));
-  return k;
 }
 
 }  // namespace deepinfer::cli

@@ -2,7 +2,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "args.h"
@@ -14,13 +16,25 @@ namespace deepinfer::cli {
 // --model DIR, or the embedded default checkpoint when omitted.
 std::string model_dir_arg(const Args& args);
 std::unique_ptr<v4::Model> load_model_arg(const Args& args);
-// The EngineOptions of the flags every Engine-backed subcommand (generate, chat, serve) shares:
-// --model (or the embedded default), --threads, --numerics, --kernels, --speculative,
-// --num-draft-tokens, --verify-weights, --expert-parallel; and the job's communicator.
+// The EngineOptions of the flags every Engine-backed subcommand (generate, chat, serve,
+// bench) shares: --model (or the embedded default), --threads, --numerics, --kernels,
+// --speculative, --num-draft-tokens, --verify-weights, --expert-parallel; and the job's
+// communicator.
 EngineOptions engine_options_from_args(const Args& args);
 // Engine::create, where a refusal that names one of the flags ("--speculative mtp: this
 // checkpoint ...") is an ArgError (exit 2) like any other bad argument.
 std::unique_ptr<Engine> create_engine(const EngineOptions& o);
+// The same for any engine start-up (bench's engine without its thread): make(), with a
+// std::runtime_error that names a flag rethrown as an ArgError.
+template <class Make>
+auto flag_errors_as_arg_errors(Make make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const std::runtime_error& e) {
+    if (std::string_view(e.what()).substr(0, 2) == "--") throw ArgError(e.what());
+    throw;
+  }
+}
 // How to compute: --numerics reference|float (default reference), --threads N (default all
 // cores), --kernels cpu|ref (default cpu; ref is the slow scalar referee).
 struct Compute {
@@ -36,18 +50,11 @@ std::vector<int32_t> read_token_file(const std::string& path);
 // Writes all rows' logits [S, vocab] into logits if not null.
 void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t chunk, v4::SequenceState& st,
                  const v4::Numerics& num, std::vector<float>* logits);
-int32_t argmax_lowest(const float* row, int64_t n);
 // Index of the first NaN / Inf of row[0..n), or -1.
 int64_t first_nonfinite(const float* row, int64_t n);
 // "" when every value of logits [rows, cols] is finite, else how many rows are not and the
 // first few of them ("3 of 7 logits rows are non-finite (NaN or Inf): rows 0, 1, 2").
 std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols);
-// argmax_lowest of a row that must be finite: a NaN / Inf row (corrupt weights) throws,
-// naming the position, instead of becoming a token.
-int32_t greedy_next(const float* row, int64_t n, int64_t pos);
-// --speculative auto|mtp|dspark|off and --num-draft-tokens K for a model-level decoder:
-// the draft count per step (0: off). A mode the checkpoint cannot do is an ArgError.
-int64_t speculative_args(const Args& args, const v4::Model& m);
 void write_npy_f32(const std::string& path, const float* data, int64_t rows, int64_t cols);
 
 }  // namespace deepinfer::cli
