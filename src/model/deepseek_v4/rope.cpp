@@ -10,16 +10,19 @@ namespace {
 
 std::atomic<uint64_t> g_next_table_id{1};
 
-// The cos / sin of one table at one position, kept per thread: a decode step rotates every
+// The cos / sin of a table at a position, kept per thread: a decode step rotates every
 // head's query, the window key and every head's output at the same position, and sin / cos
-// in double cost more than the rotation (about 13k of them a token on the bench model).
+// in double cost more than the rotation (about 13k of them a token on the bench model). A
+// few positions (slot pos % kSlots) so that a batch's sequences, each at its own position,
+// do not evict each other's angles from one row to the next.
 struct AngleCache {
   static constexpr int64_t kMaxHalf = 256;
   uint64_t table_id = 0;  // RopeTable::id of the cached angles; 0: none
   int64_t pos = -1;
   float c[kMaxHalf], s[kMaxHalf];
 };
-thread_local AngleCache tl_angles;
+constexpr int64_t kSlots = 8;
+thread_local AngleCache tl_angles[kSlots];
 
 }  // namespace
 
@@ -57,9 +60,8 @@ RopeTable RopeTable::make(const Config& cfg, bool compressed_layer) {
 void RopeTable::apply(float* x, int64_t n, int64_t pos, bool inverse, const Numerics& num) const {
   float* r = x + (n - rope_dim);
   const int64_t half = rope_dim / 2;
-  AngleCache& a = tl_angles;
+  AngleCache& a = tl_angles[uint64_t(pos) % kSlots];
   if (id == 0 || half > AngleCache::kMaxHalf) {  // a table not made by make(), or too wide: no cache
-    a.table_id = 0;
     const float p = float(pos);
     for (int64_t i = 0; i < half; ++i) {
       const float theta = p * inv_freq[i];
