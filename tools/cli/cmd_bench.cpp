@@ -652,7 +652,7 @@ struct Report {
   double bw_before = 0, bw_after = 0, bw = 0;  // triad GB/s; the roofline uses their mean
   double fma_peak = 0;  // multiply-adds / s of the products' FMA on every thread (0: not known)
   double dot_peak = 0;  // the same for the bf16 dot-product instruction (0: none)
-  double quantized_peak = 0;  // the rate the roofline gives FP8 / FP4 products (see run())
+  double quantized_peak = 0;  // the rate the roofline gives FP8 / FP4 / BF16 products (see run())
   // From analyse_depths():
   const Run* depth0 = nullptr;
   bool have_slope = false;
@@ -817,8 +817,8 @@ void print_report(const Report& R, bool csv) {
   if (R.depth0 || R.check_logits) print_depth_table(R);
   if (!R.batch_runs.empty()) {
     if (R.fma_peak > 0)
-      std::printf("\nproduct peaks (%d threads): fp32 FMA %.1f GFLOP/s, bf16 dot product %.1f, FP8 / FP4 products "
-                  "counted at %.1f; a batch's roofline counts each matrix at the slower of its bytes and its "
+      std::printf("\nproduct peaks (%d threads): fp32 FMA %.1f GFLOP/s, bf16 dot product %.1f, FP8 / FP4 / BF16 "
+                  "products counted at %.1f; a batch's roofline counts each matrix at the slower of its bytes and its "
                   "multiply-adds\n",
                   R.threads, 2.0 * R.fma_peak / 1e9, 2.0 * R.dot_peak / 1e9, 2.0 * R.quantized_peak / 1e9);
     std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | memory-bound tok/s | "
@@ -999,9 +999,10 @@ int run(const std::vector<std::string>& argv) {
   rep.bw = 0.5 * (rep.bw_before + rep.bw_after);
   rep.fma_peak = fma_peak;
   rep.dot_peak = dot_peak;
-  // Reference numerics multiplies act-quantised (bf16-exact) rows of FP8 / FP4 weights, which
-  // the kernels may run on the bf16 dot-product instruction: those products get the faster
-  // of the two rates; float numerics' products are fp32 FMAs.
+  // Reference numerics multiplies bf16-exact rows (act-quantised, or held in bf16 by the
+  // reference) of FP8 / FP4 / BF16 weights, which the kernels may run on the bf16 dot-product
+  // instruction: those products get the faster of the two rates; float numerics' products are
+  // fp32 FMAs. (The JSON key keeps its name, fp8_fp4_product_peak_gflop_s.)
   rep.quantized_peak = num.mode == v4::NumericsMode::Reference ? std::max(fma_peak, dot_peak) : fma_peak;
   for (BatchRun& r : rep.batch_runs) {
     r.bound = v4::batch_step_bound(c, w, r.expert_rows, r.batch, rep.bw * 1e9, fma_peak, rep.quantized_peak);
