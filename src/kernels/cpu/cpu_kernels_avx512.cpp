@@ -558,7 +558,8 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   const int64_t K = c.K, Kp = c.xs;
   // Up to 16 x vectors stay in registers for the chunk; more rows load theirs where they
   // are used (from L1: every weight vector meets MR of them).
-  constexpr bool keep_x = MR * NV <= 16;
+  // (Not where they would crowd the accumulators and weight vectors out of the 32 registers.)
+  constexpr bool keep_x = MR * NV <= 16 && (NRW <= 2 || MR * NV + MR * NRW + NV <= 30);
   static_assert(keep_x || XS == XScale::kNone);
   // bf16 mode over 3+ rows (not FP4's partial sums): each decoded bf16 weight vector is widened
   // once into dot-product order and meets every row's xd in FMAs, the bits of vdpbf16ps (see
@@ -784,13 +785,21 @@ constexpr int gemv_rows_m1() {
     return 4;
 }
 
+// FP4's partial sums at 2-4 rows take four weight rows at a time: twice the independent
+// dot-product chains, which a core issuing two vdpbf16ps a cycle needs (AMD Zen 5, 1 thread,
+// hot, FP4 1024 x 2048: M = 3 282 -> 311 GFLOP/s, M = 2 and 4 +1-3%; 5-8 rows were no faster).
+template <class D>
+constexpr int gemv_rows_few() {
+  return partial_sums<D>() ? 4 : 2;
+}
+
 template <class D>
 void gemv_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   switch (c.M) {
     case 1: return gemv_range<D, 1, gemv_rows_m1<D>()>(c, d, n0, n1);
     case 2: return gemv_range<D, 2, 4>(c, d, n0, n1);
-    case 3: return gemv_range<D, 3, 2>(c, d, n0, n1);
-    case 4: return gemv_range<D, 4, 2>(c, d, n0, n1);
+    case 3: return gemv_range<D, 3, gemv_rows_few<D>()>(c, d, n0, n1);
+    case 4: return gemv_range<D, 4, gemv_rows_few<D>()>(c, d, n0, n1);
     case 5: return gemv_range<D, 5, 2>(c, d, n0, n1);
     case 6: return gemv_range<D, 6, 2>(c, d, n0, n1);
     case 7: return gemv_range<D, 7, 2>(c, d, n0, n1);
