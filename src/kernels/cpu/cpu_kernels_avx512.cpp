@@ -1011,12 +1011,14 @@ __attribute__((noinline)) void micro_parts_dp(const LinearCall& c, const uint16_
 // times four tile rows, then their sums straight to y.
 template <int MR>
 __attribute__((noinline)) void micro_dp(const LinearCall& c, const uint16_t* x, const uint16_t* w, int64_t m0,
-                                        int64_t n, int64_t n_rows) {
+                                        int64_t n, int64_t n_rows, const uint16_t* pf = nullptr) {
   const int64_t Kp = c.xs;
   __m512 acc[MR][kNR];
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < kNR; ++r) acc[m][r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < Kp; k += kDotCols) {
+    if (pf)
+      for (int r = 0; r < kNR; ++r) prefetch_weights(pf + r * Kp + k);
     __m512i xv[MR];
     for (int m = 0; m < MR; ++m) xv[m] = load_i(x + m * Kp + k);
     for (int r = 0; r < kNR; ++r) {
@@ -1028,12 +1030,20 @@ __attribute__((noinline)) void micro_dp(const LinearCall& c, const uint16_t* x, 
     store_sums(c.y + (m0 + m) * c.N + n, reduce4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]), n_rows);
 }
 
-void tile_dp(const LinearCall& c, const uint16_t* tile, int64_t rows, int64_t rows_p, int64_t n_base) {
+void tile_dp(const LinearCall& c, const uint16_t* tile, int64_t rows, int64_t rows_p, int64_t n_base,
+             bool in_place = false) {
   const int64_t Kp = c.xs, M = c.M;
   for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
     const uint16_t* w = tile + r0 * Kp;
     const int64_t n = n_base + r0, n_rows = rows - r0;
     int64_t m0 = 0;
+    // Rows multiplied in place come from memory: the first pass over four of them fetches
+    // the next four (into L2) while it works.
+    const uint16_t* pf = in_place && r0 + 2 * kNR <= rows_p ? w + kNR * Kp : nullptr;
+    if (pf && M >= 6) {
+      micro_dp<6>(c, c.xb, w, 0, n, n_rows, pf);
+      m0 = 6;
+    }
     for (; m0 + 6 <= M; m0 += 6) micro_dp<6>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
     switch (M - m0) {
       case 5: micro_dp<5>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
@@ -1154,7 +1164,7 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
       // BF16 rows already are the tile (the head: 129280 of them, 32 products per row at a
       // decode batch of 32): multiplied in place once every row was seen in range.
       if (bf && in_place_bf16_rows(c, nt0, rows)) {
-        tile_dp(c, reinterpret_cast<const uint16_t*>(c.W->data) + nt0 * Kp, rows, rows, nt0);
+        tile_dp(c, reinterpret_cast<const uint16_t*>(c.W->data) + nt0 * Kp, rows, rows, nt0, true);
         continue;
       }
     }
