@@ -158,6 +158,9 @@ struct IsaKernels {
   // Null, or sum_i a[i] * b[i] in double over n floats (products exact in double), several
   // accumulators in vector lanes: linear_f32_exact's dot, up to double summation order.
   double (*dot_f64)(const float* a, const float* b, int64_t n) = nullptr;
+  // Null, or dot_f64(a, b + r * ldb, n) into out[r] for r < 4, bit for bit: a is converted
+  // once for the four rows, whose accumulator chains run side by side.
+  void (*dot_f64_4)(const float* a, const float* b, int64_t ldb, int64_t n, double* out) = nullptr;
   // Null, or swiglu_ref with exp in vectors (within one unit in the last place of it).
   void (*swiglu)(const float* g, const float* u, int64_t n, float limit, const float* weight, bool round_bf16,
                  float* out) = nullptr;

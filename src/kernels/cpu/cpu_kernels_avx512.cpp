@@ -1475,6 +1475,30 @@ double dot_f64(const float* a, const float* b, int64_t n) {
   return total;
 }
 
+void dot_f64_4(const float* a, const float* b, int64_t ldb, int64_t n, double* out) {
+  __m512d acc[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int u = 0; u < 4; ++u) {
+      const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(a + i + 8 * u));
+      for (int r = 0; r < 4; ++r)
+        acc[r][u] = _mm512_fmadd_pd(x, _mm512_cvtps_pd(_mm256_loadu_ps(b + r * ldb + i + 8 * u)), acc[r][u]);
+    }
+  for (; i + 8 <= n; i += 8) {
+    const __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(a + i));
+    for (int r = 0; r < 4; ++r)
+      acc[r][0] = _mm512_fmadd_pd(x, _mm512_cvtps_pd(_mm256_loadu_ps(b + r * ldb + i)), acc[r][0]);
+  }
+  for (int r = 0; r < 4; ++r) {
+    double total =
+        _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(acc[r][0], acc[r][1]), _mm512_add_pd(acc[r][2], acc[r][3])));
+    for (int64_t j = i; j < n; ++j) total += double(a[j]) * double(b[r * ldb + j]);
+    out[r] = total;
+  }
+}
+
 // IsaKernels::bf16_dot_chains: chain j starts at x0 + j / 1024 in every lane and adds
 // 0.5 * 2^-10 twice a step (one vdpbf16ps: a pair of exact products).
 double bf16_dot_chains(int64_t iters, float x0, int64_t* macs) {
@@ -1518,6 +1542,7 @@ constexpr IsaKernels kKernels = {
     .hc_expand = avx512::hc_expand<avx512::Ops>,
     .hc_collapse = avx512::hc_collapse<avx512::Ops>,
     .dot_f64 = dot_f64,
+    .dot_f64_4 = dot_f64_4,
     .swiglu = avx512::swiglu<avx512::Ops>,
     .fma_chains = avx512::fma_chains<avx512::Ops>,
     .bf16_dot_chains = bf16_dot_chains,
