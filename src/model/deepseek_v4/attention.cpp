@@ -78,16 +78,28 @@ class ProductBatch {
 
 // Unweighted per-head RMS of the queries. The reference writes it as bf16 tensor ops,
 // each rounded to bf16 (MODEL.md 7.2).
-void query_head_norm(float* q, int64_t n, float eps, const Numerics& num) {
+// All H heads of one token (q: [H, n]). Each head's sum of squares is one serial chain of
+// double adds; eight heads' chains run side by side, each in its own order.
+void query_head_norms(float* q, int64_t H, int64_t n, float eps, const Numerics& num) {
   if (!num.reference()) {
-    rms_norm(q, nullptr, n, eps, num, q);
+    for (int64_t h = 0; h < H; ++h) rms_norm(&q[h * n], nullptr, n, eps, num, &q[h * n]);
     return;
   }
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += double(round_bf16(q[i] * q[i]));
-  const float mean = round_bf16(float(ss / double(n)));
-  const float r = round_bf16(rsqrt_f(round_bf16(mean + eps)));
-  for (int64_t i = 0; i < n; ++i) q[i] = round_bf16(q[i] * r);
+  constexpr int64_t kLanes = 8;
+  for (int64_t h0 = 0; h0 < H; h0 += kLanes) {
+    const int64_t nh = std::min(kLanes, H - h0);
+    double ss[kLanes] = {};
+    const float* qh[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j) qh[j] = &q[(h0 + std::min(j, nh - 1)) * n];
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < kLanes; ++j) ss[j] += double(round_bf16(qh[j][i] * qh[j][i]));
+    for (int64_t j = 0; j < nh; ++j) {
+      float* x = &q[(h0 + j) * n];
+      const float mean = round_bf16(float(ss[j] / double(n)));
+      const float r = round_bf16(rsqrt_f(round_bf16(mean + eps)));
+      for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i] * r);
+    }
+  }
 }
 
 // FP8 QDQ of a window key: V4 the non-rope dims in blocks of 64 (also its compressed
@@ -225,20 +237,16 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
 
   // ---- queries: head norm (V4 only) -> RoPE
   section.start(DI_PROFILE_SECTION("attn.query_rope"));
-  for (int64_t t = 0; t < S; ++t)
-    for (int64_t h = 0; h < H; ++h) {
-      float* qh = &q[(t * H + h) * Dh];
-      if (!cfg.v41()) query_head_norm(qh, Dh, eps, num);
-      rope.apply(qh, Dh, pos[t], false, num);
-    }
-
-  // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ (kv_qdq)
-  for (int64_t t = 0; t < S; ++t) {
+  // Token rows over the pool (each row's own arithmetic, so any split gives the same bits).
+  for_each_row(num, S, [&](int64_t t) {
+    if (!cfg.v41()) query_head_norms(&q[t * H * Dh], H, Dh, eps, num);
+    for (int64_t h = 0; h < H; ++h) rope.apply(&q[(t * H + h) * Dh], Dh, pos[t], false, num);
+    // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ (kv_qdq)
     float* k = &kv[t * Dh];
     rms_norm(k, w.kv_norm.data(), Dh, eps, num, k);
     rope.apply(k, Dh, pos[t], false, num);
     kv_qdq(cfg, num, k);
-  }
+  });
 
   // ---- per sequence: compressed keys (every group completed inside this chunk, before any
   // attention), indexer selection, and the key list of each query.

@@ -32,9 +32,14 @@ static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t
       const int64_t nt = std::min(kLanes, rows - t0);
       double ss[kLanes] = {};
       const float* x[kLanes];
-      for (int64_t j = 0; j < kLanes; ++j) x[j] = X + (t0 + std::min(j, nt - 1)) * width;
-      for (int64_t i = 0; i < width; ++i)
-        for (int64_t j = 0; j < kLanes; ++j) ss[j] += double(x[j][i] * x[j][i]);
+      for (int64_t j = 0; j < nt; ++j) x[j] = X + (t0 + j) * width;
+      if (nt == kLanes) {
+        for (int64_t i = 0; i < width; ++i)
+          for (int64_t j = 0; j < kLanes; ++j) ss[j] += double(x[j][i] * x[j][i]);
+      } else {  // a few rows (decode): each chain alone
+        for (int64_t j = 0; j < nt; ++j)
+          for (int64_t i = 0; i < width; ++i) ss[j] += double(x[j][i] * x[j][i]);
+      }
       for (int64_t j = 0; j < nt; ++j) {
         const float r = rsqrt_f(float(ss[j] / double(width)) + eps);
         for (int64_t k = 0; k < n_mix; ++k) mix[(t0 + j) * n_mix + k] *= r;
