@@ -1420,7 +1420,7 @@ void bf16_pair_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
 
 void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
                 double* out) {
-  constexpr int kKeys = 4;     // keys side by side: 8 independent FMA chains
+  constexpr int kKeys = 8;     // keys side by side: 16 independent FMA chains
   constexpr int64_t kCols = 128;  // key columns widened to double at a time
   alignas(64) double kd[kKeys][kCols];
   for (int64_t h0 = 0; h0 < n_heads; h0 += 16) {  // 16 heads: two vectors of 8 lanes
