@@ -370,8 +370,13 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       i += nh;
     }
   };
-  // Captured by one reference, so the std::function of parallel_for stays off the heap.
-  parallel_for(num.backend->pool(), S * H, 1, [&attend](int64_t i0, int64_t i1, int th) { attend(i0, i1, th); });
+  // Captured by one reference, so the std::function of parallel_for stays off the heap. Query
+  // rows see different numbers of keys (a prefill's early rows fewer): several whole rows per
+  // piece, pieces taken over by an idle thread; one row (decode) splits its heads.
+  if (S > 1)
+    parallel_for_balanced(num.backend->pool(), S * H, H, 4, [&attend](int64_t i0, int64_t i1, int th) { attend(i0, i1, th); });
+  else
+    parallel_for(num.backend->pool(), S * H, 1, [&attend](int64_t i0, int64_t i1, int th) { attend(i0, i1, th); });
 
   // The ring keeps the last W window keys of each sequence for later chunks.
   for (const Segment& sg : segments)
