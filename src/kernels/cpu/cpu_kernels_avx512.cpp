@@ -27,7 +27,8 @@
 // Prefill decodes a tile of weight rows once into L2 and runs a 6 x 4 register-blocked fp32
 // FMA microkernel over all activation rows, K in L1-sized blocks with the vector partial sums
 // carried between blocks. In bf16 mode the tile is decoded to bf16 (straight from the codes,
-// the block scale added to the exponent; FP4: the bare codes and each chunk's scales), then
+// the block scale added to the exponent; FP4: the same for the vdpbf16ps tiles, the bare codes
+// and each chunk's scales for the FMA tiles), then
 // either multiplied with vdpbf16ps as it is, or widened into dot-product order with x alike
 // and multiplied with FMAs, which give the instruction's bits (see bf16_to_dp). Which is
 // faster depends on the CPU (dp_tiles_are_faster, measured once): on the Intel cores this was
