@@ -2,6 +2,8 @@
 // lightning indexer selection, sink attention and the grouped output projection.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -143,6 +145,36 @@ void run_compressor(const CompressorWeights& w, CompressorState& st, const float
 // entries into chosen[t * index_topk ...].
 // q [S, HI * DI] (indexer_wq_b of the queries' qr) and wts [S, HI] (weights_proj of a) are
 // the segment's projections; both are modified here.
+// The k best of n scores into out, best first: larger score first, ties to the lower index (a
+// total order, so selecting then sorting the k gives exactly what a partial sort gives). Each
+// candidate is one 64-bit key, the score's order-preserving bits (complemented: larger first)
+// above its index, so the selection compares integers in place instead of looking scores up;
+// a NaN score (no order) takes the comparator path. order: n scratch slots.
+void select_top_k(std::span<const float> score, int64_t k, std::span<int64_t> order, int64_t* out) {
+  const int64_t n = int64_t(score.size());
+  bool nan = false;
+  for (float v : score) nan |= std::isnan(v);
+  if (nan || n >= (int64_t(1) << 32)) {
+    std::iota(order.begin(), order.end(), 0);
+    auto before = [&](int64_t x, int64_t y) { return score[x] != score[y] ? score[x] > score[y] : x < y; };
+    if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
+    std::sort(order.begin(), order.begin() + k, before);
+    std::copy_n(order.begin(), k, out);
+    return;
+  }
+  uint64_t* keys = reinterpret_cast<uint64_t*>(order.data());
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &score[i], 4);
+    // Ascending b <-> ascending float (a -0 and +0 fold to one value, as == sees them).
+    b = (b & 0x7fffffffu) == 0 ? 0x80000000u : (b & 0x80000000u) ? ~b : b | 0x80000000u;
+    keys[i] = (uint64_t(~b) << 32) | uint64_t(i);
+  }
+  if (k < n) std::nth_element(keys, keys + k, keys + n);
+  std::sort(keys, keys + k);
+  for (int64_t i = 0; i < k; ++i) out[i] = int64_t(keys[i] & 0xffffffffu);
+}
+
 void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rope, std::span<float> q,
                     std::span<float> wts, int64_t S, int64_t p0, const CompressorState& keys, int64_t* chosen,
                     int64_t* n_chosen) {
@@ -175,13 +207,7 @@ void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rop
                               num.reference(), score.data());
     section.start(DI_PROFILE_SECTION("attn.indexer.top_k"));
     const int64_t k = std::min(cfg.index_topk, n_vis);
-    std::iota(order.begin(), order.end(), 0);
-    // A total order (ties by index), so selecting then sorting the top k gives exactly what
-    // a partial sort gives, in about half the comparisons.
-    auto before = [&](int64_t x, int64_t y) { return score[x] != score[y] ? score[x] > score[y] : x < y; };
-    if (k < n_vis) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
-    std::sort(order.begin(), order.begin() + k, before);
-    std::copy_n(order.begin(), k, chosen + t * cfg.index_topk);
+    select_top_k(score, k, order, chosen + t * cfg.index_topk);
     n_chosen[t] = k;
   }
 }
