@@ -80,21 +80,19 @@ class ProductBatch {
 
 // Unweighted per-head RMS of the queries. The reference writes it as bf16 tensor ops,
 // each rounded to bf16 (MODEL.md 7.2).
-// All H heads of one token (q: [H, n]). Each head's sum of squares is one serial chain of
-// double adds; eight heads' chains run side by side, each in its own order.
+// All H heads of one token (q: [H, n]); the heads' sums of squares through serial_sums.
 void query_head_norms(float* q, int64_t H, int64_t n, float eps, const Numerics& num) {
   if (!num.reference()) {
     for (int64_t h = 0; h < H; ++h) rms_norm(&q[h * n], nullptr, n, eps, num, &q[h * n]);
     return;
   }
-  constexpr int64_t kLanes = 8;
+  constexpr int64_t kLanes = kSerialSumLanes;
   for (int64_t h0 = 0; h0 < H; h0 += kLanes) {
     const int64_t nh = std::min(kLanes, H - h0);
-    double ss[kLanes] = {};
+    double ss[kLanes];
     const float* qh[kLanes];
-    for (int64_t j = 0; j < kLanes; ++j) qh[j] = &q[(h0 + std::min(j, nh - 1)) * n];
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < kLanes; ++j) ss[j] += double(round_bf16(qh[j][i] * qh[j][i]));
+    for (int64_t j = 0; j < nh; ++j) qh[j] = &q[(h0 + j) * n];
+    serial_sums(qh, nh, n, [](float v) { return round_bf16(v * v); }, ss);
     for (int64_t j = 0; j < nh; ++j) {
       float* x = &q[(h0 + j) * n];
       const float mean = round_bf16(float(ss[j] / double(n)));
@@ -140,11 +138,6 @@ void run_compressor(const CompressorWeights& w, CompressorState& st, const float
   }
 }
 
-// Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
-// top scores, in descending score order (ties: lower index first): query t's n_chosen[t]
-// entries into chosen[t * index_topk ...].
-// q [S, HI * DI] (indexer_wq_b of the queries' qr) and wts [S, HI] (weights_proj of a) are
-// the segment's projections; both are modified here.
 // The k best of n scores into out, best first: larger score first, ties to the lower index (a
 // total order, so selecting then sorting the k gives exactly what a partial sort gives). Each
 // candidate is one 64-bit key, the score's order-preserving bits (complemented: larger first)
@@ -175,6 +168,11 @@ void select_top_k(std::span<const float> score, int64_t k, std::span<int64_t> or
   for (int64_t i = 0; i < k; ++i) out[i] = int64_t(keys[i] & 0xffffffffu);
 }
 
+// Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
+// top scores, in descending score order (ties: lower index first): query t's n_chosen[t]
+// entries into chosen[t * index_topk ...].
+// q [S, HI * DI] (indexer_wq_b of the queries' qr) and wts [S, HI] (weights_proj of a) are
+// the segment's projections; both are modified here.
 void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rope, std::span<float> q,
                     std::span<float> wts, int64_t S, int64_t p0, const CompressorState& keys, int64_t* chosen,
                     int64_t* n_chosen) {

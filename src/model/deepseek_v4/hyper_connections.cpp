@@ -24,22 +24,15 @@ static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t
   else
     num.backend->linear_f32(X, rows, w.fn, mix);
   section.start(DI_PROFILE_SECTION("hc.mixer_norm"));
-  // Each row's sum of squares is one serial chain of double adds (the reference's order);
-  // eight rows' chains run side by side, so the adds overlap instead of waiting on each other.
-  constexpr int64_t kLanes = 8;
+  // Each row's sum of squares: serial_sums, kSerialSumLanes rows at a time.
+  constexpr int64_t kLanes = kSerialSumLanes;
   auto blocks = [&](int64_t b0, int64_t b1) {
     for (int64_t t0 = b0 * kLanes; t0 < std::min(rows, b1 * kLanes); t0 += kLanes) {
       const int64_t nt = std::min(kLanes, rows - t0);
-      double ss[kLanes] = {};
+      double ss[kLanes];
       const float* x[kLanes];
       for (int64_t j = 0; j < nt; ++j) x[j] = X + (t0 + j) * width;
-      if (nt == kLanes) {
-        for (int64_t i = 0; i < width; ++i)
-          for (int64_t j = 0; j < kLanes; ++j) ss[j] += double(x[j][i] * x[j][i]);
-      } else {  // a few rows (decode): each chain alone
-        for (int64_t j = 0; j < nt; ++j)
-          for (int64_t i = 0; i < width; ++i) ss[j] += double(x[j][i] * x[j][i]);
-      }
+      serial_sums(x, nt, width, [](float v) { return v * v; }, ss);
       for (int64_t j = 0; j < nt; ++j) {
         const float r = rsqrt_f(float(ss[j] / double(width)) + eps);
         for (int64_t k = 0; k < n_mix; ++k) mix[(t0 + j) * n_mix + k] *= r;
