@@ -1,6 +1,6 @@
 // Microbenchmarks of the cpu kernels' vector operations outside the linear layers (the ones
 // bench_kernels does not time): act-quant, swiglu, the hyper-connection mixes, the indexer's
-// score combination and sink attention, on each ISA this machine supports, one thread, on
+// score combination, its scores (whole, through the backend) and sink attention, on each ISA this machine supports, one thread, on
 // inputs that stay in cache. Shapes are the large bench model's (hidden 7168, expert 2048,
 // 4 hyper-connection streams, 64 indexer heads, 16 heads of 512 in attention).
 //
@@ -16,6 +16,7 @@
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/kernels.h"
 
 using namespace deepinfer::kernels;
 using namespace deepinfer::kernels::cpu;
@@ -109,6 +110,58 @@ void bm_index_combine(benchmark::State& state, Isa isa) {
   state.SetItemsProcessed(state.iterations() * n_heads * n_keys);
 }
 
+// The indexer's scores of one query (n_heads of 128) over 2048 keys, one thread, through the
+// backend: FP4-QDQ'd q and keys as in reference numerics (exact bf16 dots where the ISA has
+// them), or plain floats (`qdq` false: every dot in double).
+void bm_index_scores(benchmark::State& state, Isa isa, int64_t n_heads, bool qdq) {
+  constexpr int64_t dim = 128, n_keys = 2048;
+  auto q = random_floats(n_heads * dim, 16), kv = random_floats(n_keys * dim, 17);
+  const auto w = random_floats(n_heads, 18, 0.1f);
+  if (qdq) {
+    for (int64_t h = 0; h < n_heads; ++h) fp4_qdq_pow2_ref(q.data() + h * dim, dim, 32);
+    for (int64_t j = 0; j < n_keys; ++j) fp4_qdq_pow2_ref(kv.data() + j * dim, dim, 32);
+  }
+  std::vector<const float*> keys(n_keys);
+  for (int64_t j = 0; j < n_keys; ++j) keys[j] = kv.data() + j * dim;
+  std::vector<float> scores(n_keys);
+  const auto be = make_cpu_backend_isa(nullptr, isa);
+  for (auto _ : state) {
+    be->index_scores(q.data(), w.data(), n_heads, dim, keys.data(), n_keys, qdq, scores.data());
+    benchmark::DoNotOptimize(scores.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n_heads * n_keys * dim);
+}
+
+// The same over 8192 keys laid out as the KV pages hold them (16 keys of 512 bytes at the start
+// of each 124 KiB block) and out of cache, as a decode step finds them: 64 MiB are read
+// between iterations (not timed).
+void bm_index_scores_cold(benchmark::State& state, Isa isa, int64_t n_heads) {
+  constexpr int64_t dim = 128, n_keys = 8192, per_block = 16, block_floats = 126976 / 4;
+  std::vector<float> pool(size_t(n_keys / per_block * block_floats));
+  auto q = random_floats(n_heads * dim, 16);
+  const auto kv = random_floats(n_keys * dim, 17), w = random_floats(n_heads, 18, 0.1f);
+  for (int64_t h = 0; h < n_heads; ++h) fp4_qdq_pow2_ref(q.data() + h * dim, dim, 32);
+  std::vector<const float*> keys(n_keys);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    float* row = pool.data() + (j / per_block) * block_floats + (j % per_block) * dim;
+    std::memcpy(row, kv.data() + j * dim, dim * sizeof(float));
+    fp4_qdq_pow2_ref(row, dim, 32);
+    keys[j] = row;
+  }
+  std::vector<float> scores(n_keys), flush(size_t(16) << 20, 1.0f);
+  const auto be = make_cpu_backend_isa(nullptr, isa);
+  float sink = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t i = 0; i < flush.size(); i += 16) sink += flush[i];
+    state.ResumeTiming();
+    be->index_scores(q.data(), w.data(), n_heads, dim, keys.data(), n_keys, true, scores.data());
+    benchmark::DoNotOptimize(scores.data());
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetItemsProcessed(state.iterations() * n_heads * n_keys * dim);
+}
+
 // Sink attention of n_heads heads of 512 over 512 keys (1 MiB of keys: in L2).
 void bm_attention(benchmark::State& state, Isa isa, int64_t n_heads) {
   constexpr int64_t dim = 512, n_keys = 512;
@@ -141,6 +194,14 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("hc_expand/4x7168" + s).c_str(), bm_hc_expand, isa);
     benchmark::RegisterBenchmark(("hc_collapse/4x7168" + s).c_str(), bm_hc_collapse, isa);
     benchmark::RegisterBenchmark(("index_combine/64x1024" + s).c_str(), bm_index_combine, isa);
+    for (int64_t heads : {16, 64})
+      for (bool qdq : {true, false})
+        benchmark::RegisterBenchmark(
+            ("index_scores/" + std::to_string(heads) + "x128x2048" + (qdq ? "/fp4" : "/f32") + s).c_str(),
+            bm_index_scores, isa, heads, qdq);
+    for (int64_t heads : {16, 64})
+      benchmark::RegisterBenchmark(("index_scores/" + std::to_string(heads) + "x128x8192/fp4/cold" + s).c_str(),
+                                   bm_index_scores_cold, isa, heads);
     benchmark::RegisterBenchmark(("sink_attention/1x512x512" + s).c_str(), bm_attention, isa, int64_t(1));
     benchmark::RegisterBenchmark(("sink_attention_heads/16x512x512" + s).c_str(), bm_attention, isa, int64_t(16));
   }

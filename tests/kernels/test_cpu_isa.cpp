@@ -793,6 +793,92 @@ TEST(CpuIsa, IndexScoresMatchReferee) {
       }
 }
 
+// The indexer's bf16 dots (IsaKernels::index_dots_bf16) against the in-order double dots:
+// FP4-QDQ'd heads and keys take the bf16 path and give the same bits; keys whose sums could
+// round in fp32 (2^24 + 1), reach subnormal products, or hold a value that is not finite,
+// normal and of at most two significant bits are refused; the bound's edge is exact.
+TEST(CpuIsa, IndexDotsBf16ExactWhereTheBoundAllows) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const double dnan = std::numeric_limits<double>::quiet_NaN();
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::Scalar) continue;
+    const cpu::IsaKernels& k = isa == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels();
+    if (!k.index_dots_bf16) continue;
+    for (auto [heads, dim, n_keys] : {std::tuple{64, 128, 41}, {3, 64, 9}, {17, 40, 13}, {80, 7, 5}, {1, 1, 1}}) {
+      auto grid = [&](float* v, int64_t n) { fp4_qdq_pow2_ref(v, n, n % 32 == 0 ? 32 : n); };
+      std::vector<float> q(size_t(heads * dim)), kmem(size_t(n_keys * dim));
+      for (auto& v : q) v = nd(rng);
+      for (auto& v : kmem) v = nd(rng);
+      for (int64_t h = 0; h < heads; ++h) grid(&q[h * dim], dim);
+      for (int64_t s = 0; s < n_keys; ++s) grid(&kmem[s * dim], dim);
+      // Refused: key 1 not a bf16, key 2 a NaN, key 3 an infinity, key 4 a subnormal;
+      // taken: key 5 all zeros.
+      const int64_t planted = std::min<int64_t>(n_keys, 6);
+      const float bad[] = {0.0f, 1.1f, std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity(), 1e-40f};
+      for (int64_t s = 1; s < std::min<int64_t>(planted, 5); ++s) kmem[s * dim + dim / 2] = bad[s];
+      if (planted == 6) std::fill_n(&kmem[5 * dim], dim, 0.0f);
+      std::vector<double> qT(size_t(heads * dim));
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t c = 0; c < dim; ++c) qT[c * heads + h] = q[h * dim + c];
+      std::vector<uint32_t> pairs(size_t(cpu::index_query_bf16_words(heads, dim)));
+      cpu::IndexQueryBf16 info;
+      k.index_query_bf16(q.data(), heads, dim, pairs.data(), &info);
+      ASSERT_TRUE(info.ok) << heads << "x" << dim;
+      std::vector<const float*> keys;
+      for (int64_t s = 0; s < n_keys; ++s) keys.push_back(&kmem[s * dim]);
+      std::vector<double> want(size_t(n_keys * heads)), got(size_t(n_keys * heads), dnan);
+      std::vector<uint8_t> exact(size_t(n_keys), 7);
+      k.index_dots(qT.data(), heads, dim, keys.data(), n_keys, want.data());
+      k.index_dots_bf16(info, heads, dim, keys.data(), n_keys, got.data(), exact.data());
+      for (int64_t s = 0; s < n_keys; ++s) {
+        const bool refused = s >= 1 && s < planted && s <= 4;
+        ASSERT_EQ(refused ? 0 : 1, exact[s]) << heads << "x" << dim << " key " << s;
+        if (refused) continue;
+        for (int64_t h = 0; h < heads; ++h)
+          ASSERT_EQ(0, std::memcmp(&want[s * heads + h], &got[s * heads + h], sizeof(double)))
+              << heads << "x" << dim << " key " << s << " head " << h << ": " << want[s * heads + h] << " vs "
+              << got[s * heads + h];
+      }
+    }
+    // The bound over two columns (22 - ceil(log2 2) = 21 bits of spans, each vector's span its
+    // top exponent less its least one, plus one): q = (1, 1) spans 1, (2^a, 1) a + 1.
+    struct Case {
+      float q0, q1, k0, k1;
+      bool taken;
+    };
+    const Case cases[] = {
+        {1.0f, 1.0f, std::ldexp(1.0f, 24), 1.0f, false},     // 2^24 + 1 rounds in fp32
+        {1.0f, 1.0f, std::ldexp(1.0f, 19), 1.0f, true},      // 2^19 + 1: inside the bound
+        {1.0f, 1.0f, std::ldexp(1.0f, 20), 1.0f, false},     // 2^20 + 1: exact, but past it
+        {std::ldexp(1.0f, -100), 0.0f, std::ldexp(1.0f, -30), 0.0f, false},  // 2^-130: subnormal
+        {std::ldexp(1.0f, -60), 0.0f, std::ldexp(1.0f, -60), 0.0f, true},    // 2^-120
+        {std::ldexp(1.0f, 100), 0.0f, std::ldexp(1.0f, 27), 0.0f, false},    // 2^127 * 2^3 bound
+        {1.0f, 1.0f, 1.0078125f, 2.0f, false},               // 1 + 2^-7: three significant bits
+        {1.0f, 1.0f, -1.5f, 3.0f, true},                      // two
+        {std::ldexp(1.0f, -140), 0.0f, 1.0f, 0.0f, false},   // a subnormal
+        {1.5f, -0.75f, -0.5f, 6.0f, true},
+    };
+    for (const Case& c : cases) {
+      const float qv[2] = {c.q0, c.q1}, kv[2] = {c.k0, c.k1};
+      const float* key = kv;
+      std::vector<uint32_t> pairs(size_t(cpu::index_query_bf16_words(1, 2)));
+      cpu::IndexQueryBf16 info;
+      k.index_query_bf16(qv, 1, 2, pairs.data(), &info);
+      const double qTv[2] = {c.q0, c.q1};
+      double want = 0, got = dnan;
+      uint8_t exact = 7;
+      k.index_dots(qTv, 1, 2, &key, 1, &want);
+      k.index_dots_bf16(info, 1, 2, &key, 1, &got, &exact);
+      ASSERT_EQ(c.taken ? 1 : 0, exact) << c.q0 << " " << c.q1 << " . " << c.k0 << " " << c.k1;
+      if (c.taken) {
+        EXPECT_EQ(want, got);
+      }
+    }
+  }
+}
+
 // SwiGLU of every variant against swiglu_ref: odd lengths, with and without the limit and the
 // routing weight, bf16 rounding on and off, values from tiny to huge and the special ones. The
 // fast exp may differ from libm's in the last place, which moves a result by at most one unit

@@ -16,7 +16,6 @@
 // so a sequence's results do not depend on what shares its step, nor on the thread count.
 // Accumulation is fp32 everywhere, unlike the ref backend's double.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -141,8 +140,18 @@ struct IndexJob {
   const float* const* keys;
   bool round;
   float* scores;
+  const cpu::IndexQueryBf16* qb;  // null: every dot in double
 
   float R(float x) const { return round ? round_bf16(x) : x; }
+  // The dots of keys [b, b + nb): on bf16 dot products where they are exact (qb), in double
+  // for the rest; the same values either way.
+  void dots_of(int64_t b, int64_t nb, double* dots) const {
+    if (!qb) return k->index_dots(qT, n_heads, dim, keys + b, nb, dots);
+    uint8_t exact[64];
+    k->index_dots_bf16(*qb, n_heads, dim, keys + b, nb, dots, exact);
+    for (int64_t s = 0; s < nb; ++s)
+      if (!exact[s]) k->index_dots(qT, n_heads, dim, keys + b + s, 1, dots + s * n_heads);
+  }
   void operator()(int64_t s0, int64_t s1) const {
     // The dots of up to 64 keys at a time, on the stack: a worker thread's first share must
     // not allocate (which thread first gets one depends on the key count and the timing).
@@ -159,7 +168,7 @@ struct IndexJob {
     }
     for (int64_t b = s0; b < s1; b += block) {
       const int64_t nb = std::min(block, s1 - b);
-      k->index_dots(qT, n_heads, dim, keys + b, nb, dots);
+      dots_of(b, nb, dots);
       if (k->index_combine && n_heads <= cpu::kIndexCombineMaxHeads) {
         k->index_combine(dots, w, n_heads, nb, round, scores + b);
         continue;
@@ -296,8 +305,10 @@ class SimdBackend final : public Backend {
     run(x, M, W, act_block, y);
   }
 
-  // The dots run in the referee's order (in-order double sums, the heads in vector lanes),
-  // so the scores equal index_scores_ref's bit for bit whatever the values.
+  // The dots are exact sums where the values allow (FP4-QDQ'd q and keys: reference
+  // numerics), which bf16 dot products then compute, and run in the referee's order (in-order
+  // double sums, the heads in vector lanes) otherwise, so the scores equal index_scores_ref's
+  // bit for bit whatever the values.
   void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                     int64_t n_keys, bool round, float* scores) const override {
     if (n_keys <= 0) return;
@@ -305,8 +316,14 @@ class SimdBackend final : public Backend {
     qT.resize(size_t(n_heads * dim));
     for (int64_t h = 0; h < n_heads; ++h)
       for (int64_t c = 0; c < dim; ++c) qT[c * n_heads + h] = q[h * dim + c];
+    thread_local std::vector<uint32_t> pairs;
+    cpu::IndexQueryBf16 qb;
+    if (k_.index_query_bf16 && dim <= cpu::kIndexBf16MaxDim) {
+      pairs.resize(size_t(cpu::index_query_bf16_words(n_heads, dim)));
+      k_.index_query_bf16(q, n_heads, dim, pairs.data(), &qb);
+    }
     // Plain pointers: inside the region a thread_local name would mean the worker's own copy.
-    const IndexJob job{&k_, qT.data(), w, n_heads, dim, keys, round, scores};
+    const IndexJob job{&k_, qT.data(), w, n_heads, dim, keys, round, scores, qb.ok ? &qb : nullptr};
     parallel_for(pool_, n_keys, 16, [&job](int64_t s0, int64_t s1, int) { job(s0, s1); });
   }
 

@@ -209,29 +209,44 @@ void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, bool
 // The lightning indexer's scores from the dots of n_keys keys ([key][head] in double), as
 // index_scores_ref: score = R(float(sum_h double(R(max(R(float(dot)), 0) * w_h)))), R the
 // bf16 rounding when round. The terms are made kLanes heads at a time; the head sum stays one
-// in-order chain of double adds per key, so the bits are the referee's.
+// in-order chain of double adds per key, so the bits are the referee's, and the chains of
+// kCombineKeys keys run side by side (one alone waits on each add's latency).
 template <class V>
 void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round, float* scores) {
   using F = typename V::F;
   using D = typename V::D;
-  alignas(64) double terms[kIndexCombineMaxHeads + V::kLanes];
-  for (int64_t s = 0; s < n_keys; ++s) {
-    const double* d = dots + s * n_heads;
-    V::for_parts(n_heads, [&](int64_t h, typename V::Part part) __attribute__((always_inline)) {
-      F f = V::load_narrowed(d + h, part);
-      if (round) f = round_bf16_ps<V>(f);
-      f = V::max(V::zero(), f);  // std::max(f, 0): a NaN or -0 f stays
-      f = V::mul(f, V::load_part(w + h, part));
-      if (round) f = round_bf16_ps<V>(f);
-      D t0, t1;
-      V::widen(f, t0, t1);
-      V::store_d(terms + h, t0);
-      V::store_d(terms + h + V::kLanes / 2, t1);
-    });
-    double total = 0.0;
-    for (int64_t h = 0; h < n_heads; ++h) total += terms[h];
-    const float t = float(total);
-    scores[s] = round ? V::first(round_bf16_ps<V>(V::set1(t))) : t;
+  constexpr int64_t kCombineKeys = 8;
+  constexpr int64_t kStride = kIndexCombineMaxHeads + V::kLanes;
+  alignas(64) double terms[kCombineKeys * kStride];
+  for (int64_t s0 = 0; s0 < n_keys; s0 += kCombineKeys) {
+    const int64_t nk = n_keys - s0 < kCombineKeys ? n_keys - s0 : kCombineKeys;
+    for (int64_t j = 0; j < nk; ++j) {
+      const double* d = dots + (s0 + j) * n_heads;
+      double* t = terms + j * kStride;
+      V::for_parts(n_heads, [&](int64_t h, typename V::Part part) __attribute__((always_inline)) {
+        F f = V::load_narrowed(d + h, part);
+        if (round) f = round_bf16_ps<V>(f);
+        f = V::max(V::zero(), f);  // std::max(f, 0): a NaN or -0 f stays
+        f = V::mul(f, V::load_part(w + h, part));
+        if (round) f = round_bf16_ps<V>(f);
+        D t0, t1;
+        V::widen(f, t0, t1);
+        V::store_d(t + h, t0);
+        V::store_d(t + h + V::kLanes / 2, t1);
+      });
+    }
+    double total[kCombineKeys] = {};
+    if (nk == kCombineKeys) {
+      for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t j = 0; j < kCombineKeys; ++j) total[j] += terms[j * kStride + h];
+    } else {
+      for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t j = 0; j < nk; ++j) total[j] += terms[j * kStride + h];
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      const float t = float(total[j]);
+      scores[s0 + j] = round ? V::first(round_bf16_ps<V>(V::set1(t))) : t;
+    }
   }
 }
 
