@@ -4,7 +4,8 @@
 // filled one, and leaves its source intact; a page the owner did not reserve is a
 // std::logic_error, not an out-of-bounds write. The fixed part (rings, compressor state) lives
 // in pages too: rows never straddle a page, an engine sequence holds nothing outside its
-// arena pages, and a fork copies the fixed pages into its own.
+// arena pages, and a fork copies the fixed pages into its own. CompressorState::entries walks
+// the pages to entry()'s addresses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,6 +57,12 @@ void expect_same_entries(const SequenceState& a, const SequenceState& b, const C
       ASSERT_EQ(x.n_entries(), y.n_entries()) << "layer " << l;
       for (int64_t w = 0; w < x.n_entries(); ++w)
         ASSERT_EQ(std::memcmp(x.entry(w), y.entry(w), size_t(x.width) * sizeof(float)), 0) << "layer " << l << " entry " << w;
+      // The page walk of entries() gives entry()'s addresses (whole pages and a partial one).
+      for (const CompressorState* z : {&x, &y}) {
+        std::vector<const float*> rows(size_t(z->n_entries()));
+        z->entries(z->n_entries(), rows.data());
+        for (int64_t w = 0; w < z->n_entries(); ++w) ASSERT_EQ(rows[w], z->entry(w)) << "layer " << l << " entry " << w;
+      }
     }
   (void)c;
 }

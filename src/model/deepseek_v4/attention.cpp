@@ -186,6 +186,7 @@ void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rop
   std::span<float> score_all = scratch.take<float>(n_keys);
   std::span<const float*> key_rows_all = scratch.take<const float*>(n_keys);
   std::span<int64_t> order_all = scratch.take<int64_t>(n_keys);
+  keys.entries(n_keys, key_rows_all.data());
   profile::Phase section;
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
@@ -199,7 +200,6 @@ void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rop
     std::span<float> score = score_all.first(size_t(n_vis));
     std::span<const float*> key_rows = key_rows_all.first(size_t(n_vis));
     std::span<int64_t> order = order_all.first(size_t(n_vis));
-    for (int64_t s = 0; s < n_vis; ++s) key_rows[s] = keys.entry(s);
     section.start(DI_PROFILE_SECTION("attn.indexer.scores"));
     num.backend->index_scores(q.data() + t * HI * DI, wts.data() + t * HI, HI, DI, key_rows.data(), n_vis,
                               num.reference(), score.data());

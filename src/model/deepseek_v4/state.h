@@ -13,6 +13,7 @@
 // full token pages with other sequences (fork). A standalone sequence (CLI, tests) grows all
 // its pages from a private source.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -117,6 +118,19 @@ struct CompressorState {
     const int64_t T = pages_->block_tokens();
     const int64_t b = (ratio * (w + 1) - 1) / T;
     return pages_->page(b) + page_offset_ + (w - b * T / ratio) * width;
+  }
+  // entry(w) for w < n into out, a page's entries at a time where a page holds whole ones.
+  void entries(int64_t n, const float** out) const {
+    const int64_t T = pages_->block_tokens();
+    if (T % ratio != 0) {
+      for (int64_t w = 0; w < n; ++w) out[w] = entry(w);
+      return;
+    }
+    const int64_t per_page = T / ratio;
+    for (int64_t w0 = 0; w0 < n; w0 += per_page) {
+      const float* row = pages_->page(w0 / per_page) + page_offset_;
+      for (int64_t w = w0; w < std::min(n, w0 + per_page); ++w, row += width) out[w] = row;
+    }
   }
   // Where entry w (== n_entries(), the next one) is to be written; counts it.
   float* append_entry(int64_t w);
