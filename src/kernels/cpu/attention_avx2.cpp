@@ -48,6 +48,10 @@ struct Ops {
       for (int v = 0; v < 2; ++v) g[v] = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8 * v), _mm256_loadu_ps(k + c + 8 * v), g[v]);
     return hsum8(_mm256_add_ps(_mm256_add_ps(g[1], g[3]), _mm256_add_ps(g[0], g[2])));
   }
+  // Four keys' score_dot (sixteen ymm accumulators would not leave room for the operands).
+  static DI_ISA_INLINE void score_dot4(const float* q, const float* const* k, int64_t dim, float* out) {
+    for (int j = 0; j < 4; ++j) out[j] = score_dot(q, k[j], dim);
+  }
 };
 
 #include "kernels/cpu/attention_isa_impl.h"

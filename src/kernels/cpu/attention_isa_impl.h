@@ -11,6 +11,7 @@
 //   zero(), set1(f), load(p), store(p, v), fmadd(a, b, c) = a * b + c, div(a, b)
 //   score_dot(q, k, dim)    q . k in fp32: the ISA's own summation order (AVX2 emulates the
 //                           AVX-512 order lane for lane, so both select the same keys)
+//   score_dot4(q, k, dim, out)  score_dot of the four keys k[0..3] into out, bit for bit
 
 #ifndef DI_ISA_INLINE
 #define DI_ISA_INLINE inline __attribute__((always_inline))
@@ -41,55 +42,77 @@ DI_ISA_INLINE void head_begin(HeadState& st, int64_t dim, float* out) {
   for (int64_t c = 0; c < dim; c += V::kLanes) V::store(out + c, V::zero());
 }
 
-// Tile [t0, t1) of the keys for one head.
+// The most heads whose state is carried across the tiles together.
+constexpr int64_t kHeadGroup = 16;
+
+// Tile [t0, t1) of the keys for nh <= kHeadGroup heads (head h: q + h * dim, out + h * dim,
+// st[h]). Each head's arithmetic is the single-head algorithm's, in its order; the loops are
+// arranged so that what is reused stays in L1: the scores take four keys at a time against
+// every head, the products with V a block of 128 columns of the tile's keys for every head.
 template <class V>
-DI_ISA_INLINE void head_tile(HeadState& st, const float* q, const float* const* keys, int64_t t0, int64_t t1,
-                             int64_t dim, float scale, bool round_probs, float* out) {
+DI_ISA_INLINE void heads_tile(HeadState* st, int64_t nh, const float* q, const float* const* keys, int64_t t0,
+                              int64_t t1, int64_t dim, float scale, bool round_probs, float* out) {
   using F = typename V::F;
   const float neg_inf = -__builtin_inff();
-  float score[kTile];
-  float tile_max = neg_inf;
-  for (int64_t j = t0; j < t1; ++j) {
-    if (!keys[j]) continue;
-    score[j - t0] = V::score_dot(q, keys[j], dim) * scale;
-    if (score[j - t0] > tile_max) tile_max = score[j - t0];
+  const float* vk[kTile + 3];  // the valid keys, in order
+  int64_t n = 0;
+  for (int64_t j = t0; j < t1; ++j)
+    if (keys[j]) vk[n++] = keys[j];
+  if (n == 0) return;
+  float prob[kHeadGroup][kTile + 3];  // the scores, then the probabilities
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int64_t h = 0; h < nh; ++h) V::score_dot4(q + h * dim, vk + i, dim, prob[h] + i);
+  for (; i < n; ++i)
+    for (int64_t h = 0; h < nh; ++h) prob[h][i] = V::score_dot(q + h * dim, vk[i], dim);
+  float alpha[kHeadGroup];
+  int64_t live[kHeadGroup];  // heads with a finite tile maximum
+  int64_t n_live = 0;
+  for (int64_t h = 0; h < nh; ++h) {
+    float* p = prob[h];
+    float tile_max = neg_inf;
+    for (i = 0; i < n; ++i) {
+      p[i] *= scale;
+      if (p[i] > tile_max) tile_max = p[i];
+    }
+    if (tile_max == neg_inf) continue;
+    const float m_new = st[h].m > tile_max ? st[h].m : tile_max;
+    alpha[n_live] = st[h].m == neg_inf ? 0.0f : expf(st[h].m - m_new);
+    float psum = 0.0f;
+    for (i = 0; i < n; ++i) {
+      const float e = expf(p[i] - m_new);
+      psum += e;
+      p[i] = round_probs ? round_bf16_prob(e) : e;
+    }
+    st[h].den = st[h].den * alpha[n_live] + psum;
+    st[h].m = m_new;
+    live[n_live++] = h;
   }
-  if (tile_max == neg_inf) return;
-  const float m_new = st.m > tile_max ? st.m : tile_max;
-  const float alpha = st.m == neg_inf ? 0.0f : expf(st.m - m_new);
-  float psum = 0.0f;
-  float prob[kTile];  // of the valid keys, in order
-  const float* vkey[kTile];
-  int64_t nv = 0;
-  for (int64_t j = t0; j < t1; ++j) {
-    if (!keys[j]) continue;
-    const float p = expf(score[j - t0] - m_new);
-    psum += p;
-    prob[nv] = round_probs ? round_bf16_prob(p) : p;
-    vkey[nv++] = keys[j];
-  }
-  st.den = st.den * alpha + psum;
-  // out = out * alpha + sum_j p_j v_j: per column the tile sum starts at 0 and takes the keys
+  // out = out * alpha + sum_i p_i v_i: per column the tile sum starts at 0 and takes the keys
   // in order, as in the referee; 8 vectors of columns stay in registers across the keys.
   constexpr int64_t kBlock = 8 * V::kLanes;
-  const F va = V::set1(alpha);
   int64_t c0 = 0;
-  for (; c0 + kBlock <= dim; c0 += kBlock) {
-    F acc[8];
-    for (int v = 0; v < 8; ++v) acc[v] = V::zero();
-    for (int64_t i = 0; i < nv; ++i) {
-      const F pv = V::set1(prob[i]);
-      for (int v = 0; v < 8; ++v) acc[v] = V::fmadd(pv, V::load(vkey[i] + c0 + V::kLanes * v), acc[v]);
+  for (; c0 + kBlock <= dim; c0 += kBlock)
+    for (int64_t l = 0; l < n_live; ++l) {
+      const float* p = prob[live[l]];
+      float* o = out + live[l] * dim + c0;
+      F acc[8];
+      for (int v = 0; v < 8; ++v) acc[v] = V::zero();
+      for (i = 0; i < n; ++i) {
+        const F pv = V::set1(p[i]);
+        for (int v = 0; v < 8; ++v) acc[v] = V::fmadd(pv, V::load(vk[i] + c0 + V::kLanes * v), acc[v]);
+      }
+      const F va = V::set1(alpha[l]);
+      for (int v = 0; v < 8; ++v) V::store(o + V::kLanes * v, V::fmadd(V::load(o + V::kLanes * v), va, acc[v]));
     }
-    for (int v = 0; v < 8; ++v)
-      V::store(out + c0 + V::kLanes * v, V::fmadd(V::load(out + c0 + V::kLanes * v), va, acc[v]));
-  }
-  for (int64_t c = c0; c < dim; c += V::kLanes) {  // dim not a multiple of kBlock: a vector at a time
-    F acc = V::zero();
-    for (int64_t i = 0; i < nv; ++i) acc = V::fmadd(V::set1(prob[i]), V::load(vkey[i] + c), acc);
-    V::store(out + c, V::fmadd(V::load(out + c), va, acc));
-  }
-  st.m = m_new;
+  for (int64_t c = c0; c < dim; c += V::kLanes)  // dim not a multiple of kBlock: a vector at a time
+    for (int64_t l = 0; l < n_live; ++l) {
+      const float* p = prob[live[l]];
+      float* o = out + live[l] * dim + c;
+      F acc = V::zero();
+      for (i = 0; i < n; ++i) acc = V::fmadd(V::set1(p[i]), V::load(vk[i] + c), acc);
+      V::store(o, V::fmadd(V::load(o), V::set1(alpha[l]), acc));
+    }
 }
 
 template <class V>
@@ -106,23 +129,21 @@ DI_ISA_INLINE void sink_attention_one(const float* q, const float* const* keys, 
   HeadState st;
   head_begin<V>(st, dim, out);
   for (int64_t t0 = 0; t0 < n_keys; t0 += kTile)
-    head_tile<V>(st, q, keys, t0, n_keys < t0 + kTile ? n_keys : t0 + kTile, dim, scale, round_probs, out);
+    heads_tile<V>(&st, 1, q, keys, t0, n_keys < t0 + kTile ? n_keys : t0 + kTile, dim, scale, round_probs, out);
   head_end<V>(st, dim, sink, out);
 }
 
 template <class V>
 DI_ISA_INLINE void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                         int64_t dim, float scale, const float* sinks, bool round_probs, float* out) {
-  constexpr int64_t kGroup = 16;  // heads whose state is carried across the tiles together
-  for (int64_t h0 = 0; h0 < n_heads; h0 += kGroup) {
-    const int64_t h1 = n_heads < h0 + kGroup ? n_heads : h0 + kGroup;
-    HeadState st[kGroup];
-    for (int64_t h = h0; h < h1; ++h) head_begin<V>(st[h - h0], dim, out + h * dim);
+  for (int64_t h0 = 0; h0 < n_heads; h0 += kHeadGroup) {
+    const int64_t nh = n_heads - h0 < kHeadGroup ? n_heads - h0 : kHeadGroup;
+    HeadState st[kHeadGroup];
+    for (int64_t h = 0; h < nh; ++h) head_begin<V>(st[h], dim, out + (h0 + h) * dim);
     for (int64_t t0 = 0; t0 < n_keys; t0 += kTile) {
       const int64_t t1 = n_keys < t0 + kTile ? n_keys : t0 + kTile;
-      for (int64_t h = h0; h < h1; ++h)
-        head_tile<V>(st[h - h0], q + h * dim, keys, t0, t1, dim, scale, round_probs, out + h * dim);
+      heads_tile<V>(st, nh, q + h0 * dim, keys, t0, t1, dim, scale, round_probs, out + h0 * dim);
     }
-    for (int64_t h = h0; h < h1; ++h) head_end<V>(st[h - h0], dim, sinks[h], out + h * dim);
+    for (int64_t h = 0; h < nh; ++h) head_end<V>(st[h], dim, sinks[h0 + h], out + (h0 + h) * dim);
   }
 }
