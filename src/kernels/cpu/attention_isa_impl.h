@@ -92,8 +92,30 @@ DI_ISA_INLINE void heads_tile(HeadState* st, int64_t nh, const float* q, const f
   // in order, as in the referee; 8 vectors of columns stay in registers across the keys.
   constexpr int64_t kBlock = 8 * V::kLanes;
   int64_t c0 = 0;
-  for (; c0 + kBlock <= dim; c0 += kBlock)
-    for (int64_t l = 0; l < n_live; ++l) {
+  for (; c0 + kBlock <= dim; c0 += kBlock) {
+    int64_t l = 0;
+    for (; l + 2 <= n_live; l += 2) {  // two heads share each key's loads (16 chains)
+      const float* p0 = prob[live[l]];
+      const float* p1 = prob[live[l + 1]];
+      F acc0[8], acc1[8];
+      for (int v = 0; v < 8; ++v) acc0[v] = acc1[v] = V::zero();
+      for (i = 0; i < n; ++i) {
+        const F pv0 = V::set1(p0[i]), pv1 = V::set1(p1[i]);
+        for (int v = 0; v < 8; ++v) {
+          const F kv = V::load(vk[i] + c0 + V::kLanes * v);
+          acc0[v] = V::fmadd(pv0, kv, acc0[v]);
+          acc1[v] = V::fmadd(pv1, kv, acc1[v]);
+        }
+      }
+      float* o0 = out + live[l] * dim + c0;
+      float* o1 = out + live[l + 1] * dim + c0;
+      const F va0 = V::set1(alpha[l]), va1 = V::set1(alpha[l + 1]);
+      for (int v = 0; v < 8; ++v) {
+        V::store(o0 + V::kLanes * v, V::fmadd(V::load(o0 + V::kLanes * v), va0, acc0[v]));
+        V::store(o1 + V::kLanes * v, V::fmadd(V::load(o1 + V::kLanes * v), va1, acc1[v]));
+      }
+    }
+    for (; l < n_live; ++l) {
       const float* p = prob[live[l]];
       float* o = out + live[l] * dim + c0;
       F acc[8];
@@ -105,6 +127,7 @@ DI_ISA_INLINE void heads_tile(HeadState* st, int64_t nh, const float* q, const f
       const F va = V::set1(alpha[l]);
       for (int v = 0; v < 8; ++v) V::store(o + V::kLanes * v, V::fmadd(V::load(o + V::kLanes * v), va, acc[v]));
     }
+  }
   for (int64_t c = c0; c < dim; c += V::kLanes)  // dim not a multiple of kBlock: a vector at a time
     for (int64_t l = 0; l < n_live; ++l) {
       const float* p = prob[live[l]];
