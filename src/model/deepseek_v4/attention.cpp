@@ -168,19 +168,29 @@ void select_top_k(std::span<const float> score, int64_t k, std::span<int64_t> or
   for (int64_t i = 0; i < k; ++i) out[i] = int64_t(keys[i] & 0xffffffffu);
 }
 
+// The lightning indexer's query at position p, in place: each head of q [HI * DI] (a row of
+// indexer_wq_b's output) roped, rotated and quantised; the head weights w [HI] (a row of
+// weights_proj's) scaled.
+void indexer_query(const Config& cfg, const Numerics& num, const RopeTable& rope, float* q, float* w, int64_t p) {
+  const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim;
+  for (int64_t h = 0; h < HI; ++h) {
+    rope.apply(q + h * DI, DI, p, false, num);
+    indexer_rotate_quant(q + h * DI, DI, num);
+  }
+  const float wscale = float(1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
+  for (int64_t h = 0; h < HI; ++h) w[h] = num.bf16(w[h] * wscale);
+}
+
 // Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
 // top scores, in descending score order (ties: lower index first): query t's n_chosen[t]
 // entries into chosen[t * index_topk ...].
-// q [S, HI * DI] (indexer_wq_b of the queries' qr) and wts [S, HI] (weights_proj of a) are
-// the segment's projections; both are modified here.
-void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rope, std::span<float> q,
-                    std::span<float> wts, int64_t S, int64_t p0, const CompressorState& keys, int64_t* chosen,
-                    int64_t* n_chosen) {
+// q [S, HI * DI] and wts [S, HI] are the segment's queries and head weights after
+// indexer_query.
+void indexer_select(const Config& cfg, const Numerics& num, std::span<const float> q, std::span<const float> wts,
+                    int64_t S, int64_t p0, const CompressorState& keys, int64_t* chosen, int64_t* n_chosen) {
   const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim, n_keys = keys.n_entries();
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
-  const float wscale = float(1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
-  for (auto& v : wts) v = num.bf16(v * wscale);
 
   // Sized for the most keys a query sees; query t uses the first n_vis of each.
   std::span<float> score_all = scratch.take<float>(n_keys);
@@ -190,12 +200,6 @@ void indexer_select(const Config& cfg, const Numerics& num, const RopeTable& rop
   profile::Phase section;
   for (int64_t t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
-    section.start(DI_PROFILE_SECTION("attn.indexer.query"));
-    for (int64_t h = 0; h < HI; ++h) {
-      float* qh = q.data() + (t * HI + h) * DI;
-      rope.apply(qh, DI, p, false, num);
-      indexer_rotate_quant(qh, DI, num);
-    }
     const int64_t n_vis = std::min((p + 1) / 4, n_keys);
     std::span<float> score = score_all.first(size_t(n_vis));
     std::span<const float*> key_rows = key_rows_all.first(size_t(n_vis));
@@ -274,6 +278,8 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     rms_norm(k, w.kv_norm.data(), Dh, eps, num, k);
     rope.apply(k, Dh, pos[t], false, num);
     kv_qdq(cfg, num, k);
+    // ---- the indexer's query (V4; V4.1's shared attention prepares its own)
+    if (w.has_indexer && !cfg.v41()) indexer_query(cfg, num, rope, &iq[t * HI * DI], &iw[t * HI], pos[t]);
   });
 
   // ---- per sequence: compressed keys (every group completed inside this chunk, before any
@@ -334,7 +340,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       DI_PROFILE("attn.indexer");
       selected = scratch.take<int64_t>(sg.n * cfg.index_topk);
       n_selected = scratch.take<int64_t>(sg.n);
-      indexer_select(cfg, num, rope, iq.subspan(size_t(sg.row0 * HI * DI), size_t(sg.n * HI * DI)),
+      indexer_select(cfg, num, iq.subspan(size_t(sg.row0 * HI * DI), size_t(sg.n * HI * DI)),
                      iw.subspan(size_t(sg.row0 * HI), size_t(sg.n * HI)), sg.n, sg.p0, st.index_compressor,
                      selected.data(), n_selected.data());
     }
