@@ -793,18 +793,18 @@ TEST(CpuIsa, IndexScoresMatchReferee) {
       }
 }
 
-// The indexer's bf16 dots (IsaKernels::index_dots_bf16) against the in-order double dots:
+// The indexer's bf16 dots (IsaKernels::index_dots_exact) against the in-order double dots:
 // FP4-QDQ'd heads and keys take the bf16 path and give the same bits; keys whose sums could
 // round in fp32 (2^24 + 1), reach subnormal products, or hold a value that is not finite,
 // normal and of at most two significant bits are refused; the bound's edge is exact.
-TEST(CpuIsa, IndexDotsBf16ExactWhereTheBoundAllows) {
+TEST(CpuIsa, IndexDotsExactWhereTheBoundAllows) {
   std::mt19937 rng(43);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const double dnan = std::numeric_limits<double>::quiet_NaN();
   for (Isa isa : supported_isas()) {
     if (isa == Isa::Scalar) continue;
     const cpu::IsaKernels& k = isa == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels();
-    if (!k.index_dots_bf16) continue;
+    if (!k.index_dots_exact) continue;
     for (auto [heads, dim, n_keys] : {std::tuple{64, 128, 41}, {3, 64, 9}, {17, 40, 13}, {80, 7, 5}, {1, 1, 1}}) {
       auto grid = [&](float* v, int64_t n) { fp4_qdq_pow2_ref(v, n, n % 32 == 0 ? 32 : n); };
       std::vector<float> q(size_t(heads * dim)), kmem(size_t(n_keys * dim));
@@ -822,16 +822,16 @@ TEST(CpuIsa, IndexDotsBf16ExactWhereTheBoundAllows) {
       std::vector<double> qT(size_t(heads * dim));
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t c = 0; c < dim; ++c) qT[c * heads + h] = q[h * dim + c];
-      std::vector<uint32_t> pairs(size_t(cpu::index_query_bf16_words(heads, dim)));
-      cpu::IndexQueryBf16 info;
-      k.index_query_bf16(q.data(), heads, dim, pairs.data(), &info);
+      std::vector<uint32_t> pairs(size_t(cpu::index_query_exact_words(heads, dim)));
+      cpu::IndexQueryExact info;
+      k.index_query_exact(q.data(), heads, dim, pairs.data(), &info);
       ASSERT_TRUE(info.ok) << heads << "x" << dim;
       std::vector<const float*> keys;
       for (int64_t s = 0; s < n_keys; ++s) keys.push_back(&kmem[s * dim]);
       std::vector<double> want(size_t(n_keys * heads)), got(size_t(n_keys * heads), dnan);
       std::vector<uint8_t> exact(size_t(n_keys), 7);
       k.index_dots(qT.data(), heads, dim, keys.data(), n_keys, want.data());
-      k.index_dots_bf16(info, heads, dim, keys.data(), n_keys, got.data(), exact.data());
+      k.index_dots_exact(info, heads, dim, keys.data(), n_keys, got.data(), exact.data());
       for (int64_t s = 0; s < n_keys; ++s) {
         const bool refused = s >= 1 && s < planted && s <= 4;
         ASSERT_EQ(refused ? 0 : 1, exact[s]) << heads << "x" << dim << " key " << s;
@@ -863,14 +863,14 @@ TEST(CpuIsa, IndexDotsBf16ExactWhereTheBoundAllows) {
     for (const Case& c : cases) {
       const float qv[2] = {c.q0, c.q1}, kv[2] = {c.k0, c.k1};
       const float* key = kv;
-      std::vector<uint32_t> pairs(size_t(cpu::index_query_bf16_words(1, 2)));
-      cpu::IndexQueryBf16 info;
-      k.index_query_bf16(qv, 1, 2, pairs.data(), &info);
+      std::vector<uint32_t> pairs(size_t(cpu::index_query_exact_words(1, 2)));
+      cpu::IndexQueryExact info;
+      k.index_query_exact(qv, 1, 2, pairs.data(), &info);
       const double qTv[2] = {c.q0, c.q1};
       double want = 0, got = dnan;
       uint8_t exact = 7;
       k.index_dots(qTv, 1, 2, &key, 1, &want);
-      k.index_dots_bf16(info, 1, 2, &key, 1, &got, &exact);
+      k.index_dots_exact(info, 1, 2, &key, 1, &got, &exact);
       ASSERT_EQ(c.taken ? 1 : 0, exact) << c.q0 << " " << c.q1 << " . " << c.k0 << " " << c.k1;
       if (c.taken) {
         EXPECT_EQ(want, got);

@@ -140,15 +140,15 @@ struct IndexJob {
   const float* const* keys;
   bool round;
   float* scores;
-  const cpu::IndexQueryBf16* qb;  // null: every dot in double
+  const cpu::IndexQueryExact* qb;  // null: every dot in double
 
   float R(float x) const { return round ? round_bf16(x) : x; }
-  // The dots of keys [b, b + nb): on bf16 dot products where they are exact (qb), in double
-  // for the rest; the same values either way.
+  // The dots of keys [b, b + nb): in fp32 where that is exact (qb, index_dots_exact), in
+  // double for the rest; the same values either way.
   void dots_of(int64_t b, int64_t nb, double* dots) const {
     if (!qb) return k->index_dots(qT, n_heads, dim, keys + b, nb, dots);
     uint8_t exact[64];
-    k->index_dots_bf16(*qb, n_heads, dim, keys + b, nb, dots, exact);
+    k->index_dots_exact(*qb, n_heads, dim, keys + b, nb, dots, exact);
     for (int64_t s = 0; s < nb; ++s)
       if (!exact[s]) k->index_dots(qT, n_heads, dim, keys + b + s, 1, dots + s * n_heads);
   }
@@ -316,11 +316,11 @@ class SimdBackend final : public Backend {
     qT.resize(size_t(n_heads * dim));
     for (int64_t h = 0; h < n_heads; ++h)
       for (int64_t c = 0; c < dim; ++c) qT[c * n_heads + h] = q[h * dim + c];
-    thread_local std::vector<uint32_t> pairs;
-    cpu::IndexQueryBf16 qb;
-    if (k_.index_query_bf16 && dim <= cpu::kIndexBf16MaxDim) {
-      pairs.resize(size_t(cpu::index_query_bf16_words(n_heads, dim)));
-      k_.index_query_bf16(q, n_heads, dim, pairs.data(), &qb);
+    thread_local std::vector<uint32_t> qdata;
+    cpu::IndexQueryExact qb;
+    if (k_.index_query_exact && dim <= cpu::kIndexExactMaxDim) {
+      qdata.resize(size_t(cpu::index_query_exact_words(n_heads, dim)));
+      k_.index_query_exact(q, n_heads, dim, qdata.data(), &qb);
     }
     // Plain pointers: inside the region a thread_local name would mean the worker's own copy.
     const IndexJob job{&k_, qT.data(), w, n_heads, dim, keys, round, scores, qb.ok ? &qb : nullptr};

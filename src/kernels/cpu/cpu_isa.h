@@ -62,27 +62,30 @@ constexpr uint32_t kBf16RangeHiBits = uint32_t(127 + 40) << 23;
 // The most indexer heads IsaKernels::index_combine takes.
 constexpr int64_t kIndexCombineMaxHeads = 512;
 
-// One indexer query prepared for IsaKernels::index_dots_bf16 (by index_query_bf16).
+// One indexer query prepared for IsaKernels::index_dots_exact (by index_query_exact).
 // A dot of q's head h with a key is exact in fp32, whatever the order its products are
 // summed in, when every product and partial sum is a multiple of the products' granularity
 // 2^G below 2^T with T - G <= 24 and 2^G normal: G is the sum of the two vectors' lowest set
 // bits' exponents, T exceeds the sum of their top exponents by 2 + ceil(log2(dim)).
-// Exponents here are biased fp32 exponents over a vector's nonzero values; a vector whose
-// values are not all bf16, finite and normal (or zero) is never exact.
-struct IndexQueryBf16 {
-  const uint32_t* pairs = nullptr;  // [ceil(dim / 2), heads_pad]: head h's columns 2i, 2i + 1 as
-                                    // bf16 words in lane h of pair row i (zero for padding)
-  int64_t heads_pad = 0;            // n_heads rounded up to 16 * vectors (1 to 4 of 16 heads)
+// Exponents here are biased fp32 exponents over a vector's nonzero values; the kernels take
+// vectors whose values are finite, normal (or zero) and of at most two significant bits (FP4
+// values times powers of two), whose lowest set bit is then at most one below the least
+// exponent, and refuse any other.
+struct IndexQueryExact {
+  // The heads in vector lanes: AVX-512, [ceil(dim / 2), heads_pad] bf16 pairs (columns 2i,
+  // 2i + 1 of head h in word h of row i); AVX2, [dim, heads_pad] fp32 bits. Zero padding.
+  const uint32_t* data = nullptr;
+  int64_t heads_pad = 0;            // n_heads rounded up to whole groups of the kernel's
   int vectors = 0;                  // head vectors a group of heads fills
-  bool ok = false;                  // every head's values bf16, finite, normal or zero
+  bool ok = false;                  // every head's values of the kind the kernels take
   bool any = false;                 // some value nonzero
   int span = 0;                     // max over heads of (top exponent - lowest set bit's)
   int e_max = 0, low_min = 0;       // top exponent and lowest set bit's over all heads
 };
-// Words IsaKernels::index_query_bf16 may write: ceil(dim / 2) rows of up to n_heads + 63.
-inline int64_t index_query_bf16_words(int64_t n_heads, int64_t dim) { return (dim + 1) / 2 * ((n_heads + 63) / 64 * 64); }
-// The longest head index_query_bf16 prepares (longer: ok is false).
-constexpr int64_t kIndexBf16MaxDim = 512;
+// Words IsaKernels::index_query_exact may write (either layout).
+inline int64_t index_query_exact_words(int64_t n_heads, int64_t dim) { return dim * ((n_heads + 63) / 64 * 64); }
+// The longest head index_query_exact prepares (longer: ok is false).
+constexpr int64_t kIndexExactMaxDim = 512;
 
 // Independent FMA chains of IsaKernels::fma_chains (latency 4 x 2 ports, and some to spare).
 constexpr int kFmaChains = 12;
@@ -167,16 +170,16 @@ struct IsaKernels {
   // FMAs issue on twice the ports), so the driver fills LinearCall::xd from rows [m0, m1) of
   // xb with this for calls of 3 or more rows in bf16 mode.
   void (*bf16_dp_order)(const uint16_t* xb, float* xd, int64_t m0, int64_t m1, int64_t xs) = nullptr;
-  // Null, or: query q [n_heads, dim] as IndexQueryBf16 into pairs
-  // (index_query_bf16_words of them) and *info.
-  void (*index_query_bf16)(const float* q, int64_t n_heads, int64_t dim, uint32_t* pairs,
-                           IndexQueryBf16* info) = nullptr;
+  // Null, or: query q [n_heads, dim] as IndexQueryExact into data
+  // (index_query_exact_words of them) and *info.
+  void (*index_query_exact)(const float* q, int64_t n_heads, int64_t dim, uint32_t* data,
+                            IndexQueryExact* info) = nullptr;
   // Null, or: for each key whose dots with every head of q are exact in fp32
-  // (IndexQueryBf16), those dots as index_dots writes them (an exact sum is the in-order
+  // (IndexQueryExact), those dots as index_dots writes them (an exact sum is the in-order
   // double sum too) and exact[s] = 1; otherwise exact[s] = 0 and the key's dots undefined.
-  // The products run on bf16 dot-product instructions.
-  void (*index_dots_bf16)(const IndexQueryBf16& q, int64_t n_heads, int64_t dim, const float* const* keys,
-                          int64_t n_keys, double* out, uint8_t* exact) = nullptr;
+  // The products run on bf16 dot-product instructions (AVX-512) or fp32 FMAs (AVX2).
+  void (*index_dots_exact)(const IndexQueryExact& q, int64_t n_heads, int64_t dim, const float* const* keys,
+                           int64_t n_keys, double* out, uint8_t* exact) = nullptr;
   // Null, or the indexer's scores from index_dots' output for n_keys keys, bit for bit as
   // index_scores_ref combines the dots (n_heads <= kIndexCombineMaxHeads).
   void (*index_combine)(const double* dots, const float* w, int64_t n_heads, int64_t n_keys, bool round,

@@ -970,6 +970,124 @@ void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* con
   }
 }
 
+// ------------------------------------------------------------------------------ exact indexer dots
+
+// The exponents of 8 values at a time folded into running lanes (avx2::VecBits' inputs).
+struct VecBitsLanes {
+  __m256i bits_or = _mm256_setzero_si256();   // mantissa bits below the top one: refused
+  __m256i e_max = _mm256_setzero_si256();     // top exponent (zeros have 0: no effect)
+  __m256i e_min = _mm256_set1_epi32(255);     // least exponent of nonzero values
+  DI_INLINE void add(__m256i b) {
+    bits_or = _mm256_or_si256(bits_or, b);
+    const __m256i a = _mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff));
+    const __m256i e = _mm256_srli_epi32(a, 23);
+    e_max = _mm256_max_epu32(e_max, e);
+    const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+    e_min = _mm256_min_epu32(e_min, _mm256_or_si256(e, _mm256_and_si256(zero, _mm256_set1_epi32(255))));
+  }
+  DI_INLINE avx2::VecBits get() const {
+    alignas(32) uint32_t o[8], hi[8], lo[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(o), bits_or);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hi), e_max);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lo), e_min);
+    uint32_t all = 0, top = 0, least = 255;
+    for (int i = 0; i < 8; ++i) {
+      all |= o[i];
+      top = hi[i] > top ? hi[i] : top;
+      least = lo[i] < least ? lo[i] : least;
+    }
+    avx2::VecBits v;
+    v.e_max = int(top);
+    v.any = top > 0 || least < 255;
+    if (!v.any) return v;
+    v.low_min = int(least) - 1;
+    v.ok = (all & 0x3fffff) == 0 && least >= 1 && top <= 254;
+    return v;
+  }
+};
+
+// One vector of n values (a query head or a key) folded into lanes; lanes of columns beyond n
+// read zeros.
+DI_INLINE void vec_bits(const float* v, int64_t n, VecBitsLanes& lanes) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) lanes.add(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
+  if (c < n) {
+    alignas(32) float tail[8] = {};
+    for (int64_t i = c; i < n; ++i) tail[i - c] = v[i];
+    lanes.add(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)));
+  }
+}
+
+// Heads in groups of 16 (two vectors of 8 lanes): data [dim, heads_pad] as fp32.
+void index_query_exact(const float* q, int64_t n_heads, int64_t dim, uint32_t* data, IndexQueryExact* info) {
+  *info = IndexQueryExact{};
+  if (dim > kIndexExactMaxDim || n_heads <= 0 || dim <= 0) return;
+  const int64_t heads_pad = (n_heads + 15) / 16 * 16;
+  float* qT = reinterpret_cast<float*>(data);
+  info->ok = true;
+  for (int64_t h = 0; h < heads_pad; ++h) {
+    if (h >= n_heads) {
+      for (int64_t c = 0; c < dim; ++c) qT[c * heads_pad + h] = 0.0f;
+      continue;
+    }
+    VecBitsLanes lanes;
+    vec_bits(q + h * dim, dim, lanes);
+    for (int64_t c = 0; c < dim; ++c) qT[c * heads_pad + h] = q[h * dim + c];
+    avx2::index_query_add(*info, lanes.get());
+  }
+  info->data = data;
+  info->heads_pad = heads_pad;
+  info->vectors = 2;
+}
+
+// Every head against four keys at a time in fp32 FMAs (8 chains: 2 head vectors x 4 keys),
+// for the keys index_key_exact accepts.
+void index_dots_exact(const IndexQueryExact& q, int64_t n_heads, int64_t dim, const float* const* keys,
+                      int64_t n_keys, double* out, uint8_t* exact) {
+  if (!q.data || dim > kIndexExactMaxDim) {
+    for (int64_t s = 0; s < n_keys; ++s) exact[s] = 0;
+    return;
+  }
+  constexpr int kKeys = 4;
+  const int lg = avx2::ceil_log2(dim);
+  const float* qT = reinterpret_cast<const float*>(q.data);
+  static const float zeros[kIndexExactMaxDim] = {};
+  for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
+    const int64_t nk = min64(kKeys, n_keys - s0);
+    // The next group's rows, while this one computes (a decode step finds them out of cache).
+    for (int64_t j = s0 + kKeys; j < min64(s0 + 2 * kKeys, n_keys); ++j)
+      for (int64_t c = 0; c < dim; c += 16) _mm_prefetch(reinterpret_cast<const char*>(keys[j] + c), _MM_HINT_T0);
+    const float* k[kKeys];
+    for (int j = 0; j < kKeys; ++j) {
+      k[j] = j < nk ? keys[s0 + j] : zeros;
+      if (j >= nk) continue;
+      VecBitsLanes lanes;
+      vec_bits(k[j], dim, lanes);
+      exact[s0 + j] = uint8_t(avx2::index_key_exact(q, lanes.get(), lg));
+    }
+    for (int64_t h0 = 0; h0 < n_heads; h0 += 16) {
+      __m256 acc[kKeys][2];
+      for (int j = 0; j < kKeys; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+      const float* qc = qT + h0;
+      for (int64_t c = 0; c < dim; ++c, qc += q.heads_pad) {
+        const __m256 q0 = _mm256_loadu_ps(qc), q1 = _mm256_loadu_ps(qc + 8);
+        for (int j = 0; j < kKeys; ++j) {
+          const __m256 kv = _mm256_broadcast_ss(k[j] + c);
+          acc[j][0] = _mm256_fmadd_ps(q0, kv, acc[j][0]);
+          acc[j][1] = _mm256_fmadd_ps(q1, kv, acc[j][1]);
+        }
+      }
+      const int64_t nh = min64(16, n_heads - h0);
+      for (int64_t j = 0; j < nk; ++j) {
+        alignas(32) float lanes[16];
+        _mm256_store_ps(lanes, acc[j][0]);
+        _mm256_store_ps(lanes + 8, acc[j][1]);
+        for (int64_t h = 0; h < nh; ++h) out[(s0 + j) * n_heads + h0 + h] = double(lanes[h]);
+      }
+    }
+  }
+}
+
 // sum a[i] * b[i] in double: 4 lanes x 4 accumulators of exact products, then the lanes and
 // a scalar tail.
 double dot_f64(const float* a, const float* b, int64_t n) {
@@ -1008,6 +1126,8 @@ constexpr IsaKernels kKernels = {
     .index_dots = index_dots,
     .fp4_f32_order = fp4_f32_order,
     .fp8_f32_order = fp8_f32_order,
+    .index_query_exact = index_query_exact,
+    .index_dots_exact = index_dots_exact,
     .index_combine = avx2::index_combine<avx2::Ops>,
     .hc_expand = avx2::hc_expand<avx2::Ops>,
     .hc_collapse = avx2::hc_collapse<avx2::Ops>,

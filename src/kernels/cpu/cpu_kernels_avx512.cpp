@@ -1458,16 +1458,6 @@ void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* con
   }
 }
 
-// What index_dots_bf16's exactness test needs of one vector's nonzero values (biased fp32
-// exponents): its top exponent, a lower bound of its lowest set bit's, and whether every
-// value is finite, normal (or zero) and of at most two significant bits (FP4 values times
-// powers of two: then the lowest set bit is the top one or the next, so the least exponent
-// less one bounds it). Anything else is refused: the in-order double path takes it.
-struct VecBits {
-  bool ok = true, any = false;
-  int e_max = 0, low_min = 0;
-};
-
 // The exponents of 16 values at a time folded into running lanes.
 struct VecBitsLanes {
   __m512i bits_or = _mm512_setzero_si512();   // mantissa bits below the top one: refused
@@ -1481,8 +1471,8 @@ struct VecBitsLanes {
     e_max = _mm512_mask_max_epu32(e_max, nz, e_max, e);
     e_min = _mm512_mask_min_epu32(e_min, nz, e_min, e);
   }
-  DI_INLINE VecBits get() const {
-    VecBits v;
+  DI_INLINE avx512::VecBits get() const {
+    avx512::VecBits v;
     v.e_max = int(_mm512_reduce_max_epu32(e_max));
     const int least = int(_mm512_reduce_min_epu32(e_min));
     v.any = v.e_max > 0 || least < 255;
@@ -1492,13 +1482,6 @@ struct VecBitsLanes {
     return v;
   }
 };
-
-// ceil(log2(n)) for n >= 1.
-int ceil_log2(int64_t n) {
-  int b = 0;
-  while ((int64_t(1) << b) < n) ++b;
-  return b;
-}
 
 // One key's 32 columns c0.. as bf16 pairs (exact for the values VecBits accepts), their
 // exponents folded into `bits`.
@@ -1511,16 +1494,15 @@ DI_INLINE void key_pairs32(const float* key, int64_t c0, int64_t dim, uint32_t* 
   _mm512_storeu_si512(pairs + c0 / 2, w);
 }
 
-void index_query_bf16(const float* q, int64_t n_heads, int64_t dim, uint32_t* pairs, IndexQueryBf16* info) {
-  *info = IndexQueryBf16{};
-  if (dim > kIndexBf16MaxDim || n_heads <= 0 || dim <= 0) return;
+void index_query_exact(const float* q, int64_t n_heads, int64_t dim, uint32_t* pairs, IndexQueryExact* info) {
+  *info = IndexQueryExact{};
+  if (dim > kIndexExactMaxDim || n_heads <= 0 || dim <= 0) return;
   const int64_t np = (dim + 1) / 2;
   const int64_t groups = (n_heads + 63) / 64;
   const int vectors = int(min64(4, (n_heads + 15) / 16));
   const int64_t heads_pad = groups > 1 ? groups * 64 : 16 * vectors;
-  alignas(64) uint32_t row[kIndexBf16MaxDim / 2 + 16];
+  alignas(64) uint32_t row[kIndexExactMaxDim / 2 + 16];
   info->ok = true;
-  info->low_min = 1000;
   for (int64_t h = 0; h < heads_pad; ++h) {
     if (h >= n_heads) {
       for (int64_t i = 0; i < np; ++i) pairs[i * heads_pad + h] = 0;
@@ -1528,30 +1510,23 @@ void index_query_bf16(const float* q, int64_t n_heads, int64_t dim, uint32_t* pa
     }
     VecBitsLanes lanes;
     for (int64_t c = 0; c < dim; c += 32) key_pairs32(q + h * dim, c, dim, row, lanes);
-    const VecBits v = lanes.get();
     for (int64_t i = 0; i < np; ++i) pairs[i * heads_pad + h] = row[i];
-    if (!v.any) continue;
-    info->any = true;
-    info->ok = info->ok && v.ok;
-    // (no std::max here: see cpu_isa.h on library templates in ISA files)
-    info->span = v.e_max - v.low_min > info->span ? v.e_max - v.low_min : info->span;
-    info->e_max = v.e_max > info->e_max ? v.e_max : info->e_max;
-    info->low_min = v.low_min < info->low_min ? v.low_min : info->low_min;
+    avx512::index_query_add(*info, lanes.get());
   }
-  info->pairs = pairs;
+  info->data = pairs;
   info->heads_pad = heads_pad;
   info->vectors = vectors;
 }
 
-// index_dots_bf16 for heads in groups of NV vectors of 16; keys side by side for 12-16
+// index_dots_exact for heads in groups of NV vectors of 16; keys side by side for 12-16
 // independent dot-product chains (a core issues two a cycle, each some cycles long).
 template <int NV>
-void index_dots_bf16_nv(const IndexQueryBf16& q, int64_t n_heads, int64_t dim, const float* const* keys,
+void index_dots_exact_nv(const IndexQueryExact& q, int64_t n_heads, int64_t dim, const float* const* keys,
                         int64_t n_keys, double* out, uint8_t* exact) {
   constexpr int kKeys = NV == 1 ? 16 : NV == 2 ? 8 : 4;
   const int64_t np = (dim + 1) / 2;
-  const int lg = ceil_log2(dim);
-  alignas(64) uint32_t kb[kKeys][kIndexBf16MaxDim / 2 + 16];
+  const int lg = avx512::ceil_log2(dim);
+  alignas(64) uint32_t kb[kKeys][kIndexExactMaxDim / 2 + 16];
   for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
     const int64_t nk = min64(kKeys, n_keys - s0);
     // The next group's rows, while this one computes: a decode step finds the keys out of
@@ -1565,19 +1540,14 @@ void index_dots_bf16_nv(const IndexQueryBf16& q, int64_t n_heads, int64_t dim, c
       }
       VecBitsLanes lanes;
       for (int64_t c = 0; c < dim; c += 32) key_pairs32(keys[s0 + j], c, dim, kb[j], lanes);
-      const VecBits k = lanes.get();
-      // Exact when q's and the key's spans leave room for the sum's bits (see IndexQueryBf16),
-      // the granularity is normal and the largest sum finite; a zero vector makes every dot 0.
-      exact[s0 + j] = uint8_t(q.ok && k.ok &&
-                              (!k.any || !q.any ||
-                               (q.span + (k.e_max - k.low_min) <= 22 - lg && q.low_min + k.low_min >= 128 &&
-                                q.e_max + k.e_max + 2 + lg <= 382)));
+      const avx512::VecBits k = lanes.get();
+      exact[s0 + j] = uint8_t(avx512::index_key_exact(q, k, lg));
     }
     for (int64_t h0 = 0; h0 < q.heads_pad; h0 += 16 * NV) {
       __m512 acc[kKeys][NV];
       for (int j = 0; j < kKeys; ++j)
         for (int v = 0; v < NV; ++v) acc[j][v] = _mm512_setzero_ps();
-      const uint32_t* qp = q.pairs + h0;
+      const uint32_t* qp = q.data + h0;
       for (int64_t i = 0; i < np; ++i, qp += q.heads_pad) {
         __m512i qv[NV];
         for (int v = 0; v < NV; ++v) qv[v] = _mm512_loadu_si512(qp + 16 * v);
@@ -1599,17 +1569,17 @@ void index_dots_bf16_nv(const IndexQueryBf16& q, int64_t n_heads, int64_t dim, c
   }
 }
 
-void index_dots_bf16(const IndexQueryBf16& q, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
+void index_dots_exact(const IndexQueryExact& q, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
                      double* out, uint8_t* exact) {
-  if (!q.pairs || dim > kIndexBf16MaxDim) {
+  if (!q.data || dim > kIndexExactMaxDim) {
     for (int64_t s = 0; s < n_keys; ++s) exact[s] = 0;
     return;
   }
   switch (q.vectors) {
-    case 1: return index_dots_bf16_nv<1>(q, n_heads, dim, keys, n_keys, out, exact);
-    case 2: return index_dots_bf16_nv<2>(q, n_heads, dim, keys, n_keys, out, exact);
-    case 3: return index_dots_bf16_nv<3>(q, n_heads, dim, keys, n_keys, out, exact);
-    default: return index_dots_bf16_nv<4>(q, n_heads, dim, keys, n_keys, out, exact);
+    case 1: return index_dots_exact_nv<1>(q, n_heads, dim, keys, n_keys, out, exact);
+    case 2: return index_dots_exact_nv<2>(q, n_heads, dim, keys, n_keys, out, exact);
+    case 3: return index_dots_exact_nv<3>(q, n_heads, dim, keys, n_keys, out, exact);
+    default: return index_dots_exact_nv<4>(q, n_heads, dim, keys, n_keys, out, exact);
   }
 }
 
@@ -1694,8 +1664,8 @@ constexpr IsaKernels kKernels = {
     .bf16_pair_order = bf16_pair_order,
     .fp4_f32_order = fp4_f32_order,
     .bf16_dp_order = bf16_dp_order,
-    .index_query_bf16 = index_query_bf16,
-    .index_dots_bf16 = index_dots_bf16,
+    .index_query_exact = index_query_exact,
+    .index_dots_exact = index_dots_exact,
     .index_combine = avx512::index_combine<avx512::Ops>,
     .hc_expand = avx512::hc_expand<avx512::Ops>,
     .hc_collapse = avx512::hc_collapse<avx512::Ops>,

@@ -250,6 +250,50 @@ void index_combine(const double* dots, const float* w, int64_t n_heads, int64_t 
   }
 }
 
+// ------------------------------------------------------------------------------ exact indexer dots
+
+// What index_dots_exact's test needs of one vector (IndexQueryExact): its top exponent, a
+// lower bound of its lowest set bit's exponent (the least exponent less one: at most two
+// significant bits), whether every value is of the kind the kernels take; any = false for a
+// vector with no nonzero value.
+struct VecBits {
+  bool ok = true, any = false;
+  int e_max = 0, low_min = 0;
+};
+
+// ceil(log2(n)) for n >= 1.
+inline int ceil_log2(int64_t n) {
+  int b = 0;
+  while ((int64_t(1) << b) < n) ++b;
+  return b;
+}
+
+// Whether a key's dots with every head of q are exact in fp32 (IndexQueryExact), lg =
+// ceil_log2(dim): q's and the key's spans leave room for the sum's bits, the granularity is
+// normal and the largest sum finite; a zero vector makes every dot 0.
+inline bool index_key_exact(const IndexQueryExact& q, const VecBits& k, int lg) {
+  if (!q.ok || !k.ok) return false;
+  if (!k.any || !q.any) return true;
+  return q.span + (k.e_max - k.low_min) <= 22 - lg && q.low_min + k.low_min >= 128 &&
+         q.e_max + k.e_max + 2 + lg <= 382;
+}
+
+// Folds one vector's VecBits into q's (its span, top exponent and lowest set bit's).
+inline void index_query_add(IndexQueryExact& q, const VecBits& v) {
+  if (!v.any) return;
+  q.ok = q.ok && v.ok;
+  if (!q.any) {
+    q.any = true;
+    q.span = v.e_max - v.low_min;
+    q.e_max = v.e_max;
+    q.low_min = v.low_min;
+    return;
+  }
+  q.span = v.e_max - v.low_min > q.span ? v.e_max - v.low_min : q.span;
+  q.e_max = v.e_max > q.e_max ? v.e_max : q.e_max;
+  q.low_min = v.low_min < q.low_min ? v.low_min : q.low_min;
+}
+
 // ------------------------------------------------------------------------------ FMA peak
 
 // The arithmetic peak of the products: kFmaChains independent chains x <- x * m + b of `iters`
