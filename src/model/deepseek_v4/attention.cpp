@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/compressor.h"
 #include "model/deepseek_v4/layer_ops.h"
+#include "model/deepseek_v4/top_k.h"
 
 namespace deepinfer::v4 {
 
@@ -138,36 +139,6 @@ void run_compressor(const CompressorWeights& w, CompressorState& st, const float
   }
 }
 
-// The k best of n scores into out, best first: larger score first, ties to the lower index (a
-// total order, so selecting then sorting the k gives exactly what a partial sort gives). Each
-// candidate is one 64-bit key, the score's order-preserving bits (complemented: larger first)
-// above its index, so the selection compares integers in place instead of looking scores up;
-// a NaN score (no order) takes the comparator path. order: n scratch slots.
-void select_top_k(std::span<const float> score, int64_t k, std::span<int64_t> order, int64_t* out) {
-  const int64_t n = int64_t(score.size());
-  bool nan = false;
-  for (float v : score) nan |= std::isnan(v);
-  if (nan || n >= (int64_t(1) << 32)) {
-    std::iota(order.begin(), order.end(), 0);
-    auto before = [&](int64_t x, int64_t y) { return score[x] != score[y] ? score[x] > score[y] : x < y; };
-    if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
-    std::sort(order.begin(), order.begin() + k, before);
-    std::copy_n(order.begin(), k, out);
-    return;
-  }
-  uint64_t* keys = reinterpret_cast<uint64_t*>(order.data());
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, &score[i], 4);
-    // Ascending b <-> ascending float (a -0 and +0 fold to one value, as == sees them).
-    b = (b & 0x7fffffffu) == 0 ? 0x80000000u : (b & 0x80000000u) ? ~b : b | 0x80000000u;
-    keys[i] = (uint64_t(~b) << 32) | uint64_t(i);
-  }
-  if (k < n) std::nth_element(keys, keys + k, keys + n);
-  std::sort(keys, keys + k);
-  for (int64_t i = 0; i < k; ++i) out[i] = int64_t(keys[i] & 0xffffffffu);
-}
-
 // The lightning indexer's query at position p, in place: each head of q [HI * DI] (a row of
 // indexer_wq_b's output) roped, rotated and quantised; the head weights w [HI] (a row of
 // weights_proj's) scaled.
@@ -195,7 +166,7 @@ void indexer_select(const Config& cfg, const Numerics& num, std::span<const floa
   // Sized for the most keys a query sees; query t uses the first n_vis of each.
   std::span<float> score_all = scratch.take<float>(n_keys);
   std::span<const float*> key_rows_all = scratch.take<const float*>(n_keys);
-  std::span<int64_t> order_all = scratch.take<int64_t>(n_keys);
+  std::span<int64_t> order_all = scratch.take<int64_t>(n_keys), spare_all = scratch.take<int64_t>(n_keys);
   keys.entries(n_keys, key_rows_all.data());
   profile::Phase section;
   for (int64_t t = 0; t < S; ++t) {
@@ -209,7 +180,7 @@ void indexer_select(const Config& cfg, const Numerics& num, std::span<const floa
                               num.reference(), score.data());
     section.start(DI_PROFILE_SECTION("attn.indexer.top_k"));
     const int64_t k = std::min(cfg.index_topk, n_vis);
-    select_top_k(score, k, order, chosen + t * cfg.index_topk);
+    select_top_k(score, k, order, spare_all.first(size_t(n_vis)), chosen + t * cfg.index_topk);
     n_chosen[t] = k;
   }
 }
