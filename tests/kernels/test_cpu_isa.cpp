@@ -644,6 +644,37 @@ TEST(CpuIsa, BatchInvariance) {
     }
 }
 
+// A long K (7168, V4's hidden size) makes the tiles take the activation rows in several
+// blocks (about 384 KiB of bf16 rows each: 24 rows here), a remainder block included: every
+// row still equals its own one-row product, bit for bit.
+TEST(CpuIsa, TilesOverSeveralActivationBlocks) {
+  std::mt19937 rng(31);
+  for (Isa isa : supported_isas())
+    for (auto f : {WeightFormat::BF16, WeightFormat::FP8_BLOCK, WeightFormat::FP4_BLOCK}) {
+      const int64_t N = 13, K = 7168, M = 53;
+      Weight o = make_weight(f, N, K, rng);
+      const std::vector<float> x = make_x(M, K, XKind::Bf16, rng);
+      for (bool aq : {false, true}) {
+        if (aq && !o.w.is_quantized()) continue;
+        ThreadPool pool(2);
+        auto be = make_cpu_backend_isa(&pool, isa);
+        auto call = [&](const float* xp, int64_t m, float* y) {
+          if (aq)
+            be->linear_act_quant(xp, m, o.w, 128, y);
+          else
+            be->linear_f32(xp, m, o.w, y);
+        };
+        std::vector<float> all(M * N), one(N);
+        call(x.data(), M, all.data());
+        for (int64_t m = 0; m < M; ++m) {
+          call(x.data() + m * K, 1, one.data());
+          ASSERT_EQ(0, std::memcmp(one.data(), &all[m * N], N * sizeof(float)))
+              << isa_name(isa) << " format " << int(f) << (aq ? " act-quant" : " f32") << " row " << m;
+        }
+      }
+    }
+}
+
 // linear_many (one parallel region for a batch of products, split by weight bytes) gives
 // every product bit for bit what its own call gives: mixed formats and modes in one batch,
 // odd row counts (shares that end inside a row group), M from 1 to 5 (a GEMM-sized job
