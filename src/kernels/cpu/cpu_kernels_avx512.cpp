@@ -1031,60 +1031,58 @@ __attribute__((noinline)) void micro_dp(const LinearCall& c, const uint16_t* x, 
     store_sums(c.y + (m0 + m) * c.N + n, reduce4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]), n_rows);
 }
 
-// Activation rows a tile meets per pass: about 384 KiB of bf16 rows (a multiple of 6, at
-// least 6), so that they stay in L2 beside the tile while every tile row group runs over
-// them; a prefill's 512 rows of 2048 (2 MiB) would otherwise stream from L3 once per group
-// of four tile rows. Any blocking gives every output its own dot, so the same bits.
-int64_t x_block_rows(int64_t Kp) {
-  const int64_t mb = int64_t(384) * 1024 / (Kp * 2) / 6 * 6;
-  return mb < 6 ? 6 : mb;
+// A tile times every row of x, weight-stationary: each group of four tile rows (16 KiB at
+// K = 2048, in L1) runs over a block of activation rows: about 384 KiB of bf16 rows (a
+// multiple of 6, at least 6), which stay in L2 beside the tile while every group runs over
+// them (a prefill's 512 rows of 2048, 2 MiB, would otherwise stream from L3 once per
+// group). f(rows [mb0, mb1), the group's first tile row r0); any blocking gives every output
+// its own dot, so the same bits.
+template <class F>
+DI_INLINE void over_tile_groups(const LinearCall& c, int64_t rows_p, F f) {
+  const int64_t Kp = c.xs, M = c.M;
+  int64_t MB = int64_t(384) * 1024 / (Kp * 2) / 6 * 6;
+  if (MB < 6) MB = 6;
+  for (int64_t mb0 = 0; mb0 < M; mb0 += MB)
+    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) f(mb0, min64(M, mb0 + MB), r0);
 }
 
 void tile_dp(const LinearCall& c, const uint16_t* tile, int64_t rows, int64_t rows_p, int64_t n_base,
              bool in_place = false) {
-  const int64_t Kp = c.xs, M = c.M, MB = x_block_rows(Kp);
-  for (int64_t mb0 = 0; mb0 < M; mb0 += MB) {
-    const int64_t mb1 = min64(M, mb0 + MB);
-    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-      const uint16_t* w = tile + r0 * Kp;
-      const int64_t n = n_base + r0, n_rows = rows - r0;
-      int64_t m0 = mb0;
-      // Rows multiplied in place come from memory: the first pass over four of them fetches
-      // the next four (into L2) while it works.
-      const uint16_t* pf = in_place && mb0 == 0 && r0 + 2 * kNR <= rows_p ? w + kNR * Kp : nullptr;
-      if (pf && mb1 - m0 >= 6) {
-        micro_dp<6>(c, c.xb + m0 * Kp, w, m0, n, n_rows, pf);
-        m0 += 6;
-      }
-      for (; m0 + 6 <= mb1; m0 += 6) micro_dp<6>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
-      switch (mb1 - m0) {
-        case 5: micro_dp<5>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
-        case 4: micro_dp<4>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
-        case 3: micro_dp<3>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
-        case 2: micro_dp<2>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
-        case 1: micro_dp<1>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
-        default: break;
-      }
+  const int64_t Kp = c.xs;
+  over_tile_groups(c, rows_p, [&](int64_t mb0, int64_t mb1, int64_t r0) __attribute__((always_inline)) {
+    const uint16_t* w = tile + r0 * Kp;
+    const int64_t n = n_base + r0, n_rows = rows - r0;
+    int64_t m0 = mb0;
+    // Rows multiplied in place come from memory: the first pass over four of them fetches
+    // the next four (into L2) while it works.
+    const uint16_t* pf = in_place && mb0 == 0 && r0 + 2 * kNR <= rows_p ? w + kNR * Kp : nullptr;
+    if (pf && mb1 - m0 >= 6) {
+      micro_dp<6>(c, c.xb + m0 * Kp, w, m0, n, n_rows, pf);
+      m0 += 6;
     }
-  }
+    for (; m0 + 6 <= mb1; m0 += 6) micro_dp<6>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
+    switch (mb1 - m0) {
+      case 5: micro_dp<5>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 4: micro_dp<4>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 3: micro_dp<3>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 2: micro_dp<2>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      case 1: micro_dp<1>(c, c.xb + m0 * Kp, w, m0, n, n_rows); break;
+      default: break;
+    }
+  });
 }
 
-// The FP4 dp tile times every row of x: weight-stationary (four tile rows, 16 KiB at K =
-// 2048, stay in L1 while x streams past them three rows at a time); the tile rows are
-// decode_row_fp4_scaled's.
+// The FP4 dp tile (decode_row_fp4_scaled's rows) over x three rows at a time.
 void tile_parts_dp(const LinearCall& c, const uint16_t* tile, int64_t rows, int64_t rows_p, int64_t n_base) {
-  const int64_t Kp = c.xs, M = c.M, MB = x_block_rows(Kp);
-  for (int64_t mb0 = 0; mb0 < M; mb0 += MB) {
-    const int64_t mb1 = min64(M, mb0 + MB);
-    for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-      const uint16_t* w = tile + r0 * Kp;
-      const int64_t n = n_base + r0, n_rows = rows - r0;
-      int64_t m0 = mb0;
-      for (; m0 + 3 <= mb1; m0 += 3) micro_parts_dp<3>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
-      if (mb1 - m0 == 2) micro_parts_dp<2>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
-      if (mb1 - m0 == 1) micro_parts_dp<1>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
-    }
-  }
+  const int64_t Kp = c.xs;
+  over_tile_groups(c, rows_p, [&](int64_t mb0, int64_t mb1, int64_t r0) __attribute__((always_inline)) {
+    const uint16_t* w = tile + r0 * Kp;
+    const int64_t n = n_base + r0, n_rows = rows - r0;
+    int64_t m0 = mb0;
+    for (; m0 + 3 <= mb1; m0 += 3) micro_parts_dp<3>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
+    if (mb1 - m0 == 2) micro_parts_dp<2>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
+    if (mb1 - m0 == 1) micro_parts_dp<1>(c, c.xb + m0 * Kp, w, m0, n, n_rows);
+  });
 }
 
 // Tile height: about 512 KiB of fp32 tile, a multiple of kNR, at most 48 rows.
