@@ -824,10 +824,11 @@ TEST(CpuIsa, IndexScoresMatchReferee) {
       }
 }
 
-// The indexer's bf16 dots (IsaKernels::index_dots_exact) against the in-order double dots:
-// FP4-QDQ'd heads and keys take the bf16 path and give the same bits; keys whose sums could
-// round in fp32 (2^24 + 1), reach subnormal products, or hold a value that is not finite,
-// normal and of at most two significant bits are refused; the bound's edge is exact.
+// The indexer's exact fp32 dots (IsaKernels::index_dots_exact: bf16 dot products on AVX-512,
+// FMAs on AVX2) against the in-order double dots: FP4-QDQ'd heads and keys take that path and
+// give the same bits; keys whose sums could round in fp32 (2^24 + 1), reach subnormal
+// products, or hold a value that is not finite, normal and of at most two significant bits
+// are refused; the bound's edge is exact.
 TEST(CpuIsa, IndexDotsExactWhereTheBoundAllows) {
   std::mt19937 rng(43);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -121,6 +121,7 @@ struct CompressorState {
   }
   // entry(w) for w < n into out, a page's entries at a time where a page holds whole ones.
   void entries(int64_t n, const float** out) const {
+    if (n <= 0) return;  // also a compressor the layer lacks (ratio 0)
     const int64_t T = pages_->block_tokens();
     if (T % ratio != 0) {
       for (int64_t w = 0; w < n; ++w) out[w] = entry(w);
