@@ -305,10 +305,10 @@ class SimdBackend final : public Backend {
     run(x, M, W, act_block, y);
   }
 
-  // The dots are exact sums where the values allow (FP4-QDQ'd q and keys: reference
-  // numerics), which bf16 dot products then compute, and run in the referee's order (in-order
-  // double sums, the heads in vector lanes) otherwise, so the scores equal index_scores_ref's
-  // bit for bit whatever the values.
+  // The dots are exact fp32 sums where the values allow (FP4-QDQ'd q and keys: reference
+  // numerics; IsaKernels::index_dots_exact), and run in the referee's order (in-order double
+  // sums, the heads in vector lanes) otherwise, so the scores equal index_scores_ref's bit for
+  // bit whatever the values.
   void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                     int64_t n_keys, bool round, float* scores) const override {
     if (n_keys <= 0) return;
