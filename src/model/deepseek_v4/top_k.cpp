@@ -50,6 +50,31 @@ void radix_select(uint64_t* keys, int64_t n, int64_t k, uint64_t* tmp) {
   // in index order.
 }
 
+// keys[0, k) ascending, by LSD radix on bytes: the index bytes a key of n candidates can
+// use, then the four score bytes; a byte every key shares is skipped. tmp: k slots.
+void radix_sort(uint64_t* keys, int64_t k, int64_t n, uint64_t* tmp) {
+  int index_bytes = 1;
+  while (index_bytes < 4 && (int64_t(1) << (8 * index_bytes)) < n) ++index_bytes;
+  uint64_t* src = keys;
+  uint64_t* dst = tmp;
+  for (int byte = 0; byte < 8; ++byte) {
+    if (byte >= index_bytes && byte < 4) continue;  // index bytes above n's: all zero
+    const int shift = 8 * byte;
+    int64_t count[256] = {};
+    for (int64_t i = 0; i < k; ++i) ++count[(src[i] >> shift) & 0xff];
+    if (count[(src[0] >> shift) & 0xff] == k) continue;  // one value: the order stands
+    int64_t pos[256];
+    int64_t at = 0;
+    for (int b = 0; b < 256; ++b) {
+      pos[b] = at;
+      at += count[b];
+    }
+    for (int64_t i = 0; i < k; ++i) dst[pos[(src[i] >> shift) & 0xff]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != keys) std::copy_n(src, k, keys);
+}
+
 }  // namespace
 
 void select_top_k(std::span<const float> score, int64_t k, std::span<int64_t> order, std::span<int64_t> spare,
@@ -68,8 +93,9 @@ void select_top_k(std::span<const float> score, int64_t k, std::span<int64_t> or
   }
   uint64_t* keys = reinterpret_cast<uint64_t*>(order.data());
   for (int64_t i = 0; i < n; ++i) keys[i] = rank_key(score[i], i);
-  if (k < n) radix_select(keys, n, k, reinterpret_cast<uint64_t*>(spare.data()));
-  std::sort(keys, keys + k);
+  uint64_t* tmp = reinterpret_cast<uint64_t*>(spare.data());
+  if (k < n) radix_select(keys, n, k, tmp);
+  radix_sort(keys, k, n, tmp);
   for (int64_t i = 0; i < k; ++i) out[i] = int64_t(keys[i] & 0xffffffffu);
 }
 
