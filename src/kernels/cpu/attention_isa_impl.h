@@ -54,12 +54,12 @@ DI_ISA_INLINE void heads_tile(HeadState* st, int64_t nh, const float* q, const f
                               int64_t t1, int64_t dim, float scale, bool round_probs, float* out) {
   using F = typename V::F;
   const float neg_inf = -__builtin_inff();
-  const float* vk[kTile + 3];  // the valid keys, in order
+  const float* vk[kTile];  // the valid keys, in order
   int64_t n = 0;
   for (int64_t j = t0; j < t1; ++j)
     if (keys[j]) vk[n++] = keys[j];
   if (n == 0) return;
-  float prob[kHeadGroup][kTile + 3];  // the scores, then the probabilities
+  float prob[kHeadGroup][kTile];  // the scores, then the probabilities
   int64_t i = 0;
   for (; i + 4 <= n; i += 4)
     for (int64_t h = 0; h < nh; ++h) V::score_dot4(q + h * dim, vk + i, dim, prob[h] + i);

@@ -134,7 +134,8 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 // One index_scores call, captured by one reference (keeps std::function off the heap).
 struct IndexJob {
   const cpu::IsaKernels* k;
-  const double* qT;  // the query heads transposed, [dim, n_heads], in double
+  const float* q;    // the query heads, [n_heads, dim]
+  const double* qT;  // the same transposed, [dim, n_heads], in double (null with qb)
   const float* w;
   int64_t n_heads, dim;
   const float* const* keys;
@@ -144,13 +145,19 @@ struct IndexJob {
 
   float R(float x) const { return round ? round_bf16(x) : x; }
   // The dots of keys [b, b + nb): in fp32 where that is exact (qb, index_dots_exact), in
-  // double for the rest; the same values either way.
+  // double for the rest (with qb rare keys: the referee's scalar loop, the order index_dots
+  // keeps); the same values either way.
   void dots_of(int64_t b, int64_t nb, double* dots) const {
     if (!qb) return k->index_dots(qT, n_heads, dim, keys + b, nb, dots);
     uint8_t exact[64];
     k->index_dots_exact(*qb, n_heads, dim, keys + b, nb, dots, exact);
     for (int64_t s = 0; s < nb; ++s)
-      if (!exact[s]) k->index_dots(qT, n_heads, dim, keys + b + s, 1, dots + s * n_heads);
+      if (!exact[s])
+        for (int64_t h = 0; h < n_heads; ++h) {
+          double d = 0.0;
+          for (int64_t c = 0; c < dim; ++c) d += double(q[h * dim + c]) * double(keys[b + s][c]);
+          dots[s * n_heads + h] = d;
+        }
   }
   void operator()(int64_t s0, int64_t s1) const {
     // The dots of up to 64 keys at a time, on the stack: a worker thread's first share must
@@ -312,18 +319,21 @@ class SimdBackend final : public Backend {
   void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                     int64_t n_keys, bool round, float* scores) const override {
     if (n_keys <= 0) return;
-    thread_local std::vector<double> qT;  // grow-only: nothing allocated once warm
-    qT.resize(size_t(n_heads * dim));
-    for (int64_t h = 0; h < n_heads; ++h)
-      for (int64_t c = 0; c < dim; ++c) qT[c * n_heads + h] = q[h * dim + c];
-    thread_local std::vector<uint32_t> qdata;
+    thread_local std::vector<uint32_t> qdata;  // grow-only: nothing allocated once warm
     cpu::IndexQueryExact qb;
     if (k_.index_query_exact && dim <= cpu::kIndexExactMaxDim) {
       qdata.resize(size_t(cpu::index_query_exact_words(n_heads, dim)));
       k_.index_query_exact(q, n_heads, dim, qdata.data(), &qb);
     }
+    thread_local std::vector<double> qT;
+    if (!qb.ok) {
+      qT.resize(size_t(n_heads * dim));
+      for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t c = 0; c < dim; ++c) qT[c * n_heads + h] = q[h * dim + c];
+    }
     // Plain pointers: inside the region a thread_local name would mean the worker's own copy.
-    const IndexJob job{&k_, qT.data(), w, n_heads, dim, keys, round, scores, qb.ok ? &qb : nullptr};
+    const IndexJob job{&k_, q, qb.ok ? nullptr : qT.data(), w, n_heads, dim, keys, round, scores,
+                       qb.ok ? &qb : nullptr};
     parallel_for(pool_, n_keys, 16, [&job](int64_t s0, int64_t s1, int) { job(s0, s1); });
   }
 
