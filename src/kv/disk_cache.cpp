@@ -81,6 +81,12 @@ DiskCache::DiskCache(std::string dir, int64_t max_bytes, uint64_t fingerprint)
     log_warn("kv disk cache: cannot create %s (%s); the disk cache is off", dir_.c_str(), std::strerror(errno));
     return;
   }
+  // mkdir's EEXIST also means a file of that name: root's access() passes an executable one.
+  struct stat st {};
+  if (stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    log_warn("kv disk cache: %s is not a directory; the disk cache is off", dir_.c_str());
+    return;
+  }
   if (access(dir_.c_str(), R_OK | W_OK | X_OK) != 0) {
     log_warn("kv disk cache: %s is not writable (%s); the disk cache is off", dir_.c_str(), std::strerror(errno));
     return;

@@ -4,8 +4,11 @@
 // vanished or read-only directory, a disk that fills up mid-write.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -170,29 +173,67 @@ TEST(DiskCache, AnUnusableOrVanishedDirectoryIsOnlyAMiss) {
   EXPECT_EQ(c.longest_prefix(toks(9), 0), 0);
 }
 
-// A directory that refuses new files: /proc/self, where nobody creates files, root included,
-// and a mode 0555 directory when not running as root (root writes into it regardless, so it is
-// not read-only then; CI runs as root). The cache is off from the start, says so, and every
-// call is a quiet miss.
+// Checks that a cache in `dir` is off from the start and every call a quiet miss.
+void expect_cache_off(const std::string& dir) {
+  SCOPED_TRACE(dir);
+  DiskCache c(dir, 1 << 20, 1);
+  EXPECT_FALSE(c.usable());
+  c.put(toks(5), bytes(10, 1));
+  c.flush();
+  EXPECT_EQ(c.longest_prefix(toks(9), 0), 0);
+  EXPECT_EQ(c.read(toks(9), 5), nullptr);
+  EXPECT_EQ(c.stats().writes + c.stats().write_errors, 0u);
+}
+
+// Directories that refuse new files whoever asks (CI runs as root, which writes into a mode
+// 0555 directory regardless): /proc/self; an executable regular file where the directory
+// should be (root passes access(R|W|X) on it); a path under a regular file; and, in a mount
+// namespace of the test's own, a read-only bind mount of the test's directory. A mode 0555
+// directory is added when not running as root. The cache is off from the start, says so, and
+// every call is a quiet miss.
 TEST(DiskCache, ReadOnlyDirectoryTurnsTheCacheOff) {
   TempDir d;
   fs::create_directories(d.path);
-  fs::permissions(d.path, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                              fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
-  std::vector<std::string> dirs = {"/proc/self"};
-  if (geteuid() != 0) dirs.push_back(d.path.string());
-  for (const std::string& dir : dirs) {
-    SCOPED_TRACE(dir);
-    DiskCache c(dir, 1 << 20, 1);
-    EXPECT_FALSE(c.usable());
-    c.put(toks(5), bytes(10, 1));
-    c.flush();
-    EXPECT_EQ(c.longest_prefix(toks(9), 0), 0);
-    EXPECT_EQ(c.read(toks(9), 5), nullptr);
-    EXPECT_EQ(c.stats().writes + c.stats().write_errors, 0u);
+  const fs::path file = d.path / "not-a-directory";
+  std::ofstream(file) << "x";
+  fs::permissions(file, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  fs::create_directories(d.path / "sealed");
+  fs::permissions(d.path / "sealed", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                         fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  std::vector<std::string> dirs = {"/proc/self", file.string(), (file / "cache").string()};
+  if (geteuid() != 0) dirs.push_back((d.path / "sealed").string());
+  for (const std::string& dir : dirs) expect_cache_off(dir);
+
+  // A read-only mount, in a child process that unshares its mount namespace (the mount is
+  // never seen outside it). Exit 0: the cache was off in it; 2: it was not; 77: no namespace.
+  fs::create_directories(d.path / "ro" / "existing");
+  const std::string ro = (d.path / "ro").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount(ro.c_str(), ro.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        mount(nullptr, ro.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0)
+      _exit(77);
+    bool off = true;
+    for (const std::string dir : {ro, ro + "/existing", ro + "/new"}) {
+      DiskCache c(dir, 1 << 20, 1);
+      c.put(toks(5), bytes(10, 1));
+      c.flush();
+      off = off && !c.usable() && c.stats().writes + c.stats().write_errors == 0 && c.longest_prefix(toks(9), 0) == 0;
+    }
+    _exit(off ? 0 : 2);
   }
-  EXPECT_TRUE(d.files().empty());
-  fs::permissions(d.path, fs::perms::owner_all);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77)
+    std::printf("note: no mount namespace here (unshare refused); the read-only mount case did not run\n");
+  else
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the cache was usable on a read-only mount";
+  EXPECT_FALSE(fs::exists(d.path / "ro" / "new"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path / "ro" / "existing"), fs::directory_iterator{}), 0);
+  fs::permissions(d.path / "sealed", fs::perms::owner_all);
 }
 
 // A disk that fills up mid-write, made with RLIMIT_FSIZE (a write past the limit fails with
