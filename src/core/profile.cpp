@@ -31,6 +31,7 @@ std::deque<Section>& registry() {
 }  // namespace
 
 std::atomic<bool> g_enabled{env_enabled()};
+std::atomic<int64_t> g_dispatches{0};
 
 void set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
@@ -53,6 +54,7 @@ void reset() {
   for (Section& s : registry()) {
     s.ns = 0;
     s.calls = 0;
+    s.dispatches = 0;
   }
 }
 
@@ -64,10 +66,11 @@ void report(std::FILE* out, int64_t total_ns) {
   std::sort(v.begin(), v.end(), [](const Section* a, const Section* b) { return a->ns > b->ns; });
   if (v.empty()) return;
   const double total = double(total_ns > 0 ? total_ns : v.front()->ns.load());
-  std::fprintf(out, "%-28s %10s %9s %10s %7s\n", "section", "ms", "calls", "us/call", "%");
+  std::fprintf(out, "%-28s %10s %9s %10s %10s %7s\n", "section", "ms", "calls", "us/call", "disp/call", "%");
   for (const Section* s : v)
-    std::fprintf(out, "%-28s %10.2f %9lld %10.2f %6.1f%%\n", s->name, double(s->ns) / 1e6, (long long)s->calls,
-                 double(s->ns) / 1e3 / double(s->calls), 100.0 * double(s->ns) / total);
+    std::fprintf(out, "%-28s %10.2f %9lld %10.2f %10.2f %6.1f%%\n", s->name, double(s->ns) / 1e6, (long long)s->calls,
+                 double(s->ns) / 1e3 / double(s->calls), double(s->dispatches) / double(s->calls),
+                 100.0 * double(s->ns) / total);
 }
 
 }  // namespace deepinfer::profile

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/profile.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define DI_CPU_RELAX() _mm_pause()
@@ -89,12 +91,16 @@ void ThreadPool::run_share(int index) {
 
 void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
+  dispatches_.fetch_add(1, std::memory_order_relaxed);
+  profile::count_dispatch();
   start_job(n, grain, 0, fn);
 }
 
 void ThreadPool::run_balanced(int64_t n, int64_t grain, int pieces,
                               const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
+  dispatches_.fetch_add(1, std::memory_order_relaxed);
+  profile::count_dispatch();
   if (n_threads_ == 1) {
     fn(0, n, 0);
     return;

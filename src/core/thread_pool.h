@@ -35,6 +35,10 @@ class ThreadPool {
   // be called several times per thread; every index is covered exactly once.
   void run_balanced(int64_t n, int64_t grain, int pieces, const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // Parallel regions started so far (run / run_balanced calls with work): with more than one
+  // thread each is a fork and a join barrier, the cost bench reports per token and per layer.
+  uint64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
+
   // Threads to use when none is requested: the machine's hardware threads.
   static int default_threads();
 
@@ -69,6 +73,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<uint64_t> epoch_{0};
+  std::atomic<uint64_t> dispatches_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
   // The current job, valid while pending_ > 0.

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/profile.h"
+#include "core/thread_pool.h"
 
 using namespace deepinfer;
 
@@ -74,5 +75,35 @@ TEST(Profile, PhaseMovesBetweenSections) {
   // Sorted by time: judged against the times measured, not against the 20 ms and 2 ms slept
   // (a busy machine may stretch b's 2 ms past a's 20 ms).
   EXPECT_EQ(text.find("test.phase_a") < text.find("test.phase_b"), a->ns.load() >= b->ns.load());
+  profile::set_enabled(false);
+}
+
+// Sections count the thread-pool parallel regions started inside them (nested sections both),
+// and the pool counts its own: a region with work is one dispatch, on one thread too; an empty
+// one is none.
+TEST(Profile, SectionsCountDispatches) {
+  profile::set_enabled(true);
+  profile::reset();
+  profile::Section* outer = profile::section("test.dispatch_outer");
+  profile::Section* inner = profile::section("test.dispatch_inner");
+  ThreadPool pool(2), single(1);
+  const uint64_t pool0 = pool.dispatches();
+  {
+    profile::Scope o(outer);
+    pool.run(8, 1, [](int64_t, int64_t, int) {});
+    {
+      profile::Scope i(inner);
+      pool.run_balanced(8, 1, 2, [](int64_t, int64_t, int) {});
+      single.run(4, 1, [](int64_t, int64_t, int) {});
+      single.run_balanced(4, 1, 2, [](int64_t, int64_t, int) {});
+      pool.run(0, 1, [](int64_t, int64_t, int) {});  // no work: no region
+    }
+  }
+  EXPECT_EQ(pool.dispatches() - pool0, 2u);
+  EXPECT_EQ(single.dispatches(), 2u);
+  EXPECT_EQ(outer->dispatches.load(), 4);
+  EXPECT_EQ(inner->dispatches.load(), 3);
+  profile::reset();
+  EXPECT_EQ(outer->dispatches.load(), 0);
   profile::set_enabled(false);
 }
