@@ -1,6 +1,9 @@
 #include "loader/safetensors.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace deepinfer {
 
@@ -170,16 +174,58 @@ static std::vector<std::string> shard_files(const std::string& dir) {
   return files;
 }
 
+void TensorStore::add(const std::map<std::string, TensorView>& tensors, const std::string& source) {
+  for (const auto& [name, t] : tensors) {
+    auto [it, inserted] = tensors_.emplace(name, t);
+    if (!inserted) throw LoadError(source + ": tensor '" + name + "' also appears in " + it->second.file);
+  }
+}
+
 TensorStore::TensorStore(const std::string& dir) {
   for (const auto& path : shard_files(dir)) {
     if (!fs::exists(path)) throw LoadError(path + ": shard listed in the index is missing");
     files_.push_back(std::make_unique<SafetensorsFile>(path));
-    for (const auto& [name, t] : files_.back()->tensors()) {
-      auto [it, inserted] = tensors_.emplace(name, t);
-      if (!inserted)
-        throw LoadError(path + ": tensor '" + name + "' also appears in " + it->second.file);
-    }
+    add(files_.back()->tensors(), path);
   }
+}
+
+TensorStore::TensorStore(std::vector<MemoryImage> images) : images_(std::move(images)) {
+  if (images_.empty()) throw LoadError("in-memory checkpoint: no safetensors images");
+  // The images' memory does not move with the vector: the views stay valid.
+  for (const MemoryImage& im : images_) add(parse_safetensors(im.data(), im.size(), im.name()), im.name());
+}
+
+MemoryImage::MemoryImage(size_t bytes, std::string name) : name_(std::move(name)) {
+  if (bytes == 0) return;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw LoadError(name_ + ": cannot allocate " + std::to_string(bytes) + " bytes of memory: " + std::strerror(errno));
+#ifdef MADV_HUGEPAGE
+  if (bytes >= (size_t(2) << 20)) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only
+#endif
+  data_ = static_cast<uint8_t*>(p);
+  size_ = bytes;
+}
+
+MemoryImage::~MemoryImage() { release(); }
+
+void MemoryImage::release() {
+  if (data_) ::munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+MemoryImage::MemoryImage(MemoryImage&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), name_(std::move(o.name_)) {}
+
+MemoryImage& MemoryImage::operator=(MemoryImage&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    name_ = std::move(o.name_);
+  }
+  return *this;
 }
 
 const TensorView* TensorStore::find(const std::string& name) const {

@@ -61,10 +61,41 @@ class SafetensorsFile {
 // tensors (FP4 codes are packed in I8 / U8) have no such codes.
 void verify_finite(const TensorView& t);
 
+// Owned anonymous memory (mmap) holding one safetensors image built in memory (deepinfer
+// bench --synthetic); move-only, freed with the object. The pages are asked for as transparent
+// huge pages, as the mapped shards are (core/mapped_file.cpp).
+class MemoryImage {
+ public:
+  MemoryImage() = default;
+  // Zero-filled; throws LoadError naming `name` and the bytes when the memory cannot be had.
+  MemoryImage(size_t bytes, std::string name);
+  ~MemoryImage();
+  MemoryImage(const MemoryImage&) = delete;
+  MemoryImage& operator=(const MemoryImage&) = delete;
+  MemoryImage(MemoryImage&& o) noexcept;
+  MemoryImage& operator=(MemoryImage&& o) noexcept;
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void release();
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string name_;
+};
+
 // Every tensor of a checkpoint directory, by name.
 class TensorStore {
  public:
   explicit TensorStore(const std::string& dir);  // throws LoadError
+  // The same over safetensors images held in memory (each parsed and validated as a shard
+  // is; a tensor's `file` is its image's name). The store owns them.
+  explicit TensorStore(std::vector<MemoryImage> images);  // throws LoadError
+  // The in-memory images (empty for a directory's store).
+  const std::vector<MemoryImage>& images() const { return images_; }
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, TensorView>& all() const { return tensors_; }
   // Tensors for which skip(name) is true (another rank's experts) are never read: left out of
@@ -76,12 +107,16 @@ class TensorStore {
   // Brings every shard into memory and into the page table (MappedFile::populate), in
   // steps; progress(bytes done, bytes in all) after each. With skip: only the kept tensors'
   // byte ranges (merged where adjacent), so the skipped ones' pages are never touched.
+  // In-memory images are resident already: nothing is done for them.
   void populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip = {}) const;
   // The same for bytes [data, data + n) of one of the shards (a part of a tensor).
   void populate_bytes(const uint8_t* data, size_t n) const;
 
  private:
+  void add(const std::map<std::string, TensorView>& tensors, const std::string& source);
+
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<MemoryImage> images_;
   std::map<std::string, TensorView> tensors_;
 };
 

@@ -35,6 +35,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_per_core.h"
 #include "args.h"
 #include "command.h"
 #include "core/cpu_features.h"
@@ -59,6 +60,21 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Best-of-5 triad a = b + s*c over arrays far larger than the caches; counts 3 streams.
+// The cost of one empty parallel region on the pool (the caller's and the workers' hand-off
+// and the join), the median of a few rounds of many.
+double barrier_seconds(ThreadPool& pool) {
+  if (pool.size() <= 1) return 0.0;
+  std::vector<double> rounds;
+  for (int round = 0; round < 5; ++round) {
+    const int n = 2000;
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < n; ++i) pool.run(pool.size(), 1, [](int64_t, int64_t, int) {});
+    rounds.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / n);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
+}
+
 double triad_bandwidth_gb_s(ThreadPool* pool) {
   const int64_t n = int64_t(1) << 25;  // 32 Mi floats = 128 MiB per array
   std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
@@ -250,6 +266,9 @@ struct Run {
   double logits_diff_over_std = -1, logits_max_abs_diff = -1;
   // Expert parallel: this rank's time in collectives and bytes received, per token.
   double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
+  // Thread-pool dispatches (fork / join barriers at the run's thread count) per decoded token
+  // and for the whole prefill step.
+  double decode_dispatches_per_token = 0, prefill_dispatches = 0;
 };
 
 // pp at `depth`: a first request (the depth's tokens, prompt only) leaves its state in the
@@ -274,6 +293,7 @@ void measure_prefill(Bench& b, Run& r, int64_t n_prefill, const std::vector<int3
   tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   const EngineStats before = core.stats();
   auto rec = submit(b, std::move(tokens), 1);
+  const uint64_t dispatches0 = b.e.runner->pool().dispatches();
   comm.reset_stats();
   profile::reset();
   const int64_t prefill_t0 = profile::now_ns();
@@ -282,6 +302,7 @@ void measure_prefill(Bench& b, Run& r, int64_t n_prefill, const std::vector<int3
   for (; rec->tokens.empty() && core.has_work(); ++steps)
     if (core.step() == 0) throw std::runtime_error("bench: the prefill could not be scheduled (KV pool too small?)");
   expect_finished(*rec, "prefill");
+  r.prefill_dispatches = double(b.e.runner->pool().dispatches() - dispatches0);
   r.prefill_tok_s = double(n_prefill) / std::chrono::duration<double>(rec->first_token - t0).count();
   if (profile::enabled()) {
     std::fprintf(stderr, "prefill profile at depth %lld (%lld tokens; %% of the prefill time):\n", (long long)depth,
@@ -320,15 +341,18 @@ void measure_decode(Bench& b, Run& r, int64_t n_decode, std::vector<int32_t> tok
       if (pos == depth + n_decode) check_row->assign(row, row + c.vocab_size);
     };
   int64_t profile_t0 = 0;
+  uint64_t dispatches0 = 0;
   const std::vector<int32_t> prompt = tokens;
   auto rec = submit(b, std::move(tokens), n_decode + 1);
   rec->on_first_token = [&] {
+    dispatches0 = b.e.runner->pool().dispatches();
     profile::reset();
     comm.reset_stats();
     profile_t0 = profile::now_ns();
   };
   step_until(b);
   expect_finished(*rec, "decode");
+  r.decode_dispatches_per_token = double(b.e.runner->pool().dispatches() - dispatches0) / double(n_decode);
   r.decode_tok_s = rec->decode_tok_s();
   r.decode_comm_s = comm.stats().seconds / double(n_decode);
   r.decode_comm_bytes = double(comm.stats().bytes_received) / double(n_decode);
@@ -641,6 +665,7 @@ struct Report {
   std::vector<Run> runs;            // per depth
   std::vector<BatchRun> batch_runs;  // per decode batch
   nlohmann::json spec;              // the speculative variants (null: not asked for)
+  nlohmann::json synthetic;         // --synthetic: the config and seed of the random weights (null: a checkpoint)
   int64_t max_drafts = 0, n_prefill = 0, n_decode = 0, wbytes = 0;
   double prefill_flop = 0;
   bool check_logits = false;
@@ -653,6 +678,11 @@ struct Report {
   double fma_peak = 0;  // multiply-adds / s of the products' FMA on every thread (0: not known)
   double dot_peak = 0;  // the same for the bf16 dot-product instruction (0: none)
   double quantized_peak = 0;  // the rate the roofline gives FP8 / FP4 / BF16 products (see run())
+  int64_t n_layers = 1;       // transformer layers a decoded token runs (the MTP module not counted)
+  std::vector<PerCoreRow> per_core;  // --per-core
+  double server_bw = 0, server_core_share = 0;  // GB/s of the stated server; bytes/s per core
+  int64_t server_cores = 0;
+  double barrier_s = 0;       // one empty dispatch (fork + join) on the run's threads
   // From analyse_depths():
   const Run* depth0 = nullptr;
   bool have_slope = false;
@@ -705,6 +735,8 @@ nlohmann::json report_json(const Report& R) {
   j["kv_bytes_per_token"] = f.kv_bytes;
   j["prefill_gflop_s"] = R.prefill_gflop_s(f);
   j["threads"] = R.threads;
+  j["barrier_seconds"] = R.barrier_s;
+  j["layers"] = R.n_layers;
   j["kernels"] = R.kernels_name;
   // Which machine the figures came from: an AVX2 and an AVX-512 CPU differ by far more
   // than run-to-run noise (compute-bound drafter stages above all).
@@ -715,6 +747,7 @@ nlohmann::json report_json(const Report& R) {
               {"features", cpu_features_description()},
               {"hardware_threads", std::thread::hardware_concurrency()}};
   j["numerics"] = R.numerics;
+  if (!R.synthetic.is_null()) j["synthetic_weights"] = R.synthetic;
   j["n_prefill"] = R.n_prefill;
   j["n_decode"] = R.n_decode;
   j["runs"] = nlohmann::json::array();
@@ -726,7 +759,10 @@ nlohmann::json report_json(const Report& R) {
                           {"decode_roofline_fraction", r.decode_tok_s / R.roofline(r)},
                           {"kv_bytes_read_per_token", r.kv_bytes},
                           {"kv_bytes_held", r.kv_held_bytes},
-                          {"kv_bytes_held_spec", r.kv_spec_held_bytes}};
+                          {"kv_bytes_held_spec", r.kv_spec_held_bytes},
+                          {"decode_dispatches_per_token", r.decode_dispatches_per_token},
+                          {"decode_dispatches_per_layer", r.decode_dispatches_per_token / double(R.n_layers)},
+                          {"prefill_dispatches_per_layer", r.prefill_dispatches / double(R.n_layers)}};
     if (r.depth > 0) {
       run["kv_bytes_per_context_token"] = r.kv_held_bytes / double(r.depth);
       run["kv_bytes_per_context_token_spec"] = r.kv_spec_held_bytes / double(r.depth);
@@ -751,6 +787,19 @@ nlohmann::json report_json(const Report& R) {
                                {"tolerance", kLogitsTolerance},
                                {"ok", R.logits_ok()},
                                {"prefill_chunk", R.check_chunk}};
+  if (!R.per_core.empty()) {
+    j["per_core"] = {{"server_bandwidth_gb_s", R.server_bw},
+                     {"server_cores", R.server_cores},
+                     {"server_core_share_bytes_per_s", R.server_core_share},
+                     {"products", nlohmann::json::array()}};
+    for (const PerCoreRow& p : R.per_core)
+      j["per_core"]["products"].push_back({{"kind", p.kind},
+                                           {"rows", p.rows},
+                                           {"matrices", p.matrices},
+                                           {"working_set_bytes", p.working_set},
+                                           {"bytes_per_s", p.bytes_per_s},
+                                           {"over_server_core_share", p.bytes_per_s / R.server_core_share}});
+  }
   if (!R.batch_runs.empty()) {
     j["decode_batches"] = nlohmann::json::array();
     for (const BatchRun& r : R.batch_runs) {
@@ -812,8 +861,18 @@ void print_report(const Report& R, bool csv) {
                 (long long)r.depth, r.prefill_tok_s, R.prefill_gflop_s(r), r.decode_tok_s, R.wbytes / 1e6,
                 r.kv_bytes / 1e6, R.roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / R.roofline(r));
   if (csv) return;
+  if (!R.synthetic.is_null())
+    std::printf("\nweights: synthetic (random values in the official layout) from %s, seed %lld\n",
+                std::string(R.synthetic["config"]).c_str(), (long long)R.synthetic["seed"].get<int64_t>());
   std::printf("\nmemory bandwidth (triad, %d threads): %.1f GB/s (%.1f before the runs, %.1f after); peak RSS %.1f MB\n",
               R.threads, R.bw, R.bw_before, R.bw_after, R.rss / 1e6);
+  std::printf("thread-pool dispatches (fork / join barriers, %d threads, %.2f us each when empty):", R.threads,
+              R.barrier_s * 1e6);
+  for (const Run& r : R.runs)
+    std::printf(" depth %lld: decode %.1f a token (%.1f a layer of %lld), prefill %.1f a layer;", (long long)r.depth,
+                r.decode_dispatches_per_token, r.decode_dispatches_per_token / double(R.n_layers), (long long)R.n_layers,
+                r.prefill_dispatches / double(R.n_layers));
+  std::printf("\n");
   if (R.depth0 || R.check_logits) print_depth_table(R);
   if (!R.batch_runs.empty()) {
     if (R.fma_peak > 0)
@@ -828,6 +887,15 @@ void print_report(const Report& R, bool csv) {
       std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s,
                   r.distinct_mean(), r.weight_bytes / 1e6, r.kv_bytes / 1e6, r.memory_roofline_tok_s(),
                   r.compute_roofline_tok_s(), r.roofline_tok_s(), 100.0 * r.tok_s / r.roofline_tok_s());
+  }
+  if (!R.per_core.empty()) {
+    std::printf("\nper core (one thread, weights cycled from DRAM) against a %.0f GB/s, %lld-core server's share of "
+                "%.1f GB/s a core:\n| product | rows | matrices | working set MB | GB/s a core | of the share |\n"
+                "|---|---:|---:|---:|---:|---:|\n",
+                R.server_bw, (long long)R.server_cores, R.server_core_share / 1e9);
+    for (const PerCoreRow& p : R.per_core)
+      std::printf("| %s | %lld | %lld | %.0f | %.2f | %.2fx |\n", p.kind.c_str(), (long long)p.rows,
+                  (long long)p.matrices, p.working_set / 1e6, p.bytes_per_s / 1e9, p.bytes_per_s / R.server_core_share);
   }
   if (R.ranks > 1) {
     std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", R.ranks, R.threads);
@@ -881,8 +949,7 @@ EngineOptions bench_engine_options(const Args& args, const std::vector<int64_t>&
   eo.max_running = std::max<int64_t>(32, most_batch);
   eo.max_batch_tokens = std::max<int64_t>({512, n_prefill, eo.max_running + 1});
   eo.prefix_cache_granularity = 0;
-  const kv::KvSpec spec =
-      kv::KvSpec::make(v4::kv_layout_of(v4::load_config(eo.model_dir + "/config.json")), eo.kv_block_tokens);
+  const kv::KvSpec spec = kv::KvSpec::make(v4::kv_layout_of(config_arg(args)), eo.kv_block_tokens);
   const int64_t need = kv_blocks_needed(spec, depths, batches, n_prefill, n_decode, eo.max_batch_tokens);
   eo.num_kv_blocks = std::max(need, EngineOptions::kDefaultKvMemoryBytes / spec.block_bytes);
   return eo;
@@ -890,8 +957,11 @@ EngineOptions bench_engine_options(const Args& args, const std::vector<int64_t>&
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
-                   "--num-draft-tokens", "--spec-rounds", "--decode-batches", "--check-chunk"},
-            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel", "--check-depth-logits"});
+                   "--num-draft-tokens", "--spec-rounds", "--decode-batches", "--check-chunk", "--synthetic", "--seed",
+                   "--save", "--server-bandwidth", "--server-cores"},
+            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel", "--check-depth-logits",
+             "--per-core"});
+  check_synthetic_flags(args);
   if (args.has("--profile")) profile::set_enabled(true);
   const int64_t n_prefill = args.get_int("--prefill", 512), n_decode = args.get_int("--decode", 128);
   if (n_prefill < 1 || n_decode < 1) throw ArgError("--prefill and --decode must be >= 1");
@@ -903,6 +973,10 @@ int run(const std::vector<std::string>& argv) {
           ? parse_int_list(*args.get("--decode-batches"), "--decode-batches", 1, 4096, "1,4,16,32")
           : std::vector<int64_t>{};
   const bool check_logits = args.has("--check-depth-logits");
+  const bool per_core = args.has("--per-core");
+  const double server_bw = args.get_double("--server-bandwidth", 460.0);
+  const int64_t server_cores = args.get_int("--server-cores", 32);
+  if (!(server_bw > 0) || server_cores < 1) throw ArgError("--server-bandwidth must be > 0 (GB/s) and --server-cores >= 1");
   const int64_t check_chunk = args.get_int("--check-chunk", 0);
   if (check_chunk < 0) throw ArgError("--check-chunk must be >= 0");
   dist::Communicator& comm = world();
@@ -917,7 +991,17 @@ int run(const std::vector<std::string>& argv) {
     comm.allgather_bytes(&rss, sizeof rss, rss_ranks.data());
     return 0;
   }
+  const bool synthetic = synthetic_arg(args);
+  if (synthetic) {
+    // The weights in memory, built before the engine starts; the memory check counts the KV
+    // arena the engine then allocates and a margin for the activations.
+    const kv::KvSpec spec = kv::KvSpec::make(v4::kv_layout_of(config_arg(args)), eo.kv_block_tokens);
+    const uint64_t kv_bytes = uint64_t(eo.num_kv_blocks) * uint64_t(spec.block_bytes);
+    prepare_synthetic_arg(args, kv_bytes + (uint64_t(1) << 30),
+                          "the KV pool of " + std::to_string(kv_bytes) + " bytes and 1 GiB of working memory");
+  }
   Bench b{flag_errors_as_arg_errors([&] { return engine::create_local_engine(eo); })};
+  if (synthetic) release_synthetic_arg(args);  // the engine's model holds the weights now
   const engine::ModelRunner& runner = *b.e.runner;
   const v4::Numerics& num = runner.numerics();
   const v4::Config& c = b.config();
@@ -978,6 +1062,13 @@ int run(const std::vector<std::string>& argv) {
     spec = measure_speculative(b, random_tokens(std::min<int64_t>(n_prefill, 128)), n_decode, max_drafts, spec_rounds);
 
   Report rep;
+  if (per_core) {
+    log_info("bench: per-core rates of the decode products (one thread, weights from DRAM)");
+    rep.per_core = measure_per_core(b.model(), args.get_or("--kernels", "cpu"), num.mode == v4::NumericsMode::Reference);
+  }
+  rep.server_core_share = server_bw * 1e9 / double(server_cores);
+  rep.server_bw = server_bw;
+  rep.server_cores = server_cores;
   rep.runs = std::move(runs);
   rep.batch_runs = std::move(batch_runs);
   rep.spec = std::move(spec);
@@ -989,10 +1080,14 @@ int run(const std::vector<std::string>& argv) {
   rep.check_logits = check_logits;
   rep.check_chunk = check_chunk;
   rep.threads = runner.pool().size();
+  rep.n_layers = std::max<int64_t>(1, c.n_layers);
+  rep.barrier_s = barrier_seconds(runner.pool());
   rep.ranks = comm.size();
   rep.kernels_name = num.backend->name();
   rep.kernels_arg = args.get_or("--kernels", "cpu");
   rep.numerics = v4::numerics_name(num.mode);
+  if (synthetic)
+    rep.synthetic = {{"config", args.require("--synthetic")}, {"seed", args.get_int("--seed", 0)}};
   rep.rss = peak_rss_bytes();
   rep.bw_before = bw_before;
   rep.bw_after = triad_bandwidth_gb_s(&runner.pool());
@@ -1024,8 +1119,8 @@ int run(const std::vector<std::string>& argv) {
 }
 
 CommandRegistration reg("bench", "prefill / decode speed at context depths vs the memory roofline", run,
-                        "usage: deepinfer bench [--model DIR] [options]\n\n"
-                        DI_USAGE_MODEL
+                        "usage: deepinfer bench [--model DIR | --synthetic CONFIG.json] [options]\n\n"
+                        DI_USAGE_MODEL DI_USAGE_SYNTHETIC
                         "  --prefill N                  prompt tokens per measurement (default 512)\n"
                         "  --decode N                   decoded tokens per measurement (default 128)\n"
                         "  --depths D1,D2,...           context depths to measure at (default 0)\n"
@@ -1036,6 +1131,10 @@ CommandRegistration reg("bench", "prefill / decode speed at context depths vs th
                         "  --check-depth-logits         at each depth, compare the last decoded token's logits with one\n"
                         "                               prefill's over the same tokens; exit 1 above 1e-4 of their std\n"
                         "  --check-chunk N              that prefill in chunks of N tokens (default 0: one chunk)\n"
+                        "  --per-core                   also each decode product's weight bytes per second on one core\n"
+                        "                               (routed experts at 1, 2, 4, 12 rows; shared expert, attention,\n"
+                        "                               head at 1), the weights cycled from DRAM, against one core's\n"
+                        "                               share of --server-bandwidth GB/s (460) over --server-cores (32)\n"
                         "  --json                       JSON output\n"
                         "  --csv                        CSV output\n"
                         "  --profile                    time of each forward section in prefill and decode, on stderr\n"

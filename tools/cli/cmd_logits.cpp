@@ -70,8 +70,10 @@ void compare_with(const std::string& path, const std::vector<float>& got, int64_
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare"},
+  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare",
+                   "--synthetic", "--seed", "--save"},
             {"--verify-weights", "--expert-parallel"});
+  check_synthetic_flags(args);
   const std::string out = args.require("--out");
   const int64_t chunk = parse_mode(args.get_or("--mode", "prefill"));
   const Compute compute = compute_args(args);
@@ -98,8 +100,8 @@ int run(const std::vector<std::string>& argv) {
 }
 
 CommandRegistration reg("logits", "dump logits of a token file as .npy [T, vocab]", run,
-                        "usage: deepinfer logits [--model DIR] --tokens-file F --out OUT.npy [options]\n\n"
-                        DI_USAGE_MODEL
+                        "usage: deepinfer logits [--model DIR | --synthetic CONFIG.json] --tokens-file F --out OUT.npy [options]\n\n"
+                        DI_USAGE_MODEL DI_USAGE_SYNTHETIC
                         "  --tokens-file F              whitespace-separated token ids\n"
                         "  --out OUT.npy                float32 [T, vocab]; row i = logits after tokens 0..i\n"
                         "  --mode prefill|decode|chunk:N  all at once, one token per call, or N per call\n"

@@ -11,15 +11,84 @@
 
 #include "command.h"
 #include "core/log.h"
+#include "model/deepseek_v4/synthetic.h"
 
 namespace deepinfer::cli {
 
+bool synthetic_arg(const Args& args) {
+  const bool synthetic = args.get("--synthetic").has_value();
+  if (synthetic && args.get("--model")) throw ArgError("--synthetic and --model: give one of them");
+  if (synthetic && world().size() > 1)
+    throw ArgError("--synthetic runs in one process: every rank would build all the weights (run it without mpirun)");
+  if (synthetic && args.get_int("--seed", 0) < 0) throw ArgError("--seed must be >= 0");
+  return synthetic;
+}
+
+void check_synthetic_flags(const Args& args) {
+  if (!synthetic_arg(args) && (args.get("--seed") || args.get("--save")))
+    throw ArgError(std::string(args.get("--seed") ? "--seed" : "--save") + " goes with --synthetic CONFIG.json");
+}
+
+std::string synthetic_name(const Args& args) {
+  return "synthetic:" + args.require("--synthetic") + " seed " + std::to_string(args.get_int("--seed", 0));
+}
+
+namespace {
+
+bool g_synthetic_built = false;
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ArgError("--synthetic " + path + ": cannot open the config");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+void prepare_synthetic_arg(const Args& args, uint64_t extra_bytes, const std::string& extra_what) {
+  if (g_synthetic_built) return;
+  const std::string path = args.require("--synthetic");
+  v4::SyntheticOptions o;
+  o.seed = uint64_t(args.get_int("--seed", 0));
+  o.extra_bytes = extra_bytes;
+  o.extra_what = extra_what;
+  const long threads = args.get_int("--threads", default_threads_per_rank());
+  if (threads < 1 || threads > 1024) throw ArgError("--threads must be between 1 and 1024");
+  ThreadPool pool{int(threads)};
+  o.pool = &pool;
+  const std::string name = synthetic_name(args);
+  v4::InMemoryCheckpoint ckpt = v4::make_synthetic_checkpoint(read_text_file(path), name, o);
+  if (auto dir = args.get("--save")) v4::save_synthetic_checkpoint(ckpt, *dir);
+  v4::register_in_memory_checkpoint(name, std::move(ckpt));
+  g_synthetic_built = true;
+}
+
+void release_synthetic_arg(const Args& args) { v4::unregister_in_memory_checkpoint(synthetic_name(args)); }
+
+v4::Config config_arg(const Args& args) {
+  if (synthetic_arg(args)) {
+    const std::string path = args.require("--synthetic");
+    return v4::parse_config(read_text_file(path), path);
+  }
+  return v4::load_config(model_dir_arg(args) + "/config.json");
+}
+
 std::string model_dir_arg(const Args& args) {
+  if (synthetic_arg(args)) return synthetic_name(args);
   std::string dir = args.get_or("--model", "");
   return dir.empty() ? default_model_dir() : dir;
 }
 
 std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
+  if (synthetic_arg(args)) {
+    prepare_synthetic_arg(args, uint64_t(1) << 30, "1 GiB of working memory");
+    v4::LoadOptions options{args.has("--verify-weights")};
+    auto model = v4::Model::load(synthetic_name(args), options);
+    release_synthetic_arg(args);
+    return model;
+  }
   if (!args.get("--model"))
     log_info("no --model given: using the embedded default checkpoint %s (" DI_DEFAULT_MODEL_WHAT ")", default_model_dir().c_str());
   dist::Communicator& comm = world();
@@ -45,7 +114,7 @@ std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
 
 EngineOptions engine_options_from_args(const Args& args) {
   EngineOptions o;
-  o.model_dir = args.get_or("--model", "");
+  o.model_dir = synthetic_arg(args) ? synthetic_name(args) : args.get_or("--model", "");
   if (o.model_dir.empty()) {
     o.model_dir = default_model_dir();
     log_info("no --model given: using the embedded default checkpoint %s (" DI_DEFAULT_MODEL_WHAT ")", o.model_dir.c_str());

@@ -11,11 +11,40 @@
 #include "deepinfer/engine.h"
 #include "model/deepseek_v4/model.h"
 
+// Usage lines of the commands that take --synthetic (bench, logits).
+#define DI_USAGE_SYNTHETIC \
+  "  --synthetic CONFIG.json      instead of --model: build the weights of any V4 config.json in\n" \
+  "                               memory (the official layout and dtypes, random values from the\n" \
+  "                               seed; refused when the machine lacks the memory); no tokenizer\n" \
+  "  --seed N                     with --synthetic: the weights' seed (default 0)\n" \
+  "  --save DIR                   with --synthetic: also write them to DIR (empty or new) as a\n" \
+  "                               checkpoint folder (config.json, model.safetensors)\n"
+
 namespace deepinfer::cli {
 
-// --model DIR, or the embedded default checkpoint when omitted.
+// --model DIR, or the embedded default checkpoint when omitted; with --synthetic, the name its
+// in-memory checkpoint is registered under.
 std::string model_dir_arg(const Args& args);
+// With --synthetic, builds the checkpoint first (prepare_synthetic_arg) unless it is built.
 std::unique_ptr<v4::Model> load_model_arg(const Args& args);
+
+// --synthetic CONFIG.json [--seed N] [--save DIR] (bench, logits): the weights of CONFIG built
+// in memory from the seed (v4::make_synthetic_checkpoint: the official layout, random values)
+// instead of read from --model; --save also writes them as a checkpoint folder. Checks the
+// flags (ArgError: --synthetic with --model, several ranks).
+bool synthetic_arg(const Args& args);
+// For the commands that take --synthetic: ArgError for --seed / --save without it.
+void check_synthetic_flags(const Args& args);
+// The name Model::load finds the synthetic checkpoint under: "synthetic:CONFIG.json seed N".
+std::string synthetic_name(const Args& args);
+// Builds it on --threads threads, refusing (std::runtime_error naming both figures) when the
+// machine lacks the memory for the weights and extra_bytes more (extra_what says what they
+// are); saves it with --save DIR; registers it under synthetic_name(args). Once per process.
+void prepare_synthetic_arg(const Args& args, uint64_t extra_bytes, const std::string& extra_what);
+// Forgets the registration (a model loaded from it keeps the weights alive).
+void release_synthetic_arg(const Args& args);
+// The config of --synthetic's file or of the --model checkpoint (config.json).
+v4::Config config_arg(const Args& args);
 // The EngineOptions of the flags every Engine-backed subcommand (generate, chat, serve,
 // bench) shares: --model (or the embedded default), --threads, --numerics, --kernels,
 // --speculative, --num-draft-tokens, --verify-weights, --expert-parallel; and the job's

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -69,7 +71,40 @@ static int64_t routed_expert_of(const std::string& name) {
   return e;
 }
 
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::map<std::string, InMemoryCheckpoint>& registry() {
+  static std::map<std::string, InMemoryCheckpoint> r;
+  return r;
+}
+
+}  // namespace
+
+void register_in_memory_checkpoint(const std::string& name, InMemoryCheckpoint checkpoint) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[name] = std::move(checkpoint);
+}
+
+void unregister_in_memory_checkpoint(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().erase(name);
+}
+
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
+  {
+    std::unique_lock<std::mutex> lock(registry_mutex());
+    auto it = registry().find(dir);
+    if (it != registry().end()) {
+      const InMemoryCheckpoint ckpt = it->second;
+      lock.unlock();
+      return load(ckpt, dir, options);
+    }
+  }
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> m(new Model());
   // config.json (Hugging Face layout); the reference's flat inference/config.json also works.
@@ -79,7 +114,25 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   m->cfg_ = load_config(cfg_path);
   // The Engram layout first: it checks the table sizes the weights are then bound with.
   m->engram_ = load_engram_tables(m->cfg_, dir);
-  m->store_ = std::make_unique<TensorStore>(dir);
+  m->store_ = std::make_shared<TensorStore>(dir);
+  return finish_load(std::move(m), dir, options, t0);
+}
+
+std::unique_ptr<Model> Model::load(const InMemoryCheckpoint& checkpoint, const std::string& name,
+                                   const LoadOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (!checkpoint.store) throw LoadError(name + ": in-memory checkpoint without tensors");
+  std::unique_ptr<Model> m(new Model());
+  m->cfg_ = parse_config(checkpoint.config_json, name + "/config.json");
+  if (!m->cfg_.engram_layer_ids.empty())
+    throw LoadError(name + ": an in-memory checkpoint cannot have V4.1 Engram layers (engram_layer_ids): their "
+                    "token map is a file of a checkpoint directory (engram_token_map.json)");
+  m->store_ = checkpoint.store;
+  return finish_load(std::move(m), name, options, t0);
+}
+
+std::unique_ptr<Model> Model::finish_load(std::unique_ptr<Model> m, const std::string& dir, const LoadOptions& options,
+                                          std::chrono::steady_clock::time_point t0) {
   m->w_ = bind_weights(m->cfg_, *m->store_);
   m->dspark_moe_cfg_ = m->cfg_.dspark_stage_config();
   // Every rank binds (and so validates) every tensor; it reads only the experts it runs.
@@ -124,16 +177,17 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
     log_info("verified %zu tensors: no NaN / Inf codes (%.2f s)", m->store_->all().size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
   }
-  if (populate_weights(*m->store_, skip) && m->experts_.active()) {
+  // In-memory images are resident already; only mapped shards are read in.
+  if (m->store_->images().empty() && populate_weights(*m->store_, skip) && m->experts_.active()) {
     const WeightMatrix mine = m->own_head_rows();
     m->store_->populate_bytes(mine.data, size_t(weight_data_bytes(mine)));
   }
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_info("loaded %s: %lld layers, dim %lld, vocab %lld, %zu tensors, %.1f MB mapped, %.2f s", dir.c_str(),
+  log_info("loaded %s: %lld layers, dim %lld, vocab %lld, %zu tensors, %.1f MB %s, %.2f s", dir.c_str(),
            (long long)c.n_layers, (long long)c.dim, (long long)c.vocab_size, m->store_->all().size(),
-           m->store_->total_bytes() / 1e6, secs);
+           m->store_->total_bytes() / 1e6, m->store_->images().empty() ? "mapped" : "in memory", secs);
   return m;
 }
 

@@ -1,6 +1,7 @@
 // A loaded DeepSeek-V4 model: immutable after load. Per-sequence state lives in
 // SequenceState objects passed in explicitly, so one model serves many sequences.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -63,10 +64,28 @@ struct LoadOptions {
   bool expert_parallel = false;
 };
 
+// A checkpoint held in memory instead of a directory: config.json's text and a TensorStore
+// built elsewhere (deepinfer bench --synthetic builds its weights from a seed, synthetic.h).
+// Registered under a name, it is what Model::load(name) loads, so whatever loads a model by
+// its directory name (the engine) takes it unchanged. V4.1 Engram layers are refused: their
+// token map is a file of the directory.
+struct InMemoryCheckpoint {
+  std::string config_json;
+  std::shared_ptr<const TensorStore> store;
+};
+// Thread-safe; a second registration of a name replaces the first.
+void register_in_memory_checkpoint(const std::string& name, InMemoryCheckpoint checkpoint);
+// Forgets the name (a model loaded from it keeps its share of the store).
+void unregister_in_memory_checkpoint(const std::string& name);
+
 class Model {
  public:
   // Loads DIR/config.json and the safetensors shards; every tensor is checked before return.
+  // A name registered with register_in_memory_checkpoint loads that checkpoint instead.
   static std::unique_ptr<Model> load(const std::string& dir, const LoadOptions& options = {});
+  // The same for a checkpoint in memory; `name` stands for the directory in logs and errors.
+  static std::unique_ptr<Model> load(const InMemoryCheckpoint& checkpoint, const std::string& name,
+                                     const LoadOptions& options = {});
 
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
@@ -137,6 +156,9 @@ class Model {
 
  private:
   Model() = default;
+  // What both loads share once the config, Engram tables and store are in place.
+  static std::unique_ptr<Model> finish_load(std::unique_ptr<Model> m, const std::string& name,
+                                            const LoadOptions& options, std::chrono::steady_clock::time_point t0);
   // carry_pre: null for V4; V4.1's staggered mHC (MODEL.md 11.3) passes [rows, hc], the pre of
   // the previous sublayer on entry (collapses the attention input) and this block's FFN-site
   // pre on return.
@@ -161,7 +183,7 @@ class Model {
   WeightMatrix own_head_rows() const;
 
   Config cfg_;
-  std::unique_ptr<TensorStore> store_;
+  std::shared_ptr<const TensorStore> store_;
   Weights w_;
   std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
   EngramTables engram_;           // V4.1 with Engram layers
