@@ -21,9 +21,15 @@ namespace {
 // sleeps on the condition variable.
 constexpr std::chrono::microseconds kSpinYieldAfter{50};
 constexpr std::chrono::microseconds kSpinSleepAfter{2000};
+// How long into a region the caller waits for a worker to begin its static share before it
+// runs that share itself (ThreadPool::run).
+constexpr std::chrono::microseconds kStealAfter{30};
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), cursors_(size_t(std::max(1, n_threads))) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)),
+      cursors_(size_t(std::max(1, n_threads))),
+      piece_counts_(size_t(std::max(1, n_threads))) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -50,50 +56,63 @@ ThreadPool::Share ThreadPool::share_of(int t) const {
 }
 
 namespace {
-inline uint64_t pack(uint64_t front, uint64_t back) { return front | back << 32; }
+inline uint64_t pack(uint64_t front, uint64_t back, uint64_t who) { return front | back << 32 | who << 62; }
+constexpr uint64_t kBackMask = (uint64_t(1) << 30) - 1;
 }  // namespace
 
-// The next piece from the front (or the back) of share t as an index range; false when none
-// is left.
-bool ThreadPool::claim(int t, bool from_back, int64_t& begin, int64_t& end) {
+// The next piece from the front (or the back) of share t for thread `by`, as an index range
+// and the index fn gets; false when none is left or `by` may not take it. Static shares
+// (Claim::kOwner) go to their thread, or to the caller when `late`; balanced pieces
+// (kAnyone) to any thread; kOnlyOwner to their thread alone.
+bool ThreadPool::claim(int t, int by, bool from_back, bool late, int64_t& begin, int64_t& end, int& fn_index) {
   std::atomic<uint64_t>& c = cursors_[size_t(t)].v;
-  uint64_t v = c.load(std::memory_order_relaxed);
+  uint64_t v = c.load(std::memory_order_acquire);
   for (;;) {
-    const uint64_t front = v & 0xffffffffu, back = v >> 32;
+    const uint64_t front = v & 0xffffffffu, back = (v >> 32) & kBackMask, who = v >> 62;
     if (front >= back) return false;
+    if (by != t && (who == uint64_t(Claim::kOnlyOwner) || (who == uint64_t(Claim::kOwner) && !late))) return false;
     const uint64_t piece = from_back ? back - 1 : front;
-    const uint64_t next = from_back ? pack(front, back - 1) : pack(front + 1, back);
-    if (c.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+    const uint64_t next = from_back ? pack(front, back - 1, who) : pack(front + 1, back, who);
+    if (c.compare_exchange_weak(v, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      // The job's fields only now: while a piece is claimed and not done the caller waits, so
+      // they are this job's (the cursor's release store came after them).
       const Share s = share_of(t);
       begin = std::min(job_n_, (s.g0 + int64_t(piece) * s.piece) * job_grain_);
       end = std::min(job_n_, std::min(s.g1, s.g0 + int64_t(piece + 1) * s.piece) * job_grain_);
+      fn_index = who == uint64_t(Claim::kAnyone) ? by : t;
       return true;
     }
   }
 }
 
-void ThreadPool::run_share(int index) {
-  if (job_pieces_ == 0) {
-    const Share s = share_of(index);
-    const int64_t begin = std::min(job_n_, s.g0 * job_grain_), end = std::min(job_n_, s.g1 * job_grain_);
-    if (begin < end) (*job_)(begin, end, index);
-    return;
-  }
+void ThreadPool::run_piece(int t, int by, bool from_back, bool late) {
   int64_t begin, end;
-  while (claim(index, false, begin, end))
-    if (begin < end) (*job_)(begin, end, index);
-  for (int k = 1; k < n_threads_; ++k) {  // then help the others, nearest first
-    const int t = (index + k) % n_threads_;
-    while (claim(t, true, begin, end))
-      if (begin < end) (*job_)(begin, end, index);
+  int fn_index;
+  while (claim(t, by, from_back, late, begin, end, fn_index)) {
+    if (begin < end) (*job_)(begin, end, fn_index);
+    remaining_.fetch_sub(1, std::memory_order_acq_rel);
   }
+}
+
+void ThreadPool::run_share(int index) {
+  run_piece(index, index, false, false);
+  // Then help with the others' balanced pieces, nearest first (a static job's shares are
+  // their threads' own: not worth the look at every other cursor).
+  if ((cursors_[size_t(index)].v.load(std::memory_order_acquire) >> 62) != uint64_t(Claim::kAnyone)) return;
+  for (int k = 1; k < n_threads_; ++k) run_piece((index + k) % n_threads_, index, true, false);
 }
 
 void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   dispatches_.fetch_add(1, std::memory_order_relaxed);
   profile::count_dispatch();
-  start_job(n, grain, 0, fn);
+  start_job(n, grain, 1, Claim::kOwner, fn);
+}
+
+void ThreadPool::run_on_each_thread(const std::function<void(int64_t, int64_t, int)>& fn) {
+  dispatches_.fetch_add(1, std::memory_order_relaxed);
+  profile::count_dispatch();
+  start_job(n_threads_, 1, 1, Claim::kOnlyOwner, fn);
 }
 
 void ThreadPool::run_balanced(int64_t n, int64_t grain, int pieces,
@@ -105,7 +124,7 @@ void ThreadPool::run_balanced(int64_t n, int64_t grain, int pieces,
     fn(0, n, 0);
     return;
   }
-  start_job(n, grain, std::max(1, pieces), fn);
+  start_job(n, grain, std::max(1, pieces), Claim::kAnyone, fn);
 }
 
 namespace {
@@ -163,28 +182,43 @@ bool ThreadPool::prefetch_some() {
   return true;
 }
 
-void ThreadPool::start_job(int64_t n, int64_t grain, int pieces,
+void ThreadPool::start_job(int64_t n, int64_t grain, int pieces, Claim who,
                            const std::function<void(int64_t, int64_t, int)>& fn) {
   job_ = &fn;
   job_n_ = n;
   job_grain_ = std::max<int64_t>(1, grain);
   job_pieces_ = pieces;
-  if (pieces > 0)
-    for (int t = 0; t < n_threads_; ++t) {
-      const Share s = share_of(t);
-      const uint64_t count = uint64_t((s.g1 - s.g0 + s.piece - 1) / s.piece);
-      cursors_[size_t(t)].v.store(pack(0, count), std::memory_order_relaxed);
-    }
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  uint64_t total = 0;
+  std::vector<uint64_t>& counts = piece_counts_;  // sized at construction: a region allocates nothing
+  for (int t = 0; t < n_threads_; ++t) {
+    const Share s = share_of(t);
+    counts[size_t(t)] = uint64_t((s.g1 - s.g0 + s.piece - 1) / s.piece);
+    total += counts[size_t(t)];
+  }
+  remaining_.store(total, std::memory_order_relaxed);
+  for (int t = 0; t < n_threads_; ++t)  // after the fields: a claim reads them
+    cursors_[size_t(t)].v.store(pack(0, counts[size_t(t)], uint64_t(who)), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lk(mu_);
     epoch_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   run_share(0);
-  // Spin briefly, then yield: on an oversubscribed machine (tests in parallel, other
-  // processes) a descheduled worker must get the core back instead of watching us spin.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) > 0; ++spin) {
+  // Wait for the pieces in flight. Spin briefly, then yield: on an oversubscribed machine
+  // (tests in parallel, other processes) a descheduled worker must get the core back. A
+  // static share its worker has not begun kStealAfter into the region is run here instead:
+  // a spinning worker takes its share within a microsecond, so such a worker is descheduled
+  // or asleep, and waiting for it would cost a time slice of the scheduler.
+  const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  bool late = false;
+  for (int spin = 0; remaining_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (who == Claim::kOwner && (spin & 63) == 63) {
+      late = late || std::chrono::steady_clock::now() - t0 > kStealAfter;
+      if (late) {
+        for (int t = 1; t < n_threads_; ++t) run_piece(t, 0, true, true);
+        continue;
+      }
+    }
     if (spin < 4000) DI_CPU_RELAX();
     else std::this_thread::yield();
   }
@@ -223,8 +257,8 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = e;
     if (stop_.load()) return;
+    while (hold_.load(std::memory_order_relaxed) && !stop_.load()) std::this_thread::yield();
     run_share(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

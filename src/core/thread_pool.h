@@ -23,10 +23,21 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls fn(begin, end, thread_index) over [0, n) split into contiguous ranges, one per
-  // thread, with range edges on multiples of `grain`. Returns when every range is done.
+  // Calls fn(begin, end, share) over [0, n) split into contiguous ranges, one per thread
+  // (share t is thread t's), with range edges on multiples of `grain`. Returns when every
+  // range is done. Each range is run once, with its share's index, normally by its thread;
+  // a worker that has not started its share a short while after the caller finished its own
+  // (descheduled by another process, asleep) has it run by the caller instead, so a busy
+  // core delays a region by that while, not by a scheduler time slice.
   // Not reentrant: fn must not call run() on the same pool.
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+
+  // fn(t, t + 1, t) on every thread t of the pool itself, at once (never taken over: for
+  // per-thread state such as thread-local scratch, or measuring every core).
+  void run_on_each_thread(const std::function<void(int64_t, int64_t, int)>& fn);
+
+  // Tests: while held, workers do not start new regions (as if descheduled).
+  void hold_workers_for_test(bool hold) { hold_.store(hold); }
 
   // As run(), for streaming work on cores that do not run at the same speed (a VM's other
   // tenants, a busy sibling): each thread's share is cut into `pieces` ranges (edges on
@@ -59,14 +70,16 @@ class ThreadPool {
  private:
   void worker_loop(int index);
   void run_share(int index);
+  void run_piece(int t, int by, bool from_back, bool late);
   bool prefetch_some();
-  void start_job(int64_t n, int64_t grain, int pieces, const std::function<void(int64_t, int64_t, int)>& fn);
+  enum class Claim { kOwner, kAnyone, kOnlyOwner };
+  void start_job(int64_t n, int64_t grain, int pieces, Claim who, const std::function<void(int64_t, int64_t, int)>& fn);
   // Thread t's share as grain indices [g0, g1), cut into pieces of `piece` grains.
   struct Share {
     int64_t g0, g1, piece;
   };
   Share share_of(int t) const;
-  bool claim(int t, bool from_back, int64_t& begin, int64_t& end);
+  bool claim(int t, int by, bool from_back, bool late, int64_t& begin, int64_t& end, int& fn_index);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -74,18 +87,22 @@ class ThreadPool {
   std::condition_variable cv_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> dispatches_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> remaining_{0};  // pieces of the current job not finished yet
+  std::atomic<bool> hold_{false};
   std::atomic<bool> stop_{false};
-  // The current job, valid while pending_ > 0.
+  // The current job, valid while remaining_ > 0; read only after a claim (so a worker that
+  // wakes late never reads the fields of a job being written).
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;
-  int job_pieces_ = 0;  // 0: static shares (run); else run_balanced's pieces per share
+  int job_pieces_ = 1;  // pieces per share (1: run's static shares)
   // Per thread: the next piece from the front (low 32 bits) and one past the last piece not
-  // yet taken from the back (high 32 bits), own cache line each.
+  // yet taken from the back (bits 32-61), and who may take them (bits 62-63: Claim), own
+  // cache line each.
   struct alignas(64) Cursor {
     std::atomic<uint64_t> v{0};
   };
   std::vector<Cursor> cursors_;
+  std::vector<uint64_t> piece_counts_;  // start_job's scratch (the caller's only)
   // The prefetch hint: ranges, their prefix sums in chunks, and the next chunk to take
   // (high 16 bits: the hint's generation, so a stale claim fails; low 48: the chunk).
   struct HintRange {

@@ -114,3 +114,58 @@ TEST(ThreadPool, PrefetchHintIsTakenByTheIdleWorker) {
   one.prefetch_hint(big, 1);
   EXPECT_EQ(one.hint_chunks_left(), 0u);
 }
+
+// A worker that does not start its share (held here, as one descheduled by another process
+// would be) does not hold the region: the caller runs its static share itself, with the
+// share's index and range, once; run_balanced's pieces likewise; the held worker, released
+// afterwards, finds nothing left. A region with the worker held would otherwise wait for it
+// (here: for ever; the watchdog releases it after 20 s and the test then fails on who ran it).
+TEST(ThreadPool, HeldWorkersShareIsRunByTheCaller) {
+  ThreadPool pool(3);
+  pool.run(3, 1, [](int64_t, int64_t, int) {});  // workers started and spinning
+  pool.hold_workers_for_test(true);
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!finished.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    pool.hold_workers_for_test(false);
+  });
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 3; ++round) {
+    const int64_t n = 90;
+    std::vector<int> share_of(n, -1);
+    std::vector<std::thread::id> ran_on(n);
+    int calls = 0;  // fn runs on the caller only while the workers are held
+    pool.run(n, 1, [&](int64_t b, int64_t e, int t) {
+      ++calls;
+      for (int64_t i = b; i < e; ++i) {
+        share_of[size_t(i)] = t;
+        ran_on[size_t(i)] = std::this_thread::get_id();
+      }
+    });
+    EXPECT_EQ(calls, 3);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(share_of[size_t(i)], int(i / 30)) << i;  // the static shares, with their indices
+      EXPECT_EQ(ran_on[size_t(i)], caller) << i;
+    }
+    std::vector<int> hits(n, 0);
+    pool.run_balanced(n, 1, 3, [&](int64_t b, int64_t e, int t) {
+      EXPECT_EQ(t, 0);
+      for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+    });
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)], 1) << i;
+  }
+  finished = true;
+  watchdog.join();
+  // Released, the workers take their shares again.
+  std::vector<std::thread::id> ran_on(3);
+  pool.run_on_each_thread([&](int64_t b, int64_t, int t) {
+    EXPECT_EQ(b, t);
+    ran_on[size_t(t)] = std::this_thread::get_id();
+  });
+  EXPECT_EQ(ran_on[0], caller);
+  EXPECT_NE(ran_on[1], caller);
+  EXPECT_NE(ran_on[2], caller);
+  EXPECT_NE(ran_on[1], ran_on[2]);
+}

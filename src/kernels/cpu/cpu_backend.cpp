@@ -372,9 +372,11 @@ class SimdBackend final : public Backend {
       std::vector<int64_t> macs(size_t(threads), 0);
       std::vector<double> sums(size_t(threads), 0.0);
       const auto t0 = std::chrono::steady_clock::now();
-      parallel_for(pool_, threads, 1, [&](int64_t t0_, int64_t t1_, int) {
+      auto each = [&](int64_t t0_, int64_t t1_, int) {  // every core at once: run on each thread itself
         for (int64_t t = t0_; t < t1_; ++t) sums[size_t(t)] = chains(kSteps, 1.0f + float(t), &macs[size_t(t)]);
-      });
+      };
+      if (pool_) pool_->run_on_each_thread(each);
+      else each(0, 1, 0);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       int64_t total = 0;
       for (int64_t m : macs) total += m;
@@ -696,7 +698,8 @@ class SimdBackend final : public Backend {
     if (need == 0) return 0;
     if (need > work_hw_) {
       work_hw_ = need;
-      parallel_for(pool_, pool_ ? pool_->size() : 1, 1, [need](int64_t, int64_t, int) { tl_work.get(need); });
+      if (pool_) pool_->run_on_each_thread([need](int64_t, int64_t, int) { tl_work.get(need); });
+      else tl_work.get(need);
     }
     return work_hw_;
   }
