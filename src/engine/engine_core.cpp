@@ -123,7 +123,10 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
   if (!r->params.stop.empty()) r->stop = std::make_unique<StopMatcher>(r->params.stop);
   r->sink = std::move(sink);
   r->t_arrival = arrival;
-  if (new_request_drafts_ > 0 && !r->params.constraint)  // a constrained request samples token by token
+  // Constrained requests draft too: accept_drafts samples a verify chunk's positions in order,
+  // each through the constraint's mask after the tokens before it, and stops at the first
+  // miss, so the constraint is fed exactly the output (Speculative.ConstrainedRequests...).
+  if (new_request_drafts_ > 0)
     r->draft_policy = std::make_unique<DraftPolicy>(new_request_drafts_, new_request_adaptive_ ? 0 : new_request_drafts_,
                                                     opt_.draft_cost, opt_.verify_cost, opt_.draft_step_cost,
                                                     acceptance_history_.prior());

@@ -213,6 +213,66 @@ TEST(Speculative, GreedyOutputIsPlainDecodingWhateverTheDrafts) {
   }
 }
 
+// A constraint whose mask depends on every token accepted so far: t is allowed while
+// (t + the sum of the accepted tokens) % 3 != 0. Fed a draft that verification then rejects,
+// its state would drift from the output and later masks would differ.
+class RunningSumConstraint final : public TokenConstraint {
+ public:
+  std::vector<int32_t> accepted;
+  bool allowed(uint64_t* mask, int64_t vocab) override {
+    for (int64_t t = 0; t < vocab; ++t)
+      if ((t + sum_) % 3 != 0) mask[t >> 6] |= uint64_t(1) << (t & 63);
+    return true;
+  }
+  void accept(int32_t token) override {
+    accepted.push_back(token);
+    sum_ += token;
+  }
+
+ private:
+  int64_t sum_ = 0;
+};
+
+// A constrained request (tool calls under tool_choice "auto" carry one from their start)
+// drafts too: verification samples its positions in order through the mask of the tokens
+// before it and stops at the first miss, so the constraint sees exactly the output. The same
+// tokens as plain constrained decoding, with drafts that are right, wrong every 2nd position,
+// or the MTP module's.
+TEST(Speculative, ConstrainedRequestsDraftAndKeepPlainTokens) {
+  const std::vector<int32_t> p = prompt(33, 5);
+  const int64_t n = 24;
+  std::vector<int32_t> plain_tokens;
+  {
+    SpecCore c(0);
+    SamplingParams sp = greedy_n(n);
+    auto con = std::make_shared<RunningSumConstraint>();
+    sp.constraint = con;
+    const uint64_t id = c.submit(p, sp);
+    c.run();
+    plain_tokens = c.sinks[id]->tokens();
+    ASSERT_EQ(int64_t(plain_tokens.size()), n);
+    EXPECT_EQ(con->accepted, plain_tokens);
+  }
+  for (int64_t wrong : {-1, 0, 2}) {
+    SCOPED_TRACE("wrong_every " + std::to_string(wrong));
+    SpecCore c(3);
+    c.runner->use_model = wrong < 0;
+    c.runner->wrong_every = std::max<int64_t>(wrong, 0);
+    c.runner->set_oracle({p}, {plain_tokens});
+    SamplingParams sp = greedy_n(n);
+    auto con = std::make_shared<RunningSumConstraint>();
+    sp.constraint = con;
+    const uint64_t id = c.submit(p, sp);
+    c.run();
+    EXPECT_EQ(c.sinks[id]->tokens(), plain_tokens);
+    EXPECT_EQ(con->accepted, plain_tokens);
+    const EngineStats s = c.core->stats();
+    EXPECT_GT(s.spec_draft_tokens, 0u);
+    if (wrong == 0) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+    if (wrong > 0) EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+  }
+}
+
 // The DSpark drafters: DeepSeek-V4.1's (tiny-v41-a: blocks of 3; Engram history, ratio-2
 // groups and shared top-k runtime all undone on rejection) and the V4-Flash-0731 layout's
 // (tiny-0731: three stages of ordinary V4 blocks, blocks of 5, taps after layers 3-5; CSA and
