@@ -141,8 +141,12 @@ void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& 
       TextDecoder dec(b, stops, skip_special, hidden);
       std::string text = dec.push(c.tokens);
       text += dec.finish();  // after push: the order of operands of + is unspecified
-      const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
+      chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
       for (const auto& e : out.errors) log_warn("chat output: %s", e.c_str());
+      // Cut by max_tokens inside a call: that call as generated so far (a stream has sent it),
+      // under finish_reason "length".
+      if (c.last.finish_reason == FinishReason::kLength)
+        out.tool_calls.insert(out.tool_calls.end(), out.cut_tool_calls.begin(), out.cut_tool_calls.end());
       choices.push_back({{"index", j},
                          {"message", message_of(out, cp.thinking)},
                          {"logprobs", logprobs ? chat_logprobs(b, c.tokens) : json(nullptr)},

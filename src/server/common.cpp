@@ -69,8 +69,13 @@ void check_model(const json& body, const Backend& b) {
   auto it = body.find("model");
   if (it == body.end() || it->is_null()) return;
   if (!it->is_string()) throw ApiError(ErrorCode::kInvalidRequest, "'model' must be a string", "model");
-  if (it->get<std::string>() != b.model_id)
-    throw ApiError(ErrorCode::kNotFound, "The model `" + it->get<std::string>() + "` does not exist.", "model");
+  const std::string& name = it->get_ref<const std::string&>();
+  if (name == b.model_id) return;
+  for (const std::string& alias : b.model_aliases)
+    if (name == alias) return;
+  std::string served = "`" + b.model_id + "`";
+  for (const std::string& alias : b.model_aliases) served += ", `" + alias + "`";
+  throw ApiError(ErrorCode::kNotFound, "The model `" + name + "` does not exist (served: " + served + ").", "model");
 }
 
 // Speculative decoding reports where OpenAI's predicted outputs do: draft tokens that became

@@ -40,14 +40,23 @@ const char* reason_phrase(int status) {
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
     case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
     case 417: return "Expectation Failed";
+    case 421: return "Misdirected Request";
+    case 422: return "Unprocessable Content";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 499: return "Client Closed Request";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
     case 505: return "HTTP Version Not Supported";
     default: return "Status";
   }
@@ -225,6 +234,17 @@ struct Listener::Impl {
                                                   : "the request body is over the limit of " +
                                                         std::to_string(c.body_limit) + " bytes for this route");
       }
+      // A client waiting for 100 Continue hears a refusal (a foreign Host, no key, no such
+      // route...) first, instead of being invited to upload a body that would be dropped.
+      if (c.head.expect_continue && (c.head.chunked || c.head.content_length > 0) && cb.check_head) {
+        httplib::Request req;
+        fill_request(c, req);
+        httplib::Response res;
+        if (!cb.check_head(req, res)) {
+          self.stats_.requests++;
+          return refuse(c, req, res);
+        }
+      }
       if (!c.head.chunked && !reserve(c, size_t(c.head.content_length))) {
         self.stats_.rejected_busy++;
         return reject(c, 503, "the server holds too many request bodies; retry shortly");
@@ -290,6 +310,11 @@ struct Listener::Impl {
     httplib::Response res;
     cb.error(status, message, res);
     res.status = status;
+    return refuse(c, req, res);
+  }
+
+  // Sends res as the final answer of c's request and closes (lingering).
+  Step refuse(Conn& c, const httplib::Request& req, httplib::Response& res) {
     write_response(c, req, res, /*keep_alive=*/false);
     ::shutdown(c.fd, SHUT_WR);
     c.lingering = true;
@@ -775,6 +800,12 @@ int Listener::bind() {
   socklen_t len = sizeof(ss);
   ::getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
   s.port = peer_port(ss);
+  if (ss.ss_family == AF_INET) {
+    loopback_ = (ntohl(reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr.s_addr) >> 24) == 127;
+  } else if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
+    loopback_ = IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+  }
   s.epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.epoll_fd < 0 || s.wake_fd < 0) throw std::runtime_error("cannot create epoll / eventfd");

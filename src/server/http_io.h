@@ -43,6 +43,12 @@ struct Callbacks {
   // false to send it to a worker. `over_client_cap`: its connection is over the per-client
   // cap, and a request that is not answered here gets a 503.
   std::function<bool(const httplib::Request&, httplib::Response&)> answer_inline;
+  // A head that asks for 100-continue before its body: runs the checks that need no body
+  // (on the I/O thread, or a worker for a pipelined request) and returns true to invite the
+  // body, or false with the refusal in the response, which is sent instead of 100 Continue
+  // (then the connection closes, a body sent anyway read and dropped for a moment). The
+  // layer's own size limit (413) and body budget (503) are checked before it.
+  std::function<bool(const httplib::Request&, httplib::Response&)> check_head;
   // Runs a route on a worker thread.
   std::function<void(const httplib::Request&, httplib::Response&)> handle;
   // Fills a JSON error response for a status the layer decides itself (400, 408, 413, 431, 503...).
@@ -79,6 +85,8 @@ class Listener {
   void shutdown(std::chrono::milliseconds grace);
   bool running() const { return running_.load(); }
   bool draining() const { return draining_.load(); }
+  // After bind(): the socket listens on a loopback address (127.0.0.0/8, ::1).
+  bool bound_to_loopback() const { return loopback_; }
   const IoStats& stats() const { return stats_; }
 
   struct Impl;
@@ -87,6 +95,7 @@ class Listener {
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> running_{false};
   std::atomic<bool> draining_{false};
+  bool loopback_ = false;
   IoStats stats_;
 };
 

@@ -4,7 +4,8 @@
 //   user text / tool_result blocks   -> tool messages (tool_call_id = tool_use_id), then a
 //                                       user message with the text
 //   assistant text / thinking / tool_use blocks -> content, reasoning_content, tool_calls
-//   tools [{name, description, input_schema}] -> OpenAI function tools
+//   tools [{name, description, input_schema, strict}] -> OpenAI function tools (under "auto"
+//     a call names one of them; a strict one's input follows its schema: structured_output.h)
 //   thinking {"type": "enabled" | "adaptive"} -> thinking mode; stop_sequences -> stop
 //   tool_choice {"type": "any"} -> "required", {"type": "tool", "name": X} -> named X
 //     (both enforced, structured_output.h), disable_parallel_tool_use -> one call
@@ -146,6 +147,7 @@ Json to_openai(const Json& a) {
       Json f = {{"name", t["name"]}};
       if (t.contains("description")) f["description"] = t["description"];
       f["parameters"] = t.contains("input_schema") ? t["input_schema"] : Json::object();
+      if (t.contains("strict")) f["strict"] = t["strict"];  // structured outputs: the input follows the schema
       tools.push_back(Json{{"type", "function"}, {"function", f}});
     }
     o["tools"] = tools;
@@ -231,6 +233,72 @@ struct BlockStream {
   }
 };
 
+// The input of a tool_use cut by max_tokens: its arguments are an unfinished JSON object (as
+// the output parser streams them); what they hold so far, as a partial-JSON reader (the SDKs'
+// stream accumulators) takes it: an open string value closed where it stops, a member without
+// its value dropped, the containers closed. {} where nothing of it parses.
+json cut_input(const std::string& a) {
+  std::string closers;          // of the open containers, innermost last
+  std::vector<bool> key_next;   // per open container: an object expecting a key
+  bool in_str = false, str_is_key = false;
+  int esc = 0;                  // in a string escape: -1 its letter, n > 0 \u digits left
+  size_t esc_at = 0;
+  size_t mark = 0, top = 0;     // ends of the last complete value, and of the last member
+  std::string mark_closers, top_closers;
+  auto value_done = [&](size_t end) {
+    mark = end;
+    mark_closers = closers;
+    if (closers.size() == 1) top = end, top_closers = closers;
+  };
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char c = a[i];
+    if (in_str) {
+      if (esc < 0) esc = c == 'u' ? 4 : 0;
+      else if (esc > 0) --esc;
+      else if (c == '\\') esc = -1, esc_at = i;
+      else if (c == '"') {
+        in_str = false;
+        if (!str_is_key) value_done(i + 1);
+      }
+      continue;
+    }
+    switch (c) {
+      case '"': in_str = true, str_is_key = !key_next.empty() && key_next.back(); break;
+      case '{':
+      case '[':
+        closers += c == '{' ? '}' : ']';
+        key_next.push_back(c == '{');
+        mark = i + 1, mark_closers = closers;
+        break;
+      case '}':
+      case ']':
+        if (closers.empty()) return json::object();
+        closers.pop_back();
+        key_next.pop_back();
+        value_done(i + 1);
+        break;
+      case ':':
+        if (!key_next.empty()) key_next.back() = false;
+        break;
+      case ',':
+        if (!key_next.empty() && closers.back() == '}') key_next.back() = true;
+        value_done(i);  // (a number or literal ended here; checked below)
+        break;
+      default: break;
+    }
+  }
+  auto parsed = [](std::string text, const std::string& closing) -> std::optional<json> {
+    text.append(closing.rbegin(), closing.rend());
+    std::optional<json> j = parse_json_bounded<json>(text);
+    return j && j->is_object() ? j : std::nullopt;
+  };
+  std::string whole = in_str && esc != 0 ? a.substr(0, esc_at) : a;
+  if (in_str) whole += '"';
+  for (auto j : {parsed(whole, closers), parsed(a.substr(0, mark), mark_closers), parsed(a.substr(0, top), top_closers)})
+    if (j) return *j;
+  return json::object();
+}
+
 json anthropic_error(const Status& s) {
   return json{{"type", "error"}, {"error", {{"type", error_type(s.code)}, {"message", s.message}}}};
 }
@@ -268,6 +336,11 @@ void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req
       content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", call.name},
                          {"input", input && input->is_object() ? *input : json::object()}});
     }
+    // Cut by max_tokens inside a call: that tool_use as generated so far (a stream has sent it).
+    if (c.last.finish_reason == FinishReason::kLength)
+      for (const auto& call : out.cut_tool_calls)
+        content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", call.name},
+                           {"input", cut_input(call.arguments)}});
     send_json(res, json{{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", b.model_id},
                         {"content", content}, {"stop_reason", stop_reason(c.last, !out.tool_calls.empty())},
                         {"stop_sequence", c.last.stop_string.empty() ? json(nullptr) : json(c.last.stop_string)},

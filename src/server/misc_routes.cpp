@@ -12,27 +12,31 @@ namespace deepinfer::server {
 
 namespace {
 
-json model_json(const Backend& b) {
+// `root` is the served name too, never the checkpoint's directory: a client learns no path.
+json model_json(const Backend& b, const std::string& id) {
   const EngineInfo& info = b.engine->info();
-  return json{{"id", b.model_id},
+  return json{{"id", id},
               {"object", "model"},
               {"type", "model"},  // Anthropic's ModelInfo
               {"created", unix_time()},
               {"owned_by", "deepinfer"},
-              {"root", info.model_dir},
+              {"root", b.model_id},
               {"max_model_len", info.max_model_len},
               {"vocab_size", info.vocab_size}};  // extension: bench-serve draws random prompt ids from it
 }
 
 }  // namespace
 
+// The served name, then its aliases (all accepted in "model", as vLLM's --served-model-name).
 void handle_models(const Backend& b, httplib::Response& res) {
-  send_json(res, json{{"object", "list"}, {"data", json::array({model_json(b)})}});
+  json data = json::array({model_json(b, b.model_id)});
+  for (const std::string& alias : b.model_aliases) data.push_back(model_json(b, alias));
+  send_json(res, json{{"object", "list"}, {"data", std::move(data)}});
 }
 
 void handle_model(const Backend& b, const std::string& id, httplib::Response& res) {
-  if (id != b.model_id) throw ApiError(ErrorCode::kNotFound, "The model `" + id + "` does not exist.", "model");
-  send_json(res, model_json(b));
+  check_model(json{{"model", id}}, b);  // 404 for a name not served
+  send_json(res, model_json(b, id));
 }
 
 void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res) {

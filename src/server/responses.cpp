@@ -360,6 +360,7 @@ struct ResponseStream {
   std::string content_all, reasoning_all;
   json calls = json::array();  // chat tool_calls for the store
   int64_t reasoning_tokens = 0;
+  bool cut = false;  // the output ended inside the open call
 };
 
 }  // namespace
@@ -407,11 +408,19 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
     json calls = json::array();
     if (!out.reasoning_content.empty())
       output.push_back(OutputBuilder::reasoning_item(random_id("rs_"), out.reasoning_content));
-    if (!out.content.empty() || out.tool_calls.empty())
+    // Cut by max_output_tokens inside a call: that call as generated so far (as streamed),
+    // "incomplete" in an incomplete response.
+    const size_t whole = out.tool_calls.size();
+    std::vector<chat::ParsedToolCall> all_calls = out.tool_calls;
+    if (c.last.finish_reason == FinishReason::kLength)
+      all_calls.insert(all_calls.end(), out.cut_tool_calls.begin(), out.cut_tool_calls.end());
+    if (!out.content.empty() || all_calls.empty())
       output.push_back(OutputBuilder::message_item(random_id("msg_"), out.content, "completed"));
-    for (const auto& call : out.tool_calls) {
+    for (size_t k = 0; k < all_calls.size(); ++k) {
+      const auto& call = all_calls[k];
       const std::string call_id = random_id("call_");
-      output.push_back(OutputBuilder::call_item(random_id("fc_"), call_id, call.name, call.arguments, "completed"));
+      output.push_back(OutputBuilder::call_item(random_id("fc_"), call_id, call.name, call.arguments,
+                                                k < whole ? "completed" : "incomplete"));
       calls.push_back(json{{"id", call_id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
     }
     json r = response_shell(b, id, unix_time(), body);
@@ -457,7 +466,8 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
         break;
       }
       case ResponseStream::Open::kCall:
-        item = OutputBuilder::call_item(st->item_id, st->call_id, st->call_name, st->text, "completed");
+        item = OutputBuilder::call_item(st->item_id, st->call_id, st->call_name, st->text,
+                                        st->cut ? "incomplete" : "completed");
         st->calls.push_back(json{{"id", st->call_id}, {"type", "function"},
                                  {"function", {{"name", st->call_name}, {"arguments", st->text}}}});
         ok = emit(sink, "response.function_call_arguments.done",
@@ -550,6 +560,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
     if (st->output.empty() && st->open == ResponseStream::Open::kNone &&
         !open_item(sink, ResponseStream::Open::kMessage, ""))
       return false;  // an empty answer is still one (empty) message, as without streaming
+    st->cut = st->open == ResponseStream::Open::kCall;
     if (!close_item(sink)) return false;
     json r = st->response;
     finish_response(r, ev, st->output, st->reasoning_tokens);

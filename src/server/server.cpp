@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -91,18 +93,42 @@ bool origin_allowed(const std::vector<std::string>& allowed, const std::string& 
   return false;
 }
 
-// The host of a Host header value ("127.0.0.1:8000" -> "127.0.0.1", "[::1]:80" -> "::1").
-std::string host_name(const std::string& host_header) {
-  if (!host_header.empty() && host_header[0] == '[') {
-    const size_t close = host_header.find(']');
-    return close == std::string::npos ? host_header : host_header.substr(1, close - 1);
-  }
-  return host_header.substr(0, host_header.find(':'));
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
-bool is_loopback_name(std::string name) {
-  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return name == "localhost" || name == "::1" || name.rfind("127.", 0) == 0;
+// The host of a Host header value, lower-cased ("127.0.0.1:8000" -> "127.0.0.1", "[::1]:80" ->
+// "::1", "Localhost.:80" -> "localhost"); empty when the value is not host[:port].
+std::string host_name(const std::string& host_header) {
+  std::string name, port;
+  if (!host_header.empty() && host_header[0] == '[') {
+    const size_t close = host_header.find(']');
+    if (close == std::string::npos) return "";
+    name = host_header.substr(1, close - 1);
+    if (close + 1 < host_header.size() && host_header[close + 1] != ':') return "";
+    port = host_header.substr(std::min(close + 2, host_header.size()));
+  } else {
+    const size_t colon = host_header.find(':');
+    name = host_header.substr(0, colon);
+    if (colon != std::string::npos) port = host_header.substr(colon + 1);
+  }
+  if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
+  if (!name.empty() && name.back() == '.') name.pop_back();  // "localhost." is "localhost"
+  return lower(name);
+}
+
+// localhost, or an address literal in 127.0.0.0/8 or ::1 (not "127.evil.example": a name
+// under anyone's domain).
+bool is_loopback_name(const std::string& host) {
+  const std::string name = lower(host);
+  if (name == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, name.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, name.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  return false;
 }
 
 // The media type of a Content-Type value, lower-cased, without parameters.
@@ -132,6 +158,7 @@ struct Server::Impl {
   bool stop_requested = false;  // guarded by mu; stop() before listen() must not be lost
   // Requests answered with an error before reaching the engine, by ErrorCode.
   std::array<std::atomic<uint64_t>, size_t(ErrorCode::kInternal) + 1> rejected{};
+  std::atomic<uint64_t> rejected_host{0};  // a Host the server does not answer to (DNS rebinding)
 
   // The HTTP layer's and the routes' refusals, and the process, after the engine's metrics.
   std::string server_metrics(const std::string& model_id) const {
@@ -148,6 +175,7 @@ struct Server::Impl {
     row("overloaded", io.rejected_busy.load());
     row("malformed_http", io.rejected_malformed.load());
     row("timeout", io.timed_out.load());
+    row("host_not_allowed", rejected_host.load());
     o << "# HELP deepinfer_http_connections_open Open client connections.\n# TYPE deepinfer_http_connections_open gauge\n"
       << "deepinfer_http_connections_open{" << l << "} " << io.connections_open.load() << "\n"
       << "# HELP deepinfer_http_requests_total HTTP requests read.\n# TYPE deepinfer_http_requests_total counter\n"
@@ -191,10 +219,26 @@ struct Server::Impl {
     if (origin_allowed(opt.allowed_origins, origin)) return false;
     const std::string host = req.get_header_value("Host");
     if (host.empty() || (origin != "http://" + host && origin != "https://" + host)) return true;
-    // Same origin by the headers. A server on a loopback address is only ever that under a
-    // loopback name; any other name (evil.example re-pointed at 127.0.0.1: DNS rebinding)
-    // makes a foreign page look like our own.
-    return is_loopback_name(opt.host) && !is_loopback_name(host_name(host));
+    // Same origin by the headers, and under a name the server answers to (admit() refuses
+    // other names first: DNS rebinding makes a foreign page look like our own).
+    return !host_allowed(host);
+  }
+
+  // DNS rebinding: a page of evil.example whose name is re-pointed at 127.0.0.1 reaches a
+  // loopback server as same-origin, reads and all. So a server on a loopback address answers
+  // only under a loopback name (localhost, 127.x.x.x, [::1]), its --host, or one of
+  // --allowed-hosts ("*": any; ports are not compared). A server on another address checks only
+  // when --allowed-hosts is given. No Host (HTTP/1.0) passes: a browser always sends one.
+  bool host_allowed(const std::string& host_header) const {
+    if (host_header.empty()) return true;
+    const bool checked = (listener && listener->bound_to_loopback()) || !opt.allowed_hosts.empty();
+    if (!checked) return true;
+    const std::string name = host_name(host_header);
+    if (name.empty()) return false;
+    if (is_loopback_name(name) || name == lower(opt.host) || name == host_name(opt.host)) return true;
+    for (const std::string& a : opt.allowed_hosts)
+      if (a == "*" || host_name(a) == name) return true;  // a port in the entry is ignored
+    return false;
   }
 
   bool authorized(const httplib::Request& req) const {
@@ -231,47 +275,71 @@ struct Server::Impl {
     return r ? r->body_limit : kSmallBodyBytes;
   }
 
-  // Runs on a worker: auth, routing, and every exception turned into a JSON error.
+  // What a request's head alone decides, before any work and without its body: Host,
+  // Origin, API key, route and method, Content-Type. handle() runs it on a worker, and the
+  // HTTP layer on a head that waits for 100 Continue (check_head), so a refused client is
+  // never invited to upload. Returns the route, or null with the refusal in res (counted).
+  const Route* admit(const httplib::Request& req, httplib::Response& res) {
+    auto refuse = [&](int status, ErrorCode code, const std::string& message) -> const Route* {
+      send_error(res, Status::error(code, message));
+      res.status = status;
+      ++rejected[size_t(code)];
+      return nullptr;
+    };
+    if (req.get_header_value_count("Host") > 1)
+      return refuse(400, ErrorCode::kInvalidRequest, "more than one Host header");
+    if (!host_allowed(req.get_header_value("Host"))) {
+      send_error(res, Status::error(ErrorCode::kInvalidRequest,
+                                    "this server does not answer to the host name " + req.get_header_value("Host") +
+                                        " (serve --allowed-hosts lists other names it may)"));
+      res.status = 403;
+      ++rejected_host;
+      return nullptr;
+    }
+    if (foreign_origin(req))
+      return refuse(403, ErrorCode::kInvalidRequest,
+                    "origin " + req.get_header_value("Origin") +
+                        " is not allowed (serve --allowed-origins lists the origins that are)");
+    if (needs_key(req.path) && !authorized(req))
+      return refuse(401, ErrorCode::kUnauthorized, "invalid or missing API key");
+    bool known = false;
+    const Route* r = find(req.method, req.path, &known);
+    if (!r && known) {
+      send_error(res, Status::error(ErrorCode::kInvalidRequest, "method " + req.method + " not allowed on " + req.path));
+      res.status = 405;
+      std::string allow;
+      for (const Route& x : routes)
+        if (x.path == req.path) {
+          allow += std::string(allow.empty() ? "" : ", ") + x.method;
+          if (std::string(x.method) == "GET") allow += ", HEAD";
+        }
+      res.set_header("Allow", allow);
+      return nullptr;
+    }
+    if (!r) return refuse(404, ErrorCode::kNotFound, "no route " + req.method + " " + req.path);
+    if (std::string(r->method) == "POST") {
+      // Every POST route reads a JSON body; anything else (a form, text/plain) is refused
+      // unread, which also keeps HTML forms and no-cors fetches from reaching the model.
+      const std::string type = media_type(req.get_header_value("Content-Type"));
+      if (!is_json_media_type(type))
+        return refuse(415, ErrorCode::kInvalidRequest,
+                      "Content-Type must be application/json" +
+                          (type.empty() ? std::string(" (none was sent)") : ", not " + type));
+    }
+    return r;
+  }
+
+  // A head with 100-continue: the requests answer_inline() takes (/health, OPTIONS) pass.
+  bool check_head(const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "OPTIONS" || ((req.method == "GET" || req.method == "HEAD") && req.path == "/health")) return true;
+    return admit(req, res) != nullptr;
+  }
+
+  // Runs on a worker: admission, the route, and every exception turned into a JSON error.
   void handle(const httplib::Request& req, httplib::Response& res) {
     try {
-      if (foreign_origin(req)) {
-        send_error(res, Status::error(ErrorCode::kInvalidRequest,
-                                      "origin " + req.get_header_value("Origin") +
-                                          " is not allowed (serve --allowed-origins lists the origins that are)"));
-        res.status = 403;
-        ++rejected[size_t(ErrorCode::kInvalidRequest)];
-        return;
-      }
-      if (needs_key(req.path) && !authorized(req))
-        throw ApiError(ErrorCode::kUnauthorized, "invalid or missing API key");
-      bool known = false;
-      const Route* r = find(req.method, req.path, &known);
-      if (!r && known) {
-        send_error(res, Status::error(ErrorCode::kInvalidRequest, "method " + req.method + " not allowed on " + req.path));
-        res.status = 405;
-        std::string allow;
-        for (const Route& x : routes)
-          if (x.path == req.path) {
-            allow += std::string(allow.empty() ? "" : ", ") + x.method;
-            if (std::string(x.method) == "GET") allow += ", HEAD";
-          }
-        res.set_header("Allow", allow);
-        return;
-      }
-      if (!r) throw ApiError(ErrorCode::kNotFound, "no route " + req.method + " " + req.path);
-      if (std::string(r->method) == "POST") {
-        // Every POST route reads a JSON body; anything else (a form, text/plain) is refused
-        // unread, which also keeps HTML forms and no-cors fetches from reaching the model.
-        const std::string type = media_type(req.get_header_value("Content-Type"));
-        if (!is_json_media_type(type)) {
-          send_error(res, Status::error(ErrorCode::kInvalidRequest,
-                                        "Content-Type must be application/json" +
-                                            (type.empty() ? std::string(" (none was sent)") : ", not " + type)));
-          res.status = 415;
-          ++rejected[size_t(ErrorCode::kInvalidRequest)];
-          return;
-        }
-      }
+      const Route* r = admit(req, res);
+      if (!r) return;
       r->run(req, res);
     } catch (const ApiError& e) {
       res = httplib::Response{};
@@ -403,6 +471,7 @@ Server::Server(const ServerOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl* impl = &s;
   cb.body_limit = [impl](const http::Head& h) { return impl->body_limit(h); };
   cb.answer_inline = [impl](const httplib::Request& req, httplib::Response& res) { return impl->answer_inline(req, res); };
+  cb.check_head = [impl](const httplib::Request& req, httplib::Response& res) { return impl->check_head(req, res); };
   cb.handle = [impl](const httplib::Request& req, httplib::Response& res) { impl->handle(req, res); };
   cb.error = [](int status, const std::string& message, httplib::Response& res) {
     ErrorCode code = ErrorCode::kInvalidRequest;

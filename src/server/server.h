@@ -54,6 +54,10 @@ struct ServerOptions {
   std::chrono::milliseconds sse_keepalive{5000};  // SSE comment while nothing else is sent
   // Origins allowed to call the API from a browser (CORS); "*" allows any. Empty: no CORS.
   std::vector<std::string> allowed_origins;
+  // Host names answered besides loopback ones and `host` ("*": any). A server on a loopback
+  // address refuses other names (403: DNS rebinding); on another address, only this list
+  // (when given) is checked.
+  std::vector<std::string> allowed_hosts;
   // The chat page at / (webui.h); serve --no-webui turns it off (404).
   bool webui = true;
 };
@@ -63,7 +67,10 @@ struct Backend {
   std::shared_ptr<Engine> engine;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: token-id prompts only
   std::string chat_family;  // "v4" | "v4_0731" | "v41"; empty: no chat template (chat routes 400)
-  std::string model_id;     // reported by /v1/models, accepted in "model"
+  std::string model_id;     // reported by /v1/models and in answers, accepted in "model"
+  // Further names accepted in "model" and GET /v1/models/{id}, listed after model_id
+  // (serve --served-model-name NAME ALIAS...); answers still report model_id.
+  std::vector<std::string> model_aliases;
   // The tokenizer's vocabulary sorted by bytes, built on the first constrained request.
   std::shared_ptr<TokenIndexCache> token_index = make_token_index_cache();
   // Special-token strings in client content are matched as control tokens (serve

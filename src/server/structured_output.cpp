@@ -76,7 +76,14 @@ ToolChoice parse_tool_choice(const Json& body) {
   return c;
 }
 
-std::vector<ToolSpec> tool_specs(const Json& body) {
+bool is_strict(const Json& fn) {
+  const Json* strict = find(fn, "strict");
+  return strict && strict->is_boolean() && strict->get<bool>();
+}
+
+// strict_only: only {"strict": true} tools have their schemas enforced, the others take free
+// arguments (tool_choice "auto"); otherwise every tool's schema is.
+std::vector<ToolSpec> tool_specs(const Json& body, bool strict_only = false) {
   std::vector<ToolSpec> specs;
   const Json* tools = find(body, "tools");
   if (!tools || !tools->is_array()) return specs;
@@ -85,7 +92,9 @@ std::vector<ToolSpec> tool_specs(const Json& body) {
     const Json* name = fn ? find(*fn, "name") : nullptr;
     if (!name || !name->is_string()) bad("each tool needs function.name (a string)", "tools");
     const Json* params = find(*fn, "parameters");
-    specs.push_back({name->get<std::string>(), params ? closed_declared_objects(*params) : Json()});
+    const bool enforce = !strict_only || is_strict(*fn);
+    specs.push_back({name->get<std::string>(),
+                     params ? (enforce ? closed_declared_objects(*params) : *params) : Json(), enforce});
   }
   return specs;
 }
@@ -122,34 +131,35 @@ std::shared_ptr<TokenConstraint> tool_constraint(const Backend& b, const Json& b
   return make_tool_constraint(std::move(s), std::move(g), named);
 }
 
-// tool_choice "auto" (or unset) where every tool is {"strict": true}: the answer is free, but a
-// tool-call block it opens holds to the tools' schemas (OpenAI's strict function calling;
-// openai-python's pydantic_function_tool sets strict). The grammar waits for the block opener.
-bool all_tools_strict(const Json& body) {
-  const Json* tools = find(body, "tools");
-  if (!tools || !tools->is_array() || tools->empty()) return false;
-  for (const Json& t : *tools) {
-    const Json* fn = find(t, "function");
-    const Json* strict = fn ? find(*fn, "strict") : nullptr;
-    if (!strict || !strict->is_boolean() || !strict->get<bool>()) return false;
-  }
-  return true;
-}
-
-std::shared_ptr<TokenConstraint> strict_auto_constraint(const Backend& b, const Json& body, chat::ChatFamily family,
-                                                        bool thinking) {
+// tool_choice "auto" (or unset) with tools: the answer is free, but DSML markup it opens is a
+// tool-call block of the declared tools. A {"strict": true} tool's arguments hold to its
+// schema (OpenAI's strict function calling; openai-python's pydantic_function_tool and
+// openai-agents set strict), a non-strict tool's are free (ToolSpec::enforce): its schema is
+// neither enforced nor compiled, so any schema is taken and the arguments the model would write
+// unconstrained stay possible, in the DSML form the chat encoder shows it (and DeepSeek's
+// habit of writing enum / pattern strings as string="true" text, which enforcing a schema
+// would turn into JSON). Only the name is held there: the parser takes any name, and a client
+// fails a turn that calls a tool it does not have. The grammar waits for "<｜DSML｜": a block
+// opener in either spelling, an invoke written without one (both parsed as calls) and one
+// inside the reasoning (the parser ends the reasoning there) are all held. Until then the
+// constraint costs a look at each token's bytes, no mask, and drafts are verified through it
+// as for any request (engine_core.cpp).
+std::shared_ptr<TokenConstraint> auto_tool_constraint(const Backend& b, const Json& body, chat::ChatFamily family,
+                                                      bool thinking) {
+  const std::vector<ToolSpec> specs = tool_specs(body, true);
+  if (specs.empty()) return nullptr;
   const Json* par = find(body, "parallel_tool_calls");
   const bool parallel = !(par && par->is_boolean() && !par->get<bool>());
   std::optional<ToolGrammar> built;
   try {
-    built.emplace(family, tool_specs(body), parallel);
+    // As many calls as the model writes: "auto" keeps what it would do unconstrained.
+    built.emplace(family, specs, parallel, 0xFFFF);
   } catch (const SchemaError& e) {
     bad(std::string("tools: ") + e.what(), "tools");
   }
   ConstraintStart s = start_of(b, thinking);
-  const std::string opener = built->forced_prefix(-1);  // "\n\n<block tag>\n"
-  s.wait_for = opener.substr(opener.find('<'));
-  return make_tool_constraint(std::move(s), std::move(*built), -1);
+  s.wait_for = ToolGrammar::trigger();
+  return make_tool_constraint(std::move(s), std::move(*built), ToolGrammar::kAfterDsml);
 }
 
 std::shared_ptr<TokenConstraint> json_constraint(const Backend& b, const Json& format, bool thinking) {
@@ -188,7 +198,9 @@ std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const Json&
   if (const Json* f = find(body, "response_format")) {
     if (auto c = json_constraint(b, *f, thinking)) return c;
   }
-  if (choice.kind == ToolChoice::kAuto && all_tools_strict(body)) return strict_auto_constraint(b, body, family, thinking);
+  // (Under response_format the answer is JSON, whose strings take no chat markup: no tool-call
+  // block can open, so no names need holding.)
+  if (choice.kind == ToolChoice::kAuto) return auto_tool_constraint(b, body, family, thinking);
   return nullptr;
 }
 

@@ -4,9 +4,12 @@
 //     request's tools; one only with parallel_tool_calls: false); a named function
 //     {"type": "function", "function": {"name": X}}: exactly one call of X. The block opener
 //     (and the invoke tag of X) is forced, the rest follows tool_grammar.h. "none"
-//     constrains nothing (and keeps the tools out of the prompt); "auto" neither, unless
-//     every tool says "strict": true: then the answer is free until it opens a tool-call
-//     block, and the block follows tool_grammar.h (OpenAI's strict function calling).
+//     constrains nothing (and keeps the tools out of the prompt). "auto" (or no tool_choice)
+//     with tools: the answer is free until it opens DSML markup ("<｜DSML｜", in the reasoning
+//     too); from there it is a tool-call block (tool_grammar.h) calling only the declared
+//     tools, with the arguments of a "strict": true tool following its schema (OpenAI's strict
+//     function calling) and those of other tools free (any keys and values; their schemas are
+//     not compiled).
 //   * response_format {"type": "json_object"}: the answer is a JSON object (with a "schema"
 //     beside the type, as Together and Fireworks take it and instructor's JSON_SCHEMA mode
 //     sends it, a document following that schema);
@@ -30,8 +33,8 @@
 namespace deepinfer::server {
 
 // Throws ApiError (400): malformed tool_choice / response_format, a schema keyword the
-// grammar does not enforce (only where the schema constrains the output: tool parameters
-// under tool_choice "auto" are not compiled), "required" or a named
+// grammar does not enforce (only where the schema constrains the output: the parameters of
+// non-strict tools under tool_choice "auto" are not compiled), "required" or a named
 // function without tools, a named function that is not among the tools. Null when the
 // request constrains nothing.
 std::shared_ptr<TokenConstraint> output_constraint(const Backend& b, const chat::Json& body, chat::ChatFamily family,

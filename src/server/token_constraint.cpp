@@ -132,6 +132,7 @@ class GrammarConstraint final : public TokenConstraint {
         state_(state),
         added_tokens_(added_tokens),
         fast_(start.fast_masks),
+        bytes_fed_(start.bytes_fed),
         stack_(index_->max_length + 1) {
     phase_ = start.after_reasoning ? kReasoning : after_reasoning_phase();
   }
@@ -153,7 +154,7 @@ class GrammarConstraint final : public TokenConstraint {
       case kGrammar: break;
     }
     const TokenIndex& ix = *index_;
-    const size_t arena = grammar_.arena_size();
+    const auto arena = grammar_.arena_size();
     const int cls = fast_ ? grammar_.fast_class(state_) : -1;
     if (cls >= 0) {
       // Every token of the class is allowed here: copy its bits, walk only the others.
@@ -168,6 +169,8 @@ class GrammarConstraint final : public TokenConstraint {
       walk_linear(ix.all, mask, vocab);
     }
     grammar_.truncate(arena);
+    if (bytes_fed_) *bytes_fed_ += fed_;
+    fed_ = 0;
     if (grammar_.complete(state_)) set(eos_);
     return true;
   }
@@ -181,10 +184,15 @@ class GrammarConstraint final : public TokenConstraint {
   size_t feed_entry(const TokenTrie& t, size_t i, size_t d) {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(index_->bytes.data()) + t.offset[i];
     const size_t len = t.length[i];
+    const size_t d0 = d;
     for (; d < len; ++d) {
       stack_[d + 1] = stack_[d];
-      if (!grammar_.feed(stack_[d + 1], b[d])) return d;
+      if (!grammar_.feed(stack_[d + 1], b[d])) {
+        fed_ += d + 1 - d0;
+        return d;
+      }
     }
+    fed_ += len - d0;
     return len;
   }
 
@@ -250,13 +258,22 @@ class GrammarConstraint final : public TokenConstraint {
           return;
         }
         think_tail_ += index_->token(token);
-        if (const size_t at = think_tail_.find(kThinkEnd); at != std::string::npos) {
+        const size_t at = think_tail_.find(kThinkEnd);
+        if (!wait_for_.empty()) {
+          // The output parser ends the reasoning at a tool-call block too: hold that one as well.
+          if (const size_t w = think_tail_.find(wait_for_); w != std::string::npos && w < at) {
+            phase_ = kWait;
+            wait_for_text();
+            return;
+          }
+        }
+        if (at != std::string::npos) {
           // (bytes after "</think>" in the same token are not checked, but may start wait_for)
           phase_ = after_reasoning_phase();
           think_tail_.erase(0, at + kThinkEnd.size());
           if (phase_ == kWait) wait_for_text();
-        } else if (think_tail_.size() > kThinkEnd.size()) {
-          think_tail_.erase(0, think_tail_.size() - kThinkEnd.size());
+        } else if (const size_t keep = std::max(kThinkEnd.size(), wait_for_.size()); think_tail_.size() > keep) {
+          think_tail_.erase(0, think_tail_.size() - keep);
         }
         return;
       }
@@ -300,6 +317,8 @@ class GrammarConstraint final : public TokenConstraint {
   typename G::State state_;
   bool added_tokens_;
   bool fast_;
+  uint64_t* bytes_fed_;
+  uint64_t fed_ = 0;
   Phase phase_;
   std::string think_tail_;
   std::vector<typename G::State> stack_;

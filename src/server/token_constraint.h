@@ -11,7 +11,9 @@
 // Phases of one request's constraint:
 //   1. (thinking mode) free until the output contains "</think>": reasoning is not
 //      constrained, the answer after it is; then (with ConstraintStart::wait_for) free
-//      until the output contains that text;
+//      until the output contains that text (already in the reasoning, where the output
+//      parser ends the reasoning at a tool-call block); the free phases cost no mask, only a
+//      look at each token's bytes;
 //   2. forced tokens, one allowed at a time (the tool-call block opener);
 //   3. the grammar; 4. after EOS, nothing but EOS.
 // Special tokens (BOS, EOS, the chat role tokens, ...) never match a grammar byte; other
@@ -83,12 +85,15 @@ struct ConstraintStart {
   bool after_reasoning = false;  // wait for "</think>"
   std::vector<int32_t> forced;   // tokens forced before the grammar
   // Non-empty: the output is free (after the reasoning) until it contains this text; the
-  // grammar then takes the bytes after it (tool_choice "auto" with strict tools: free content,
-  // or the tool-call block opener and calls held to the grammar). `forced` must be empty.
+  // grammar then takes the bytes after it (tool_choice "auto" with tools: free content until
+  // "<｜DSML｜", then a tool-call block held to the grammar). `forced` must be empty.
   std::string wait_for;
   // false: every mask walks the whole vocabulary trie byte by byte, without fast classes or
   // skip tables (the reference the fast masks are tested against).
   bool fast_masks = true;
+  // Tests: each mask adds here the grammar bytes its walk fed (the cost the trie and skip
+  // tables bound), so a test can hold the walk to a count rather than a time.
+  uint64_t* bytes_fed = nullptr;
 };
 
 std::shared_ptr<TokenConstraint> make_json_constraint(ConstraintStart start, JsonGrammar grammar, int32_t root_schema);

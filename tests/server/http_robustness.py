@@ -96,7 +96,9 @@ def read_response(src):
 
 def request_bytes(method, path, body=None, headers=None):
     data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
+    lines = ["%s %s HTTP/1.1" % (method, path)]
+    if not any(k.lower() == "host" for k in (headers or {})):
+        lines.append("Host: 127.0.0.1")
     for k, v in (headers or {}).items():
         lines.append("%s: %s" % (k, v))
     if body is not None and not any(k.lower() == "content-type" for k in (headers or {})):
@@ -130,9 +132,11 @@ def wait_for(probe, done, seconds=30.0):
 def assert_alive(ctx):
     r = call(ctx.port, "GET", "/health", timeout=10)
     assert r and r[0] == 200, "health: %r" % (r,)
-    r = call(ctx.port, "POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0})
+    r = call(ctx.port, "POST", "/v1/completions",
+             {"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0, "ignore_eos": True})
     assert r and r[0] == 200, "completion after the attack: %r" % (r,)
-    assert len(json.loads(r[2])["choices"][0]["text"]) >= 0
+    answer = json.loads(r[2])
+    assert answer["usage"]["completion_tokens"] == 3 and answer["choices"][0]["finish_reason"] == "length", answer
 
 
 def deep(n, open_="[", close="]"):
@@ -433,6 +437,76 @@ def web_pages_cannot_reach_the_model(ctx):
     assert r[0] == 200 and r[1].get("access-control-allow-origin") == "http://localhost:5173", r[:2]
 
 
+@case
+def rebound_host_names_are_refused(ctx):
+    """DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 is same-origin
+    with the server by the browser's rules, and its reads carry no Origin. The loopback server
+    answers only under loopback names: 403 before any work, counted by reason."""
+    before = settled_metric(ctx, "deepinfer_prompt_tokens_total")
+    refused = metric(ctx, "deepinfer_requests_rejected_total", 'reason="host_not_allowed"')
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    for host in ("evil.example", "evil.example:%d" % ctx.port, "127.0.0.1.evil.example"):
+        for method, path, body in (("GET", "/v1/models", None), ("GET", "/metrics", None),
+                                   ("POST", "/v1/chat/completions", chat)):
+            r = call(ctx.port, method, path, body, {"Host": host})
+            assert r[0] == 403, (host, path, r[:3])
+            assert "--allowed-hosts" in json.loads(r[2])["error"]["message"], r[2]
+    assert settled_metric(ctx, "deepinfer_prompt_tokens_total") == before, "a refused request reached the engine"
+    assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="host_not_allowed"') == refused + 9
+    for host in ("localhost:%d" % ctx.port, "127.0.0.1", "[::1]:%d" % ctx.port):
+        r = call(ctx.port, "POST", "/v1/chat/completions", chat, {"Host": host})
+        assert r[0] == 200, (host, r[:3])
+    r = call(ctx.port, "GET", "/health", None, {"Host": "evil.example"})
+    assert r[0] == 200, r[:3]  # /health is left open: it tells only "up"
+
+
+@case
+def expect_continue_comes_after_the_checks(ctx):
+    """A client that announces a 5 MB body with Expect: 100-continue is told its 401 (no key),
+    403 (foreign Host) or 413 (20 MB, over the limit) at once, with no 100 before it, and the
+    connection closes; only a head that passes is invited to send its body."""
+    srv = local_server.LocalServer(ctx.binary, ctx.model, ["--threads", "1", "--api-key", "k"],  # 16 MiB bodies
+                                   timeout=120 * SCALE)
+    port = int(srv.url.rsplit(":", 1)[1])
+    try:
+        def head(headers, length):
+            lines = ["POST /v1/completions HTTP/1.1", "Content-Type: application/json",
+                     "Content-Length: %d" % length, "Expect: 100-continue"] + ["%s: %s" % kv for kv in headers.items()]
+            if "Host" not in headers:
+                lines.insert(1, "Host: 127.0.0.1")
+            return ("\r\n".join(lines) + "\r\n\r\n").encode()
+        for headers, length, want in (({}, 5 << 20, 401), ({"Authorization": "Bearer nope"}, 5 << 20, 401),
+                                      ({"Authorization": "Bearer k", "Host": "evil.example"}, 1 << 20, 403),
+                                      ({"Authorization": "Bearer k"}, 20 << 20, 413),
+                                      ({}, 20 << 20, 413)):
+            s = connect(port, 10)
+            t0 = time.monotonic()
+            s.sendall(head(headers, length))
+            f = s.makefile("rb")
+            r = read_response(f)
+            try:
+                assert r is not None and r[0] == want, (headers, length, r and r[:3])
+                rest = f.read()  # the server closes after its refusal
+            finally:
+                f.close()
+                s.close()
+            assert r[1].get("connection", "").lower() == "close" and rest == b"", (r[1], rest[:100])
+            assert time.monotonic() - t0 < 5 * SCALE, "refused only after %.1f s" % (time.monotonic() - t0)
+        body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 2, "ignore_eos": True}).encode()
+        s = connect(port, 60)
+        s.sendall(head({"Authorization": "Bearer k"}, len(body)))
+        f = s.makefile("rb")
+        r = read_response(f)
+        assert r is not None and r[0] == 100, r
+        s.sendall(body)
+        r = read_response(f)
+        f.close()
+        s.close()
+        assert r[0] == 200 and json.loads(r[2])["usage"]["completion_tokens"] == 2, r[:3]
+    finally:
+        srv.stop(timeout=60 * SCALE)
+
+
 def mutate(rng, data):
     data = bytearray(data)
     for _ in range(rng.randint(1, 6)):
@@ -516,6 +590,7 @@ def metrics_count_what_happened(ctx):
     assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="malformed_http"') >= 10
     assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="connection_cap"') >= 1
     assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="timeout"') >= 20
+    assert metric(ctx, "deepinfer_requests_rejected_total", 'reason="host_not_allowed"') >= 9
     for name in ["deepinfer_time_per_output_token_seconds_count", "deepinfer_request_prefill_time_seconds_count",
                  "deepinfer_request_decode_time_seconds_count", "deepinfer_request_generation_tokens_count",
                  "deepinfer_request_prompt_tokens_count", "deepinfer_time_to_first_token_seconds_count"]:
@@ -622,7 +697,8 @@ def main():
     try:
         for c in [deep_json_is_a_400_everywhere, pipelined_requests_are_answered_in_order, bad_framing_is_refused_at_once,
                   cors_preflight_and_headers, json_inside_strings_is_bounded,
-                  web_pages_cannot_reach_the_model, body_size_is_bounded_per_route, disconnected_non_streaming_request_is_cancelled,
+                  web_pages_cannot_reach_the_model, rebound_host_names_are_refused, expect_continue_comes_after_the_checks,
+                  body_size_is_bounded_per_route, disconnected_non_streaming_request_is_cancelled,
                   connection_cap_per_client_is_a_503_but_health_works, trickling_clients_lock_nobody_out,
                   fuzz_the_request_path, metrics_count_what_happened, sigterm_drains_then_exits]:
             c(ctx)

@@ -1,6 +1,7 @@
 // What clients call beyond the basics, over the tiny model: completions echo with prompt
 // logprobs (checked against `deepinfer logits`), max_tokens 0, n, best_of and a list of
 // prompts (streamed and not), chat n, Anthropic count_tokens and output_config.format,
+// served model names (no checkpoint path in /v1/models; serve --served-model-name aliases),
 // /tokenize of chat messages.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,12 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+#include <csignal>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -336,4 +343,122 @@ TEST_F(ApiTest, AnthropicCountTokensAndOutputFormat) {
   err = post(srv(), "/v1/messages", badfmt.dump(), &st);
   EXPECT_EQ(st, 400);
   EXPECT_EQ(err["type"], "error");
+}
+
+// /v1/models shows served names, never the checkpoint's directory ("root" was its absolute
+// path). Aliases (serve --served-model-name NAME ALIAS...) are listed after the name and
+// accepted in "model" and GET /v1/models/{id}; answers report the name; any other model is a
+// 404 that names the served ones.
+TEST_F(ApiTest, ServedModelNamesAndAliases) {
+  auto c = srv().client();
+  const json one = json::parse(c.Get("/v1/models")->body);
+  ASSERT_EQ(one["data"].size(), 1u);
+  EXPECT_EQ(one["data"][0]["id"], "tiny");
+  EXPECT_EQ(one["data"][0]["root"], "tiny");
+  EXPECT_EQ(one.dump().find('/'), std::string::npos) << one.dump();  // no path anywhere
+  EXPECT_EQ(json::parse(c.Get("/v1/models/tiny")->body)["root"], "tiny");
+
+  auto named = std::make_shared<server::Backend>(*backend_);
+  named->model_aliases = {"deepseek-chat", "gpt-4o-mini"};
+  Running aliased(server::ServerOptions{}, named);
+  auto a = aliased.client();
+  const json list = json::parse(a.Get("/v1/models")->body);
+  std::vector<std::string> ids;
+  for (const json& m : list["data"]) {
+    ids.push_back(m["id"]);
+    EXPECT_EQ(m["root"], "tiny");
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"tiny", "deepseek-chat", "gpt-4o-mini"}));
+  auto got = a.Get("/v1/models/gpt-4o-mini");
+  ASSERT_EQ(got->status, 200);
+  EXPECT_EQ(json::parse(got->body)["id"], "gpt-4o-mini");
+  got = a.Get("/v1/models/gpt-4o");
+  ASSERT_EQ(got->status, 404);
+  const std::string missing = json::parse(got->body)["error"]["message"];
+  EXPECT_NE(missing.find("`gpt-4o`"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("`tiny`, `deepseek-chat`, `gpt-4o-mini`"), std::string::npos) << missing;
+
+  const json chat = {{"model", "deepseek-chat"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}};
+  json r = post_ok(aliased, "/v1/chat/completions", chat);
+  EXPECT_EQ(r["model"], "tiny");
+  json msg = {{"model", "gpt-4o-mini"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}};
+  EXPECT_EQ(post_ok(aliased, "/v1/messages", msg)["model"], "tiny");
+  int st = 0;
+  json other = chat;
+  other["model"] = "deepseek-reasoner";
+  r = post(aliased, "/v1/chat/completions", other.dump(), &st);
+  EXPECT_EQ(st, 404);
+  EXPECT_EQ(r["error"]["param"], "model");
+  const std::string why = r["error"]["message"];
+  EXPECT_NE(why.find("`deepseek-reasoner` does not exist"), std::string::npos) << why;
+  EXPECT_NE(why.find("`tiny`, `deepseek-chat`, `gpt-4o-mini`"), std::string::npos) << why;
+  // The first server knows no aliases.
+  r = post(srv(), "/v1/chat/completions", chat.dump(), &st);
+  EXPECT_EQ(st, 404) << r.dump();
+}
+
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// `deepinfer serve` on the tiny model with these extra arguments: GET /v1/models once it is
+// ready (null when it never was).
+json served_models(const std::string& model_arg, const std::string& extra) {
+  const int port = free_port();
+  const std::string dir = ::testing::TempDir();
+  const std::string log = dir + "/serve_names_" + std::to_string(port) + ".log", pidf = log + ".pid";
+  const std::string cmd = std::string(DI_CLI_PATH) + " serve --model " + model_arg + " --threads 1 --kv-memory 64M --port " +
+                          std::to_string(port) + " --no-webui --shutdown-timeout 0 " + extra + " > " + log +
+                          " 2>&1 & echo $! > " + pidf;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  long pid = 0;
+  std::ifstream(pidf) >> pid;
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(1, 0);
+  json out;
+  for (int i = 0; i < 300 && out.is_null() && pid > 0 && ::kill(pid_t(pid), 0) == 0; ++i) {  // (until it exits)
+    if (auto h = c.Get("/health"); h && h->status == 200) out = json::parse(c.Get("/v1/models")->body);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (pid > 0) ::kill(pid_t(pid), SIGTERM);
+  if (out.is_null()) {
+    std::ifstream in(log);
+    ADD_FAILURE() << "serve never got ready: " << std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return out;
+}
+
+std::vector<std::string> ids_of(const json& models) {
+  std::vector<std::string> ids;
+  if (models.contains("data"))
+    for (const json& m : models["data"]) ids.push_back(m["id"]);
+  return ids;
+}
+
+}  // namespace
+
+// The serve command line: by default the checkpoint directory's own name (a trailing '/' or a
+// relative path included), vLLM's `--served-model-name NAME ALIAS...` for more names.
+TEST(ServeNames, DefaultNameAndAliasesFromTheCommandLine) {
+  const std::string model = std::string(DI_SHARED_DIR) + "/golden/tiny-v4-c/model";
+  const json plain = served_models(model + "/", "");
+  EXPECT_EQ(ids_of(plain), (std::vector<std::string>{"model"})) << plain.dump();
+  EXPECT_EQ(plain.dump().find('/'), std::string::npos) << plain.dump();
+  const json aliased = served_models(model, "--served-model-name tiny-a tiny-b tiny-c --metrics-without-key");
+  EXPECT_EQ(ids_of(aliased), (std::vector<std::string>{"tiny-a", "tiny-b", "tiny-c"})) << aliased.dump();
+  const json joined = served_models(model, "--served-model-name=tiny-a tiny-b");
+  EXPECT_EQ(ids_of(joined), (std::vector<std::string>{"tiny-a", "tiny-b"})) << joined.dump();
 }

@@ -159,17 +159,23 @@ TEST_F(DefaultModel, FreeStringSchemaSamplesAtTemperatureOneFinish) {
       {"max_tokens", 150}};  // four short fields take under 80 tokens
   const json r = post_ok(*server_, "/v1/chat/completions", body);
   ASSERT_EQ(r["choices"].size(), 30u);
+  // Every finished sample must be valid; how many finish depends on the trained weights and on
+  // the kernels' summation order (a different ISA samples other tokens at temperature 1), so the
+  // count is a bound: 30 of 30 stopped when the fine-tune was made, 10% of margin below it. The
+  // untuned model finished 0 of 30 (every sample ran to max_tokens inside its first string).
   int finished = 0;
   for (const json& c : r["choices"]) {
     const std::string text = c["message"]["content"].get<std::string>();
-    finished += c["finish_reason"] == "stop";
-    EXPECT_EQ(c["finish_reason"], "stop") << text;
-    if (c["finish_reason"] != "stop") continue;
+    if (c["finish_reason"] != "stop") {
+      EXPECT_EQ(c["finish_reason"], "length") << text;
+      continue;
+    }
+    ++finished;
     ASSERT_TRUE(json::accept(text)) << text;
     EXPECT_EQ(schema_check::check(schema, chat::Json::parse(text)), "") << text;
     EXPECT_TRUE(compact(text)) << text;
   }
-  EXPECT_EQ(finished, 30);
+  EXPECT_GE(finished, 27);
 }
 
 // instructor's default TOOLS mode and LangChain's with_structured_output: the schema becomes a

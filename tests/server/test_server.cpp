@@ -34,6 +34,46 @@ std::vector<int> ids(int n, int salt) {
   return v;
 }
 
+// A raw connection to 127.0.0.1:port (-1 on failure).
+int raw_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// What the server sends on fd until it closes, `until` appears, or nothing comes for `quiet`.
+std::string raw_read(int fd, std::chrono::milliseconds quiet, const std::string& until = "") {
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    if (!until.empty() && got.find(until) != std::string::npos) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, int(quiet.count())) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, size_t(n));
+  }
+  return got;
+}
+
+// Sends `request` on a new connection and returns everything the server answers (one
+// response when it closes after it or stays quiet for two seconds).
+std::string raw_exchange(int port, const std::string& request) {
+  const int fd = raw_connect(port);
+  if (fd < 0) return "no connection";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got = raw_read(fd, std::chrono::milliseconds(2000));
+  ::close(fd);
+  return got;
+}
+
+std::string status_line(const std::string& response) { return response.substr(0, response.find("\r\n")); }
+
 }  // namespace
 
 TEST_F(ServerTest, HealthModelsTokenize) {
@@ -297,6 +337,155 @@ TEST_F(ServerTest, ForeignOriginsAndNonJsonBodiesAreRefused) {
   EXPECT_EQ(c.Get("/health")->status, 200);
 }
 
+// DNS rebinding: a page of evil.example, its name re-pointed at 127.0.0.1, is same-origin with
+// the server by the browser's rules, so Origin checks never see it; reads (GET /v1/models,
+// /metrics) do not even carry an Origin. A loopback server answers only loopback Host names.
+TEST_F(ServerTest, LoopbackServerAnswersOnlyLoopbackHostNames) {
+  auto c = srv().client();
+  const std::string port = std::to_string(srv().port);
+  auto host_refusals = [&] {
+    const std::string m = c.Get("/metrics")->body;
+    const std::string row = "deepinfer_requests_rejected_total{model_name=\"tiny\",reason=\"host_not_allowed\"} ";
+    const size_t at = m.find(row);
+    return at == std::string::npos ? -1L : std::stol(m.substr(at + row.size()));
+  };
+  const long before = host_refusals();
+  EXPECT_GE(before, 0);
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})";
+  for (const std::string& host :
+       std::vector<std::string>{"evil.example:" + port, "evil.example", "127.evil.example:" + port, "localhost.evil.example"}) {
+    const httplib::Headers h = {{"Host", host}};
+    auto r = c.Get("/v1/models", h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403) << host;
+    EXPECT_NE(r->body.find("--allowed-hosts"), std::string::npos) << r->body;
+    EXPECT_EQ(c.Get("/metrics", h)->status, 403) << host;
+    EXPECT_EQ(c.Post("/v1/chat/completions", h, chat, "application/json")->status, 403) << host;
+    EXPECT_EQ(c.Get("/health", h)->status, 200) << host;  // left open: it says only "up"
+  }
+  EXPECT_EQ(host_refusals(), before + 12);
+  for (const std::string& host : std::vector<std::string>{"127.0.0.1:" + port, "127.0.0.1", "localhost:" + port, "LocalHost",
+                                                          "localhost.", "[::1]:" + port, "127.1.2.3"}) {
+    EXPECT_EQ(c.Get("/v1/models", {{"Host", host}})->status, 200) << host;
+    EXPECT_EQ(c.Post("/v1/chat/completions", {{"Host", host}}, chat, "application/json")->status, 200) << host;
+  }
+  // HTTP/1.0 without a Host is fine (no browser sends that); two Host headers are a 400.
+  EXPECT_EQ(status_line(raw_exchange(srv().port, "GET /v1/models HTTP/1.0\r\n\r\n")), "HTTP/1.1 200 OK");
+  EXPECT_EQ(status_line(raw_exchange(srv().port, "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n"
+                                                 "Connection: close\r\n\r\n")),
+            "HTTP/1.1 400 Bad Request");
+
+  // --allowed-hosts: a reverse proxy's public name (any port), or "*".
+  server::ServerOptions so;
+  so.allowed_hosts = {"Proxy.Example"};
+  Running proxied(so, backend_);
+  auto p = proxied.client();
+  EXPECT_EQ(p.Get("/v1/models", {{"Host", "proxy.example"}})->status, 200);
+  EXPECT_EQ(p.Get("/v1/models", {{"Host", "proxy.example:443"}})->status, 200);
+  // The page it serves posts with its own origin: same origin under an allowed name.
+  EXPECT_EQ(p.Post("/v1/chat/completions", {{"Host", "proxy.example"}, {"Origin", "https://proxy.example"}}, chat,
+                   "application/json")->status,
+            200);
+  EXPECT_EQ(p.Get("/v1/models", {{"Host", "evil.example"}})->status, 403);
+  EXPECT_EQ(p.Get("/v1/models", {{"Host", "localhost"}})->status, 200);
+  so.allowed_hosts = {"*"};
+  Running any(so, backend_);
+  EXPECT_EQ(any.client().Get("/v1/models", {{"Host", "evil.example"}})->status, 200);
+
+  // On a non-loopback address nothing is checked unless --allowed-hosts is given.
+  for (const bool listed : {false, true}) {
+    server::ServerOptions wide;
+    wide.host = "0.0.0.0";
+    wide.port = 0;
+    if (listed) wide.allowed_hosts = {"api.example"};
+    server::Server s(wide);
+    const int wide_port = s.bind();
+    s.set_backend(backend_);
+    std::thread loop([&] { s.listen(); });
+    httplib::Client wc("127.0.0.1", wide_port);
+    wc.set_read_timeout(client_timeout_seconds(), 0);
+    auto r = wc.Get("/v1/models", {{"Host", "evil.example"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, listed ? 403 : 200);
+    EXPECT_EQ(wc.Get("/v1/models", {{"Host", "api.example"}})->status, 200);
+    s.stop();
+    loop.join();
+  }
+}
+
+// Expect: 100-continue: a head that would be refused (no key, a foreign Host or Origin, no
+// such route, a body that is not JSON, over the size limit) gets its final status at once,
+// never a 100 that invites the upload; only a head that passes hears 100 Continue.
+TEST_F(ServerTest, ExpectContinueIsAnsweredOnlyAfterTheChecks) {
+  server::ServerOptions so;
+  so.api_key = "sekrit";
+  so.max_body_bytes = 8 << 20;
+  Running keyed(so, backend_);
+  auto head = [](const std::string& path, const std::string& extra, size_t length) {
+    return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + "Content-Length: " + std::to_string(length) +
+           "\r\nExpect: 100-continue\r\n\r\n";
+  };
+  const std::string key = "Authorization: Bearer sekrit\r\n", json_type = "Content-Type: application/json\r\n";
+  struct Case {
+    std::string request, want;
+  };
+  const std::vector<Case> cases = {
+      {head("/v1/completions", json_type, 5 << 20), "HTTP/1.1 401 Unauthorized"},
+      {head("/v1/completions", json_type + "Authorization: Bearer wrong\r\n", 5 << 20), "HTTP/1.1 401 Unauthorized"},
+      {head("/tokenize", json_type, 1000), "HTTP/1.1 401 Unauthorized"},
+      {head("/v1/completions", json_type + key + "Origin: http://evil.example\r\n", 5 << 20), "HTTP/1.1 403 Forbidden"},
+      {"POST /v1/completions HTTP/1.1\r\nHost: evil.example\r\n" + json_type + key +
+           "Content-Length: 5000000\r\nExpect: 100-continue\r\n\r\n",
+       "HTTP/1.1 403 Forbidden"},
+      {head("/v1/nothing", json_type + key, 1000), "HTTP/1.1 404 Not Found"},
+      {head("/v1/models", json_type + key, 1000), "HTTP/1.1 405 Method Not Allowed"},
+      {head("/v1/completions", "Content-Type: text/plain\r\n" + key, 1000), "HTTP/1.1 415 Unsupported Media Type"},
+      {head("/v1/completions", json_type + key, 9 << 20), "HTTP/1.1 413 Content Too Large"},
+      {"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + json_type + "Transfer-Encoding: chunked\r\n"
+       "Expect: 100-continue\r\n\r\n",
+       "HTTP/1.1 401 Unauthorized"},
+  };
+  for (const Case& k : cases) {
+    const int fd = raw_connect(keyed.port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, k.request.data(), k.request.size(), MSG_NOSIGNAL), ssize_t(k.request.size()));
+    // The refusal comes at once and the connection closes; a server that sent 100 waits for the body.
+    const std::string got = raw_read(fd, std::chrono::milliseconds(3000));
+    ::close(fd);
+    EXPECT_EQ(status_line(got), k.want) << k.request;
+    EXPECT_EQ(got.find("100 Continue"), std::string::npos) << k.request;
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  }
+  // A head that passes is invited, and its body then answered.
+  const std::string body = R"({"prompt": "x", "max_tokens": 1})";
+  const int fd = raw_connect(keyed.port);
+  ASSERT_GE(fd, 0);
+  const std::string h = head("/v1/completions", json_type + key + "Connection: close\r\n", body.size());
+  ASSERT_EQ(::send(fd, h.data(), h.size(), MSG_NOSIGNAL), ssize_t(h.size()));
+  EXPECT_EQ(raw_read(fd, std::chrono::milliseconds(5000), "\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_EQ(::send(fd, body.data(), body.size(), MSG_NOSIGNAL), ssize_t(body.size()));
+  const std::string answer = raw_read(fd, std::chrono::milliseconds(client_timeout_seconds() * 1000));
+  ::close(fd);
+  EXPECT_EQ(status_line(answer), "HTTP/1.1 200 OK") << answer;
+  EXPECT_EQ(keyed.client().Get("/health")->status, 200);
+}
+
+// Every status the server sends has its own reason phrase (the 415 once said "Status").
+TEST_F(ServerTest, StatusLinesHaveTheirReasonPhrases) {
+  const std::string body = R"({"prompt": "x", "max_tokens": 1})";
+  auto post_as = [&](const std::string& path, const std::string& type) {
+    return status_line(raw_exchange(srv().port, "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + type +
+                                                    "\r\nContent-Length: " + std::to_string(body.size()) +
+                                                    "\r\nConnection: close\r\n\r\n" + body));
+  };
+  EXPECT_EQ(post_as("/v1/completions", "text/plain"), "HTTP/1.1 415 Unsupported Media Type");
+  EXPECT_EQ(post_as("/v1/completions", "application/json"), "HTTP/1.1 200 OK");
+  EXPECT_EQ(post_as("/v1/models", "application/json"), "HTTP/1.1 405 Method Not Allowed");
+  EXPECT_EQ(post_as("/v1/nothing", "application/json"), "HTTP/1.1 404 Not Found");
+  EXPECT_EQ(status_line(raw_exchange(srv().port, "GET /v1/models HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")),
+            "HTTP/1.1 403 Forbidden");
+}
+
 TEST_F(ServerTest, HeadAnswersLikeGetWithoutABody) {
   auto c = srv().client();
   auto h = c.Head("/health");
@@ -538,18 +727,33 @@ TEST_F(ServerTest, SpeculativeDecodingIsReported) {
   eo.threads = 1;
   eo.num_kv_blocks = 3000;
   eo.max_model_len = 4096;
-  Running fresh(server::ServerOptions{}, server::load_backend(eo, "tiny"));
+  const auto backend = server::load_backend(eo, "tiny");
+  Running fresh(server::ServerOptions{}, backend);
   int st = 0;
   json a = post(fresh, "/v1/completions",
                 json{{"prompt", ids(30, 4)}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}}.dump(), &st);
   ASSERT_EQ(st, 200);
   const json& d = a["usage"]["completion_tokens_details"];
   const int64_t accepted = d["accepted_prediction_tokens"], rejected = d["rejected_prediction_tokens"];
-  EXPECT_GE(accepted, 0);
+  EXPECT_GE(rejected, 0);
   EXPECT_GT(accepted + rejected, 0);  // a fresh request drafts from its first decode step
+  // Each step emits one token of its own besides the drafts it accepted (the first comes from
+  // the prefill), so fewer than 12 of the 12 tokens can be accepted drafts.
+  EXPECT_LT(accepted, 12);
   EXPECT_EQ(a["usage"]["completion_tokens"], 12);
+  // The engine's counters are published after the step that finished the request.
+  for (int i = 0; i < 500 && backend->engine->stats().requests_finished_length < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(backend->engine->stats().requests_finished_length, 1u);
+  // The only request of this engine: /metrics counts exactly the drafts its usage reports.
   const std::string m = fresh.client().Get("/metrics")->body;
-  for (const char* name : {"deepinfer_spec_decode_num_draft_tokens_total", "deepinfer_spec_decode_num_accepted_tokens_total",
-                           "deepinfer_spec_decode_acceptance_rate", "deepinfer_spec_decode_accepted_per_step_bucket"})
+  auto counter = [&](const std::string& name) {
+    const std::string row = name + "{model_name=\"tiny\"} ";
+    const size_t at = m.find(row);
+    return at == std::string::npos ? int64_t(-1) : int64_t(std::stoll(m.substr(at + row.size())));
+  };
+  EXPECT_EQ(counter("deepinfer_spec_decode_num_draft_tokens_total"), accepted + rejected) << m;
+  EXPECT_EQ(counter("deepinfer_spec_decode_num_accepted_tokens_total"), accepted) << m;
+  for (const char* name : {"deepinfer_spec_decode_acceptance_rate", "deepinfer_spec_decode_accepted_per_step_bucket"})
     EXPECT_NE(m.find(name), std::string::npos) << name;
 }

@@ -414,6 +414,70 @@ TEST(TokenConstraint, FastMasksEqualTheReferenceWalk) {
   EXPECT_GT(compared, 1000);
 }
 
+// tool_choice "auto" (structured_output.cpp): the grammar starts after the "<｜DSML｜" the model
+// wrote and holds the block to the declared tools, strict ones (enforced schemas) and free ones
+// (ToolSpec::enforce false: any keys and values, a schema the grammar could not enforce
+// included). Random walks give calls that parse, of declared tools only, and the fast masks
+// equal the reference walk's.
+TEST(TokenConstraint, AutoToolBlocksParseAndMasksMatch) {
+  std::vector<ToolSpec> tools = weather_tools();
+  tools.push_back({"loose", Json::parse(R"({"type": "object", "properties": {"q": {"type": "string", "pattern": "^a+$"},
+                                            "n": {"type": "integer", "multipleOf": 3}}, "required": ["q"]})"), false});
+  tools.push_back({"anything", Json(), false});
+  auto make = [&](const tokenizer::Tokenizer& tok, TokenIndexCache& cache, bool fast) {
+    ConstraintStart st;
+    st.index = cache.get(tok);
+    st.eos_token_id = 1;
+    st.fast_masks = fast;
+    st.wait_for = ToolGrammar::trigger();
+    auto c = make_tool_constraint(std::move(st), ToolGrammar(chat::ChatFamily::V4, tools, true, 0xFFFF),
+                                  ToolGrammar::kAfterDsml);
+    std::vector<uint64_t> mask(size_t((tok.vocab_size() + 63) / 64));
+    for (int32_t t : tok.encode("Sure.\n\n<｜DSML｜", true)) {
+      EXPECT_FALSE(c->allowed(mask.data(), tok.vocab_size()));  // free until the markup opens
+      c->accept(t);
+    }
+    return c;
+  };
+  const auto& tok = tiny_tokenizer();
+  TokenIndexCache tiny_cache;
+  std::mt19937 rng(13);
+  const std::set<std::string> names = {"get_weather", "noop", "free", "loose", "anything"};
+  int ended = 0;
+  for (int iter = 0; iter < 30; ++iter) {
+    auto c = make(tok, tiny_cache, true);
+    const Walk w = random_walk(*c, tok, rng, 3000,
+                               {tok.encode("</｜DSML｜parameter>", true), tok.encode("\n</｜DSML｜invoke>", true),
+                                tok.encode("\n</｜DSML｜tool_calls>", true)});
+    if (HasFailure()) return;
+    if (!w.ended) continue;
+    ++ended;
+    const std::string text = "Sure.\n\n<｜DSML｜" + tok.decode(w.tokens);
+    const chat::ParsedOutput out = chat::parse_output(chat::ChatFamily::V4, text, false);
+    ASSERT_TRUE(out.errors.empty()) << out.errors[0] << "\n" << text;
+    ASSERT_GE(out.tool_calls.size(), 1u) << text;
+    EXPECT_EQ(out.content, "Sure.");
+    for (const auto& call : out.tool_calls) {
+      EXPECT_TRUE(names.count(call.name)) << call.name;
+      const Json args = Json::parse(call.arguments);
+      ASSERT_TRUE(args.is_object()) << call.arguments;
+      if (call.name == "get_weather") EXPECT_TRUE(args.contains("city") && args["city"].is_string()) << call.arguments;
+    }
+  }
+  EXPECT_GT(ended, 10);
+  int compared = 0;
+  for (const tokenizer::Tokenizer* t : {&tiny_tokenizer(), &v4_tokenizer()}) {
+    const bool big = t->vocab_size() > 100000;
+    TokenIndexCache cache;
+    for (int iter = 0; iter < (big ? 3 : 12); ++iter) {
+      auto fast = make(*t, cache, true), slow = make(*t, cache, false);
+      compared += compare_masks(*fast, *slow, *t, rng, big ? 40 : 150, 1);
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_GT(compared, 500);
+}
+
 TEST(TokenConstraint, TokenWalksHoldToTheSchema) {
   const auto& tok = tiny_tokenizer();
   std::mt19937 rng(21);
@@ -870,8 +934,8 @@ TEST_F(StructuredHttp, ListedPropertiesAreTheOnlyKeys) {
 }
 
 // Strict tools under tool_choice "auto" are held to their schemas, so a keyword the grammar
-// cannot enforce is a 400 there (non-strict tools under "auto" are not compiled); the answer
-// itself stays free.
+// cannot enforce is a 400 there, with other tools or not (non-strict tools under "auto" take
+// free arguments and are not compiled); the answer itself stays free.
 TEST_F(StructuredHttp, StrictToolsUnderAutoAreCompiled) {
   json body = chat_body("auto", 0);
   body["max_tokens"] = 20;
@@ -884,7 +948,10 @@ TEST_F(StructuredHttp, StrictToolsUnderAutoAreCompiled) {
   EXPECT_EQ(st, 400) << r.dump();
   EXPECT_EQ(r["error"]["param"], "tools");
   EXPECT_NE(r["error"]["message"].get<std::string>().find("multipleOf"), std::string::npos) << r.dump();
-  body["tools"][1]["function"]["strict"] = false;  // not every tool strict: nothing enforced
+  body["tools"][1]["function"]["strict"] = false;  // the strict one is still enforced
+  post(srv(), "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 400);
+  body["tools"][0]["function"]["strict"] = false;  // a non-strict tool's schema is not compiled
   post(srv(), "/v1/chat/completions", body.dump(), &st);
   EXPECT_EQ(st, 200);
 }
@@ -934,35 +1001,63 @@ TEST_F(StructuredHttp, JsonSchemaValuesHoldOverHttp) {
 
 // The mask cost on the real V4 vocabulary (129280 ids), when setup.sh has put its
 // tokenizer in models/default: printed, not asserted (machines differ).
+// The mask walk on the real V4 vocabulary (129,280 ids, tests/data/tokenizer): its cost is
+// counted in grammar bytes fed, not timed. The fast walk (fast classes, skip tables) must give
+// the reference walk's mask bit for bit, feed at most one byte per edge of the trie it walks
+// (each edge is fed once: a refused prefix skips its subtree), and inside a JSON string, where
+// every plain string token is allowed by copying its class's bits, feed a small part of what
+// the reference walk feeds.
 TEST(TokenConstraint, MaskCostOnTheRealVocabulary) {
-  const std::string path = std::string(DI_GOLDEN_MODELS_DIR) + "/../default/tokenizer.json";
-  if (!std::ifstream(path)) GTEST_SKIP() << "no " << path;
-  const auto tok = tokenizer::Tokenizer::from_file(path);
-  // The embedded default now has its own small tokenizer: only a real-size vocabulary says anything here.
-  if (tok.vocab_size() < 100000) GTEST_SKIP() << path << " is not the real V4 vocabulary";
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto tok = tokenizer::Tokenizer::from_file(std::string(DI_TEST_DATA_DIR) + "/tokenizer/v4_tokenizer.json");
+  ASSERT_EQ(tok.vocab_size(), 129280);
   TokenIndexCache cache;
-  ConstraintStart st;
-  st.index = cache.get(tok);
-  const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("token index: %zu tokens, %.1f ms\n", st.index->all.ids.size(), build_ms);
+  const std::shared_ptr<const TokenIndex> index = cache.get(tok);
+  auto edges = [](const TokenTrie& t) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < t.ids.size(); ++i) n += t.length[i] - t.lcp[i];
+    return n;
+  };
+  const uint64_t all_edges = edges(index->all), string_edges = edges(index->rest[0]);
+  ASSERT_GT(index->all.ids.size(), 128000u);
+  ASSERT_LT(string_edges, all_edges / 4);  // most tokens are plain string characters
   const int64_t V = tok.vocab_size();
-  std::vector<uint64_t> mask(size_t((V + 63) / 64));
-  for (const char* prefix : {"{", "{\"a\": \"hello wor", "{\"a\": 12"}) {
-    JsonGrammar g(JsonSchema{}, true);
-    const int32_t root = g.add_schema(Json{{"type", "object"}});
-    auto c = make_json_constraint(st, std::move(g), root);
-    for (int32_t t : tok.encode(prefix, true)) c->accept(t);
-    const auto a = std::chrono::steady_clock::now();
-    const int reps = 10;
-    for (int r = 0; r < reps; ++r) {
-      std::fill(mask.begin(), mask.end(), 0);
-      ASSERT_TRUE(c->allowed(mask.data(), V));
+  auto popcount = [](const std::vector<uint64_t>& m) {
+    int64_t n = 0;
+    for (uint64_t w : m) n += __builtin_popcountll(w);
+    return n;
+  };
+  struct Case {
+    const char* prefix;
+    bool in_string;
+  };
+  for (const Case& k : {Case{"{", false}, Case{"{\"a\": \"hello wor", true}, Case{"{\"a\": 12", false}}) {
+    SCOPED_TRACE(k.prefix);
+    std::vector<uint64_t> masks[2];
+    uint64_t fed[2] = {0, 0};
+    for (int fast = 0; fast < 2; ++fast) {
+      ConstraintStart st;
+      st.index = index;
+      st.fast_masks = fast == 1;
+      st.bytes_fed = &fed[fast];
+      JsonGrammar g(JsonSchema{}, true);
+      const int32_t root = g.add_schema(Json{{"type", "object"}});
+      auto c = make_json_constraint(st, std::move(g), root);
+      for (int32_t t : tok.encode(k.prefix, true)) c->accept(t);
+      masks[fast].assign(size_t((V + 63) / 64), 0);
+      ASSERT_TRUE(c->allowed(masks[fast].data(), V));
     }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count() / reps;
-    int n = 0;
-    for (uint64_t w : mask) n += __builtin_popcountll(w);
+    EXPECT_EQ(masks[0], masks[1]);
+    const int64_t n = popcount(masks[1]);
     EXPECT_GT(n, 0);
-    std::printf("json_object after '%s': %.3f ms per token, %d allowed\n", prefix, ms, n);
+    EXPECT_GT(fed[1], 0u);
+    EXPECT_LE(fed[0], all_edges);
+    EXPECT_LE(fed[1], k.in_string ? string_edges : all_edges);
+    if (k.in_string) {
+      EXPECT_GE(n, popcount(index->class_bits[0]));  // every plain string token, and what the walk adds
+      EXPECT_LT(fed[1] * 8, fed[0]);
+    }
+    std::printf("json_object after '%s': %lld allowed; bytes fed fast %llu, reference %llu (trie edges %llu, string-class rest %llu)\n",
+                k.prefix, (long long)n, (unsigned long long)fed[1], (unsigned long long)fed[0],
+                (unsigned long long)all_edges, (unsigned long long)string_edges);
   }
 }

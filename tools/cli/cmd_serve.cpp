@@ -2,9 +2,10 @@
 //                 [--numerics reference|float] [--kernels cpu|ref]
 //                 [--kv-memory BYTES | --num-kv-blocks N] [--kv-block-tokens 64]
 //                 [--max-model-len N] [--max-batch-tokens 512] [--max-num-seqs 32]
-//                 [--prefix-cache-entries 64] [--prefix-cache-granularity 512] [--api-key K] [--served-model-name NAME]
+//                 [--prefix-cache-entries 64] [--prefix-cache-granularity 512] [--api-key K] [--served-model-name NAME [ALIAS...]]
 //                 [--max-body-bytes 16777216] [--http-threads 256] [--max-connections 4096]
 //                 [--max-connections-per-client 256] [--shutdown-timeout 30] [--allowed-origins O,O]
+//                 [--allowed-hosts H,H]
 //                 [--no-webui] [--metrics-without-key]
 // OpenAI-compatible HTTP server (src/server/server.h lists the routes) and the chat page at /
 // (src/server/webui.h). It listens first
@@ -12,6 +13,7 @@
 // let requests in flight finish for --shutdown-timeout seconds, cancel the rest and exit; a
 // second signal cancels at once.
 // --kv-memory takes plain bytes or a K/M/G (KiB/MiB/GiB) suffix.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -74,12 +76,29 @@ EngineOptions engine_options(const Args& args) {
   return o;
 }
 
-int run(const std::vector<std::string>& argv) {
+// `--served-model-name NAME ALIAS...` (vLLM's form): the words after NAME up to the next
+// flag are aliases, taken out here (Args takes one value per flag).
+std::vector<std::string> take_aliases(const std::vector<std::string>& argv, std::vector<std::string>& aliases) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    rest.push_back(argv[i]);
+    const bool joined = argv[i].rfind("--served-model-name=", 0) == 0;
+    if (argv[i] != "--served-model-name" && !joined) continue;
+    if (!joined && i + 1 < argv.size()) rest.push_back(argv[++i]);
+    while (i + 1 < argv.size() && argv[i + 1].rfind('-', 0) != 0) aliases.push_back(argv[++i]);
+  }
+  return rest;
+}
+
+int run(const std::vector<std::string>& all_argv) {
+  std::vector<std::string> aliases;
+  const std::vector<std::string> argv = take_aliases(all_argv, aliases);
   Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
                    "--max-long-partial-prefills", "--long-prefill-token-threshold",
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
+                   "--allowed-hosts",
                    "--header-timeout", "--speculative", "--num-draft-tokens"},
             {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel",
              "--metrics-without-key"});
@@ -115,21 +134,31 @@ int run(const std::vector<std::string>& argv) {
   so.header_timeout = std::chrono::seconds(header_s);
   const long grace_s = args.get_int("--shutdown-timeout", 30);
   if (grace_s < 0) throw ArgError("--shutdown-timeout must be >= 0 (seconds)");
-  if (auto origins = args.get("--allowed-origins")) {
-    std::string list = *origins;
+  auto comma_list = [&](const char* flag, std::vector<std::string>& out) {
+    const auto given = args.get(flag);
+    if (!given) return;
+    const std::string list = *given;
     size_t start = 0;
     while (start <= list.size()) {
       const size_t comma = list.find(',', start);
       std::string o = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       while (!o.empty() && o.back() == ' ') o.pop_back();
       while (!o.empty() && o.front() == ' ') o.erase(o.begin());
-      if (!o.empty()) so.allowed_origins.push_back(o);
+      if (!o.empty()) out.push_back(o);
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
-  }
+  };
+  comma_list("--allowed-origins", so.allowed_origins);
+  comma_list("--allowed-hosts", so.allowed_hosts);
+  // By default the checkpoint directory's own name ("default" for the embedded default), never
+  // its path: /v1/models shows it to every client.
   std::string name = args.get_or("--served-model-name", "");
-  if (name.empty()) name = std::filesystem::path(eo.model_dir).lexically_normal().filename().string();
+  if (name.empty()) {
+    std::filesystem::path dir = std::filesystem::absolute(eo.model_dir).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();
+    name = dir.filename().string();
+  }
   if (name.empty()) name = "deepseek-v4";
 
   // SIGINT / SIGTERM are taken by sigwait below; every thread started from here on
@@ -154,6 +183,13 @@ int run(const std::vector<std::string>& argv) {
     srv.stop();
     http.join();
     throw;
+  }
+  if (!aliases.empty()) {
+    auto named = std::make_shared<server::Backend>(*backend);
+    for (const std::string& a : aliases)
+      if (a != name && std::find(named->model_aliases.begin(), named->model_aliases.end(), a) == named->model_aliases.end())
+        named->model_aliases.push_back(a);
+    backend = named;
   }
   srv.set_backend(backend);
   log_info("ready: model '%s', max model length %lld, %lld KV blocks", name.c_str(),
@@ -188,7 +224,9 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --api-key KEY                require this key (Bearer or x-api-key) on /v1/ routes,\n"
                         "                               /tokenize, /detokenize and /metrics\n"
                         "  --metrics-without-key        leave /metrics open (a Prometheus scraper) under --api-key\n"
-                        "  --served-model-name NAME     the model id (default: the checkpoint directory name)\n"
+                        "  --served-model-name NAME [ALIAS...]  the model id answers report (default: the\n"
+                        "                               checkpoint directory's name); NAME and each ALIAS are\n"
+                        "                               accepted in \"model\" and listed by /v1/models\n"
                         "  --kv-memory SIZE             KV cache memory, e.g. 4G, 512M (default 4G)\n"
                         "  --num-kv-blocks N            KV cache size in blocks instead of --kv-memory\n"
                         "  --kv-block-tokens N          tokens per KV block (default 64)\n"
@@ -216,6 +254,10 @@ CommandRegistration reg("serve", "OpenAI-compatible HTTP server", run,
                         "  --shutdown-timeout S         on SIGTERM, seconds requests in flight may finish (default 30)\n"
                         "  --allowed-origins LIST       comma-separated origins whose pages may call the API (CORS),\n"
                         "                               * = any; requests from other pages get 403 (default: none)\n"
+                        "  --allowed-hosts LIST         comma-separated Host names answered besides localhost,\n"
+                        "                               127.x, [::1] and --host (e.g. a reverse proxy's public name),\n"
+                        "                               * = any. On a loopback --host other names get 403 (DNS\n"
+                        "                               rebinding); on other addresses only a given list is checked\n"
                         "  --no-webui                   do not serve the chat page at / (404 there)\n"
                         "  --expert-parallel            under mpirun -np N: rank 0 serves, each rank holds and runs\n"
                         "                               1/N of the routed experts (required when N > 1)\n"

@@ -136,6 +136,8 @@ void OutputParser::feed(std::string_view bytes, std::vector<ChatEvent>& out) {
 }
 
 void OutputParser::finish(std::vector<ChatEvent>& out) {
+  // What feed() left is what needed more bytes: a call failing from here on was cut.
+  finishing_ = true;
   if (state_ != State::Done) run(true, out);
   switch (state_) {
     case State::Block:
@@ -163,6 +165,7 @@ void OutputParser::error(const std::string& why, std::vector<ChatEvent>& out) {
 void OutputParser::fail_call(const std::string& why, std::vector<ChatEvent>& out) {
   if (call_ >= 0) {
     emit(ChatEventKind::Error, "tool call " + std::to_string(call_) + " ('" + call_name_ + "'): " + why, out, call_);
+    out.back().cut = finishing_;
     call_ = -1;
   } else {
     error(why, out);
@@ -452,8 +455,10 @@ bool OutputParser::step_value(bool final, std::vector<ChatEvent>& out) {
   };
   const Hit h = find_first(buf_, kValueMarkers);
   if (!h.m) {
-    size_t cut = buf_.size();
-    if (!final) cut = utf8_cut(buf_, cut - partial_suffix(buf_, kValueMarkers));
+    // At the end of the output the value is cut: a partial tag there is the start of its
+    // closing tag (or of other markup), not text.
+    size_t cut = buf_.size() - partial_suffix(buf_, kValueMarkers);
+    if (!final) cut = utf8_cut(buf_, cut);
     send(std::string_view(buf_).substr(0, cut));
     buf_.erase(0, cut);
     return false;
@@ -530,15 +535,17 @@ void OutputAccumulator::add(const ChatEvent& e) {
     case ChatEventKind::ToolCallEnd: call(e.tool_index).done = true; break;
     case ChatEventKind::Error:
       out_.errors.push_back(e.text);
-      if (e.tool_index >= 0) call(e.tool_index).failed = true;
+      if (e.tool_index >= 0) (e.cut ? call(e.tool_index).cut : call(e.tool_index).failed) = true;
       break;
   }
 }
 
 ParsedOutput OutputAccumulator::result() const {
   ParsedOutput p = out_;
-  for (const auto& c : calls_)
+  for (const auto& c : calls_) {
     if (c.done && !c.failed) p.tool_calls.push_back({c.name, c.arguments});
+    if (c.cut && !c.done && !c.failed) p.cut_tool_calls.push_back({c.name, c.arguments});
+  }
   return p;
 }
 

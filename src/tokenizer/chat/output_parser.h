@@ -28,6 +28,8 @@
 // </invoke>, and truncation (EOS or end of input inside DSML). A call hit by an
 // error gets an Error event carrying its index (its earlier deltas must be
 // discarded by the consumer); parsing then resumes at the next invoke or block end.
+// A call cut by the end of the output (finish() inside it) gets an Error with `cut` set:
+// its deltas so far are what was generated (a max_tokens cut answers them, as a stream has).
 #pragma once
 #include <set>
 #include <string>
@@ -44,6 +46,7 @@ struct ChatEvent {
   ChatEventKind kind;
   std::string text;     // delta text; the tool name for ToolCallBegin; the message for Error
   int tool_index = -1;  // tool events; for Error the failed call, or -1
+  bool cut = false;     // Error: the output ended inside this call (finish())
 };
 
 class OutputParser {
@@ -77,6 +80,7 @@ class OutputParser {
 
   ChatFamily family_;
   State state_;
+  bool finishing_ = false;  // in finish(): a failing call was cut by the end of the output
   std::string buf_;
   bool at_start_ = true;
   bool block_explicit_ = false;
@@ -99,6 +103,10 @@ struct ParsedOutput {
   std::string content;
   std::string reasoning_content;
   std::vector<ParsedToolCall> tool_calls;  // completed calls without errors, in order
+  // The call the end of the output cut (at most one, after tool_calls): its name and the
+  // arguments generated so far (an unfinished JSON object, as streamed). Routes answer it
+  // where generation stopped at max_tokens (finish_reason "length").
+  std::vector<ParsedToolCall> cut_tool_calls;
   std::vector<std::string> errors;
 };
 
@@ -114,7 +122,7 @@ class OutputAccumulator {
  private:
   struct Call {
     std::string name, arguments;
-    bool done = false, failed = false;
+    bool done = false, failed = false, cut = false;
   };
   ParsedOutput out_;
   std::vector<Call> calls_;
