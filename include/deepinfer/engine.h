@@ -61,6 +61,9 @@ struct EngineOptions {
   // run_engine_worker, with the same options. Null or one rank: a single process.
   dist::Communicator* comm = nullptr;
   bool expert_parallel = false;       // each rank holds and runs 1/N of the routed experts (required when N > 1)
+  // Multi-socket machines: the pool's threads spread over the NUMA nodes and the weights read
+  // in interleaved over them (src/core/numa.h); nothing changes on one node.
+  bool numa = false;
 
   static constexpr int64_t kDefaultKvMemoryBytes = int64_t(4) << 30;
 };

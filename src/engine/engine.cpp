@@ -230,6 +230,7 @@ std::unique_ptr<v4::Model> load_engine_model(const EngineOptions& o) {
   v4::LoadOptions lo{o.verify_weights};
   lo.comm = o.comm;
   lo.expert_parallel = o.expert_parallel;
+  lo.numa = o.numa;
   if (multi_process(o) && !o.expert_parallel)
     throw std::runtime_error("started as " + std::to_string(o.comm->size()) +
                              " ranks: pass --expert-parallel (each rank then holds 1/N of the routed experts)");
@@ -313,6 +314,7 @@ void run_engine_worker(const EngineOptions& o) {
     const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
     const std::string spec_mode = speculative_mode(o, model->config());
     runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+    if (o.numa) runner->spread_over_numa_nodes();
     if (spec_mode != "off") runner->enable_drafting(spec_mode);  // rank 0 checks the options
   } catch (const std::exception& e) {
     error = e.what();
@@ -335,6 +337,10 @@ EngineSetup prepare_engine(const EngineOptions& o) {
   const v4::Config cfg = model->config();
   const int threads = o.threads > 0 ? o.threads : ThreadPool::default_threads();
   auto runner = std::make_unique<ModelRunner>(std::move(model), threads, o.numerics, o.kernels);
+  if (o.numa) {
+    const int nodes = runner->spread_over_numa_nodes();
+    log_info("--numa: %d node(s)%s", nodes, nodes > 1 && threads > 1 ? "; the workers pinned across them" : ": nothing to place");
+  }
   const std::string spec_mode = speculative_mode(o, cfg);
   int64_t n_drafts = o.num_draft_tokens;
   if (spec_mode != "off") {

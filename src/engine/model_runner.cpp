@@ -1,10 +1,12 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
 #include "core/log.h"
+#include "core/numa.h"
 
 namespace deepinfer::engine {
 
@@ -16,6 +18,18 @@ ModelRunner::ModelRunner(std::unique_ptr<v4::Model> model, int threads, const st
   backend_ = kernels::make_backend(kernels, pool_.get());
   num_.backend = backend_.get();
   model_->check_numerics(num_);
+}
+
+int ModelRunner::spread_over_numa_nodes() {
+  const numa::Topology topo = numa::topology();
+  if (topo.size() < 2) return topo.size();
+  const int n = pool_->size();
+  std::atomic<int> refused{0};
+  pool_->run_on_each_thread([&](int64_t t, int64_t, int) {
+    if (t > 0 && !numa::pin_current_thread(numa::cpus_for_thread(topo, int(t), n))) ++refused;
+  });
+  if (refused > 0) log_warn("--numa: %d of %d worker threads could not be pinned", refused.load(), n - 1);
+  return topo.size();
 }
 
 void ModelRunner::bind_kv(const kv::KvSpec& spec, int64_t n_blocks) {

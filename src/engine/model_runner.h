@@ -27,6 +27,10 @@ class ModelRunner final : public Runner {
   // Throws std::invalid_argument for bad names, std::runtime_error if the numerics cannot
   // run this checkpoint.
   ModelRunner(std::unique_ptr<v4::Model> model, int threads, const std::string& numerics, const std::string& kernels);
+  // --numa: the pool's workers pinned to the machine's nodes, in contiguous blocks in
+  // proportion to each node's CPUs (core/numa.h); the calling thread is left alone (threads
+  // it starts later, an HTTP server's, inherit its affinity). Returns the node count.
+  int spread_over_numa_nodes();
 
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   // The model's sequences live in spec.pages, the layout the KV pool counts. Throws

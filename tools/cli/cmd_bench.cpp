@@ -959,7 +959,7 @@ int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens", "--spec-rounds", "--decode-batches", "--check-chunk", "--synthetic", "--seed",
                    "--save", "--server-bandwidth", "--server-cores"},
-            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel", "--check-depth-logits",
+            {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel", "--numa", "--check-depth-logits",
              "--per-core"});
   check_synthetic_flags(args);
   if (args.has("--profile")) profile::set_enabled(true);

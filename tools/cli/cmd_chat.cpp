@@ -31,7 +31,7 @@ using tokenizer::Tokenizer;
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--system", "--reasoning-effort", "--family", "-n", "--numerics", "--threads", "--kernels",
              "--speculative", "--num-draft-tokens"},
-            {"--thinking", "--verify-weights"});
+            {"--thinking", "--verify-weights", "--numa"});
   const long max_tokens = args.get_int("-n", 512);
   if (max_tokens < 1) throw ArgError("-n must be >= 1");
   const EngineOptions eo = engine_options_from_args(args);

@@ -26,7 +26,7 @@ int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens", "--temperature", "--top-k", "--top-p", "--min-p", "--repetition-penalty",
                    "--seed"},
-            {"--verify-weights", "--expert-parallel"});
+            {"--verify-weights", "--expert-parallel", "--numa"});
   const long n = args.get_int("-n", 16);
   if (n < 0) throw ArgError("-n must be >= 0");
   const bool text_mode = args.get("--prompt").has_value();

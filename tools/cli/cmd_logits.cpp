@@ -72,7 +72,7 @@ void compare_with(const std::string& path, const std::vector<float>& got, int64_
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare",
                    "--synthetic", "--seed", "--save"},
-            {"--verify-weights", "--expert-parallel"});
+            {"--verify-weights", "--expert-parallel", "--numa"});
   check_synthetic_flags(args);
   const std::string out = args.require("--out");
   const int64_t chunk = parse_mode(args.get_or("--mode", "prefill"));

@@ -36,7 +36,7 @@ double log_prob(const float* row, int64_t V, int32_t target) {
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"--model", "--file", "--tokens-file", "--context", "--numerics", "--threads", "--kernels"},
-            {"--verify-weights"});
+            {"--verify-weights", "--numa"});
   if (args.get("--file").has_value() == args.get("--tokens-file").has_value())
     throw ArgError("give exactly one of --file or --tokens-file");
   const long context = args.get_int("--context", 512);

@@ -100,7 +100,7 @@ int run(const std::vector<std::string>& all_argv) {
                    "--max-connections", "--max-connections-per-client", "--shutdown-timeout", "--allowed-origins",
                    "--allowed-hosts",
                    "--header-timeout", "--speculative", "--num-draft-tokens"},
-            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel",
+            {"--verify-weights", "--allow-special-tokens-in-content", "--no-webui", "--expert-parallel", "--numa",
              "--metrics-without-key"});
   const EngineOptions eo = engine_options(args);
   if (world().rank() > 0) {

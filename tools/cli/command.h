@@ -36,7 +36,9 @@ struct CommandRegistration {
   "  --kernels cpu|ref            fast CPU kernels or the scalar referee (default cpu); cpu-avx2,\n"  \
   "                               cpu-avx512, cpu-scalar force one ISA of the fast kernels\n"          \
   "  --expert-parallel            under mpirun -np N: each rank holds and runs 1/N of the\n"      \
-  "                               routed experts (required when N > 1)\n"
+  "                               routed experts (required when N > 1)\n"                   \
+  "  --numa                       several sockets: threads spread over the NUMA nodes, weights\n" \
+  "                               read in interleaved over them (no change on one node)\n"
 
 // Speculative decoding, for the commands that decode.
 #define DI_USAGE_SPECULATIVE                                                                  \

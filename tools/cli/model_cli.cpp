@@ -95,6 +95,7 @@ std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   v4::LoadOptions options{args.has("--verify-weights")};
   options.comm = &comm;
   options.expert_parallel = args.has("--expert-parallel");
+  options.numa = args.has("--numa");
   if (comm.size() == 1) return v4::Model::load(model_dir_arg(args), options);
   // Every rank loads; then they agree, so that one rank's failure ends all of them with its
   // reason instead of leaving the others waiting in the first collective.
@@ -124,6 +125,7 @@ EngineOptions engine_options_from_args(const Args& args) {
   o.threads = int(threads);
   o.comm = &world();
   o.expert_parallel = args.has("--expert-parallel");
+  o.numa = args.has("--numa");
   o.numerics = args.get_or("--numerics", "reference");
   if (o.numerics != "reference" && o.numerics != "float") throw ArgError("--numerics must be reference or float");
   o.kernels = args.get_or("--kernels", "cpu");

@@ -344,6 +344,18 @@ PRESETS["release-0731-slice"] = {
                "n_routed_experts": 16, "num_hash_layers": 1, **v4_dspark_keys([1, 2, 3], 256)},
     "init": {"fast_experts": True},
 }
+# The release's routing density: every matrix as in V4-Flash-0731 and all 256 experts (6 routed
+# a token, so a decode token reads one row's worth of 6 experts in 256, as the release does),
+# two layers (a ratio-4 compressed-sparse one behind a hash-routed first layer's place, and a
+# ratio-128 one) and the MTP module: ~13 GB, so that it and its GGUF fit this machine's disk
+# and either one its 24 GiB of memory.
+PRESETS["release-0731-256"] = {
+    "description": "V4-Flash-0731 release shapes and routing density: 2 layers (ratios 4,128), all 256 experts, MTP",
+    "seed": 0,
+    "config": {**RELEASE_FLASH, "num_hidden_layers": 2, "compress_ratios": [4, 128, 0],
+               "n_routed_experts": 256, "num_hash_layers": 1, "num_nextn_predict_layers": 1},
+    "init": {"fast_experts": True},
+}
 PRESETS["release-0813-slice"] = {
     "description": "V4-Pro-0813 release shapes, 3 layers (ratios 128,4,128), 12 of 384 experts, 3 DSpark stages",
     "seed": 0,

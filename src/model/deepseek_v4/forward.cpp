@@ -13,11 +13,13 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/log.h"
+#include "core/numa.h"
 #include "core/profile.h"
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/hyper_connections.h"
@@ -178,6 +180,14 @@ std::unique_ptr<Model> Model::finish_load(std::unique_ptr<Model> m, const std::s
              std::chrono::duration<double>(std::chrono::steady_clock::now() - tv).count());
   }
   // In-memory images are resident already; only mapped shards are read in.
+  std::optional<numa::InterleaveScope> interleave;
+  if (options.numa) {
+    const numa::Topology topo = numa::topology();
+    interleave.emplace(topo);
+    log_info("--numa: %d node(s); %s", topo.size(),
+             interleave->active() ? "weights read in interleaved over them"
+                                  : "one node (or set_mempolicy refused): nothing to interleave");
+  }
   if (m->store_->images().empty() && populate_weights(*m->store_, skip) && m->experts_.active()) {
     const WeightMatrix mine = m->own_head_rows();
     m->store_->populate_bytes(mine.data, size_t(weight_data_bytes(mine)));

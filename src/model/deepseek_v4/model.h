@@ -62,6 +62,8 @@ struct LoadOptions {
   // must run the same forwards in the same order.
   dist::Communicator* comm = nullptr;
   bool expert_parallel = false;
+  // --numa: weights read in interleaved page by page over the machine's nodes (core/numa.h).
+  bool numa = false;
 };
 
 // A checkpoint held in memory instead of a directory: config.json's text and a TensorStore
