@@ -42,3 +42,38 @@ TEST(JsonLimits, ParseHoldsDepthAndSize) {
   ASSERT_TRUE(ordered);
   EXPECT_EQ(ordered->begin().key(), "z");  // key order kept, as the chat encoders need
 }
+
+namespace {
+
+std::string object_of(size_t keys) {
+  std::string s = "{";
+  for (size_t k = 0; k < keys; ++k) s += (k ? ",\"" : "\"") + std::to_string(k) + "\":" + std::to_string(k);
+  return s + "}";
+}
+
+}  // namespace
+
+// Objects with too many keys are refused before anything is built: the key-ordered type's
+// insertion walks the keys before it, so one object of n keys costs n^2 / 2 comparisons
+// (40k keys: 1.7 s). The scan counts members at their ':' outside strings, in objects only.
+TEST(JsonLimits, ObjectKeysAreBounded) {
+  EXPECT_EQ(json_object_keys("{}").most, 0u);
+  const JsonObjectKeys k = json_object_keys(R"({"a": 1, "b": {"c": [1, 2, {"d": 3, "e": "x:y"}], "f": "{:"}})");
+  EXPECT_EQ(k.most, 2u);    // the top object and "b" and the innermost have 2 each
+  EXPECT_EQ(k.pairs, 3u);   // 1 pair each
+  EXPECT_EQ(json_object_keys("[1, 2, 3]").most, 0u);
+  std::string why;
+  EXPECT_TRUE(parse_json_bounded<nlohmann::ordered_json>(object_of(4096), &why)) << why;
+  EXPECT_FALSE(parse_json_bounded<nlohmann::ordered_json>(object_of(4097), &why));
+  EXPECT_NE(why.find("more than 4096 keys"), std::string::npos) << why;
+  // Many objects at the limit: each allowed alone, together over the pair budget.
+  std::string many = "[";
+  for (int i = 0; i < 9; ++i) many += (i ? "," : "") + object_of(4096);
+  many += "]";
+  EXPECT_FALSE(parse_json_bounded<nlohmann::ordered_json>(many, &why));
+  EXPECT_NE(why.find("too many keys"), std::string::npos) << why;
+  // 40k keys of the kind that took 1.7 s: refused at once.
+  EXPECT_FALSE(parse_json_bounded<nlohmann::ordered_json>(object_of(40000), &why));
+  // Keys inside strings do not count.
+  EXPECT_TRUE(parse_json_bounded<nlohmann::json>("[\"" + std::string(100000, ':') + "\"]", &why)) << why;
+}
