@@ -47,11 +47,20 @@ struct EngineOptions {
   // after a restart with the same checkpoint, numerics, kernels and KV layout.
   std::string kv_cache_dir;
   int64_t kv_cache_disk_bytes = int64_t(20) << 30;
-  // Speculative decoding: "auto" (the checkpoint's drafter: DSpark on V4.1, MTP on V4, else
-  // off), "mtp", "dspark" or "off". A mode the checkpoint cannot do is an error at create().
+  // Speculative decoding, by the drafter the checkpoint ships (config.json):
+  //   "dspark": its DSpark stages (mtp.* layers with dspark_block_size set: V4.1, and the V4
+  //             0731 / 0813 refreshes that have them), a block of drafts per forward;
+  //   "mtp":    V4's MTP module (mtp.* layers without dspark_block_size; not V4.1), chained
+  //             on its own output; its layer must have window-only attention;
+  //   "auto":   "dspark" if the checkpoint has DSpark stages, else "mtp" if it is not V4.1 and
+  //             has an MTP module, else "off" (auto does not fall back: an MTP module this
+  //             engine cannot draft with is the same error as "mtp");
+  //   "off".
+  // Anything else, or a mode the checkpoint cannot do, is an error at create().
   std::string speculative = "auto";
-  // The most drafts a request verifies per step (1..7); 0: the drafter's own (MTP 3, DSpark
-  // its block size).
+  // The most drafts a request verifies per step: 1 .. the drafter's limit (a verify chunk must
+  // fit the rings' undo, min(8, window) - 1 tokens, so at most 7; DSpark also at most its
+  // block size); 0: the drafter's own (MTP min(3, limit), DSpark its limit).
   int64_t num_draft_tokens = 0;
   bool adaptive_drafts = true;   // each request drafts 0..num_draft_tokens by its acceptance
   // Bytes one token id contributes to the text that stop strings are matched against
@@ -78,7 +87,7 @@ struct EngineInfo {
   int64_t kv_blocks_total = 0;
   int64_t kv_block_bytes = 0;
   int64_t kv_fixed_blocks_per_seq = 0;  // window rings + compressor state of one sequence
-  std::string speculative = "off";      // the mode in use: "mtp" or "off"
+  std::string speculative = "off";      // the mode in use: "mtp", "dspark" or "off" ("auto" resolved)
   int64_t num_draft_tokens = 0;         // the most drafts per step (0 when off)
 };
 
@@ -159,6 +168,9 @@ class Engine {
   // first starting alone. Streams in the order of `requests`.
   virtual std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> requests,
                                                                  std::shared_ptr<StreamWaiter> waiter) = 0;
+  // The counters, as of the engine's last step or request end. A request is counted (its
+  // finish reason, tokens and drafts; no longer running) before its final event is queued,
+  // so whoever has read that event finds it here without waiting.
   virtual EngineStats stats() const = 0;
 };
 

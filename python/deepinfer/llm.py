@@ -59,10 +59,12 @@ class LLM:
     model_dir: a checkpoint directory (config.json + safetensors, tokenizer.json for text);
     None is the embedded default (a small model trained on the KJV Bible). numerics: 'reference' (the official
     code's quantisation points) or 'float'. threads: compute threads (0 = all cores).
-    kv_memory: the KV cache budget, bytes or '4G' / '512M' (None = 4G). speculative: 'auto' (the
-    checkpoint's drafter: DSpark on V4.1, MTP on V4), 'mtp', 'dspark' or 'off'; num_draft_tokens:
-    the most drafts per step (0 = the drafter's own). The other options are the server's
-    (deepinfer serve --help)."""
+    kv_memory: the KV cache budget, bytes or '4G' / '512M' (None = 4G). speculative: 'dspark'
+    (the checkpoint's DSpark stages: V4.1, the V4 refreshes that have them), 'mtp' (V4's MTP
+    module), 'auto' (DSpark if the checkpoint has it, else MTP if it has a module and is not
+    V4.1, else off) or 'off' (EngineOptions::speculative in include/deepinfer/engine.h);
+    num_draft_tokens: the most drafts per step (0 = the drafter's own). The other options are
+    the server's (deepinfer serve --help)."""
 
     def __init__(self, model_dir: Optional[Union[str, os.PathLike]] = None, *, numerics: str = "reference",
                  threads: int = 0, kv_memory: Union[None, int, str] = None, max_model_len: Optional[int] = None,
@@ -140,27 +142,43 @@ class LLM:
 
     def chat(self, messages: Union[Conversation, Sequence[Conversation]],
              sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None, *,
-             tools: Optional[Sequence[Mapping[str, Any]]] = None, thinking: bool = False,
-             reasoning_effort: Union[None, str, int] = None, stream: bool = False
+             tools: Optional[Sequence[Mapping[str, Any]]] = None, thinking: Optional[bool] = None,
+             reasoning_effort: Union[None, str, int] = None,
+             chat_template_kwargs: Optional[Mapping[str, Any]] = None, stream: bool = False
              ) -> Union[List[RequestOutput], "StreamIterator"]:
         """Replies to a conversation (a list of OpenAI-style messages) or to each of a list of
-        conversations, rendered with the checkpoint's DeepSeek encoder. tools: an OpenAI tool
-        list (rendered into the system prompt). thinking: thinking mode (the reply starts with
-        reasoning). reasoning_effort: as the encoder takes it (v4: 'high' | 'max'; v4_0731:
-        'low' | 'high' | 'max'; v41: 1..100 too). Each output carries .content,
-        .reasoning_content and .tool_calls from the checkpoint's output parser; with
-        stream=True, an iterator of StreamDelta with those fields as deltas."""
+        conversations, rendered with the checkpoint's DeepSeek encoder. The arguments mean what
+        the same fields of a /v1/chat/completions request mean to the server, translated by the
+        same code: tools: an OpenAI tool list (rendered into the system prompt). thinking:
+        thinking mode (the reply starts with reasoning); None: on when a reasoning_effort other
+        than 'none' is given. reasoning_effort: OpenAI's names (minimal, low, medium, high,
+        xhigh; 'none' turns thinking off) mapped onto the family's levels, or what the encoder
+        takes (v4: 'high' | 'max'; v4_0731: 'low' | 'high' | 'max'; v41: 1..100 too); the
+        encoder refuses the rest (ValueError). chat_template_kwargs: as the server takes them
+        (thinking, enable_thinking, thinking_mode, reasoning_effort, drop_thinking). Each
+        output carries .content, .reasoning_content and .tool_calls from the checkpoint's
+        output parser; with stream=True, an iterator of StreamDelta with those fields as deltas."""
         conversations = self._conversations(messages)
-        options = {"thinking_mode": "thinking" if thinking else "chat", "reasoning_effort": reasoning_effort}
-        prompt_list, texts = [], []
+        request: Dict[str, Any] = {}
+        if tools is not None:
+            request["tools"] = list(tools)
+        if thinking is not None:
+            request["thinking"] = thinking
+        if reasoning_effort is not None:
+            request["reasoning_effort"] = reasoning_effort
+        if chat_template_kwargs is not None:
+            request["chat_template_kwargs"] = dict(chat_template_kwargs)
+        prompt_list, texts, modes = [], [], set()
         for conv in conversations:
-            text, ids = self._engine.render_chat(json.dumps(self._chat_messages(conv, tools)), json.dumps(options))
+            text, ids, on = self._engine.render_chat(json.dumps({"messages": [dict(m) for m in conv], **request}))
             prompt_list.append(ids)
             texts.append(text)
+            modes.add(on)
+        (chat_thinking,) = modes  # the same request fields for every conversation: one mode
         params = self._params(sampling_params, len(prompt_list))
         if stream:
-            return self._stream(prompt_list, params, bool(thinking))
-        return self._collect(prompt_list, texts, params, bool(thinking))
+            return self._stream(prompt_list, params, chat_thinking)
+        return self._collect(prompt_list, texts, params, chat_thinking)
 
     def chat_stream(self, messages: Union[Conversation, Sequence[Conversation]],
                     sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None, **kwargs: Any
@@ -225,32 +243,6 @@ class LLM:
         if all(isinstance(c, (list, tuple)) for c in messages):
             return [list(c) for c in messages]
         raise TypeError("messages must be a list of message dicts or a list of such lists")
-
-    @staticmethod
-    def _chat_messages(conv: Conversation, tools: Optional[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
-        """What the encoder takes: text content parts joined; tools on the system message
-        (an empty one is put in front when there is none), where the reference renders them."""
-        out = []
-        for i, m in enumerate(conv):
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-                raise ValueError(f"messages[{i}] must be a dict with a string 'role'")
-            m = dict(m)
-            content = m.get("content")
-            if isinstance(content, list):
-                parts = []
-                for part in content:
-                    if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                        raise ValueError(f"messages[{i}]: only text content parts are supported")
-                    parts.append(part["text"])
-                m["content"] = "".join(parts)
-            out.append(m)
-        if not out:
-            raise ValueError("a conversation needs at least one message")
-        if tools:
-            if out[0]["role"] != "system":
-                out.insert(0, {"role": "system", "content": ""})
-            out[0]["tools"] = list(tools)
-        return out
 
     # ----- running -----
 

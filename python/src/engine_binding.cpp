@@ -28,6 +28,7 @@
 #include "core/json_limits.h"
 #include "deepinfer/engine.h"
 #include "text_binding.h"
+#include "tokenizer/chat/chat_request.h"
 #include "tokenizer/chat/encoder.h"
 #include "tokenizer/chat/family.h"
 #include "tokenizer/chat/output_parser.h"
@@ -301,23 +302,21 @@ nb::dict stats_dict(const EngineStats& s) {
   return d;
 }
 
-// The prompt ids of a conversation: the encoder's own markers are control tokens, the
-// caller's text is plain text (a message cannot forge a turn).
-std::pair<std::string, std::vector<int32_t>> render_chat(const Session& s, const std::string& messages_json,
-                                                         const std::string& options_json) {
+// The prompt of a chat request (the body of an OpenAI chat request: messages, tools,
+// thinking, reasoning_effort, chat_template_kwargs, ...), translated as the server translates
+// it (tokenizer/chat/chat_request.h): its text, its ids (the encoder's own markers are control
+// tokens, the caller's text is plain text: a message cannot forge a turn) and whether thinking
+// is on. What the translation or the encoder refuses is a ValueError with the server's message.
+std::tuple<std::string, std::vector<int32_t>, bool> render_chat(const Session& s, const std::string& request_json) {
   if (!s.family) throw std::invalid_argument("this checkpoint has no chat format: " + s.family_reason);
   if (!s.tok) throw std::invalid_argument("this checkpoint has no tokenizer.json");
   std::string why;
-  std::optional<chat::Json> messages = parse_json_bounded<chat::Json>(messages_json, &why);
-  if (!messages) throw std::invalid_argument("messages are " + why);
-  std::optional<chat::Json> options = parse_json_bounded<chat::Json>(options_json, &why);
-  if (!options) throw std::invalid_argument("chat options are " + why);
-  try {
-    const chat::RenderedPrompt prompt = chat::render_messages(*s.family, *messages, chat::options_from_json(*options));
-    return {prompt.text(), chat::tokenize_prompt(*s.tok->tok, prompt)};
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(std::string("malformed messages: ") + e.what());
-  }
+  std::optional<chat::Json> request = parse_json_bounded<chat::Json>(request_json, &why);
+  if (!request) throw std::invalid_argument("the chat request is " + why);
+  if (!request->is_object()) throw std::invalid_argument("the chat request must be a JSON object");
+  bool thinking = false;
+  const chat::RenderedPrompt prompt = chat::render_chat_request(*s.family, *request, &thinking);
+  return {prompt.text(), chat::tokenize_prompt(*s.tok->tok, prompt), thinking};
 }
 
 }  // namespace
@@ -415,11 +414,8 @@ void bind_engine(nb::module_& m) {
                    })
       .def("stats", [](const EngineHandle& h) { return stats_dict(h.s->engine->stats()); })
       .def(
-          "render_chat",
-          [](const EngineHandle& h, const std::string& messages_json, const std::string& options_json) {
-            return render_chat(*h.s, messages_json, options_json);
-          },
-          nb::arg("messages_json"), nb::arg("options_json"), nb::call_guard<nb::gil_scoped_release>())
+          "render_chat", [](const EngineHandle& h, const std::string& request_json) { return render_chat(*h.s, request_json); },
+          nb::arg("request_json"), nb::call_guard<nb::gil_scoped_release>())
       .def(
           "submit",
           [](const EngineHandle& h, std::vector<RequestIn> requests, std::optional<bool> chat_thinking) {

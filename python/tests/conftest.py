@@ -100,7 +100,8 @@ def wait_for(predicate, polls=1000, interval_s=0.01):
 
 
 def idle_stats(llm):
-    """The engine's counters once nothing runs or waits. The engine publishes them after each
-    step, so a request's last event can reach Python before its counters do."""
+    """The engine's counters once nothing runs or waits. A request that has ended is counted
+    before its last event reaches Python; one that was cancelled (an iterator dropped or
+    closed) ends on the engine thread after Python let go of it, which is what this waits for."""
     assert wait_for(lambda: (lambda s: s["requests_running"] == 0 and s["requests_waiting"] == 0)(llm.stats()))
     return llm.stats()

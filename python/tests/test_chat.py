@@ -1,5 +1,8 @@
 """chat(): the checkpoint's encoder renders the prompt, its output parser splits the reply."""
 import json
+import pathlib
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -78,6 +81,51 @@ def test_chat_content_parts_and_reasoning_effort(default_llm):
         default_llm.chat([{"role": "user", "content": [{"type": "image_url"}]}])
     with pytest.raises(ValueError):  # the v4 encoder takes high | max
         default_llm.chat([{"role": "user", "content": "x"}], thinking=True, reasoning_effort="extreme")
+
+
+def _local_server():
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "soak"))
+    import local_server
+    return local_server
+
+
+def test_chat_translates_the_request_as_the_server_does(default_llm, cli):
+    """chat() goes through the server's translation of a chat request (reasoning_effort names,
+    thinking spellings, content parts, tools): the prompt ids are those /tokenize gives for the
+    same body, and what the server refuses with a 400 is a ValueError with the same message."""
+    server = _local_server().LocalServer(cli, deepinfer.default_model_dir(), ["--threads", "1", "--kv-memory", "128M"])
+    try:
+        def tokenize(body):
+            req = urllib.request.Request(server.url + "/tokenize", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        msgs = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+        accepted = [{"reasoning_effort": e} for e in ("none", "minimal", "low", "medium", "high", "xhigh", "max")]
+        accepted += [{}, {"thinking": True}, {"thinking": False, "reasoning_effort": "max"}, {"tools": TOOLS},
+                     {"chat_template_kwargs": {"thinking": True, "reasoning_effort": "xhigh"}}]
+        prompts = set()
+        for kw in accepted:
+            status, want = tokenize({"messages": msgs, **kw})
+            assert status == 200, (kw, want)
+            out = default_llm.chat(msgs, deepinfer.SamplingParams(max_tokens=1), **kw)[0]
+            assert out.prompt_token_ids == want["tokens"], kw
+            prompts.add(out.prompt)
+        assert len(prompts) >= 3  # chat mode, thinking, thinking at max effort (and tools)
+        for kw in ({"reasoning_effort": "extreme"}, {"reasoning_effort": 7}, {"thinking": "yes"},
+                   {"chat_template_kwargs": {"thinking": True, "reasoning_effort": "ultra"}}):
+            status, refused = tokenize({"messages": msgs, **kw})
+            assert status == 400, (kw, refused)
+            with pytest.raises(ValueError) as e:
+                default_llm.chat(msgs, **kw)
+            assert str(e.value) == refused["error"]["message"], kw
+    finally:
+        server.stop()
 
 
 class _FakeUpdate:

@@ -103,6 +103,9 @@ class EngineImpl final : public Engine {
              std::unique_ptr<Runner> runner)
       : info_(info), core_(options, spec, n_blocks, std::move(runner)), inbox_(std::make_shared<Inbox>()) {
     published_ = core_.stats();
+    // A request's counts are out before its final event, not after the step: a client that
+    // saw the end reads stats() that include it.
+    core_.before_final_event = [this] { publish(); };
     thread_ = std::thread([this] { loop(); });
   }
 

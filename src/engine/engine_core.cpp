@@ -2,28 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 namespace deepinfer::engine {
 
 namespace {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// Index of the first NaN / Inf in row[0..n), or -1. A branch-free exponent test over the
-// bits, so the common all-finite case is one vectorised pass.
-int64_t first_nonfinite(const float* row, int64_t n) {
-  uint32_t any = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t b;
-    std::memcpy(&b, row + j, 4);
-    any |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
-  }
-  if (!any) return -1;
-  for (int64_t j = 0; j < n; ++j)
-    if (!std::isfinite(row[j])) return j;
-  return -1;
-}
 
 uint64_t fresh_seed() {
   std::random_device rd;
@@ -102,8 +86,8 @@ Status EngineCore::add(uint64_t id, GenerateRequest req, std::shared_ptr<EventSi
     ev.finish_reason = FinishReason::kError;
     ev.error = s;
     ev.usage.prompt_tokens = int64_t(req.prompt.size());
-    sink->push(std::move(ev));
     ++stats_.requests_finished_error;
+    push_final(*sink, std::move(ev));
     return s;
   }
   auto r = std::make_unique<Request>();
@@ -173,7 +157,12 @@ void EngineCore::finish(Request& r, FinishReason reason, StreamEvent ev, const S
   }
   std::shared_ptr<EventSink> sink = std::move(r.sink);
   requests_.erase(r.id);  // r is gone from here on
-  sink->push(std::move(ev));
+  push_final(*sink, std::move(ev));
+}
+
+void EngineCore::push_final(EventSink& sink, StreamEvent&& ev) {
+  if (before_final_event) before_final_event();
+  sink.push(std::move(ev));
 }
 
 void EngineCore::abort(uint64_t id) {

@@ -68,6 +68,11 @@ class EngineCore {
   // Test hook: called with every logits row before sampling (request id, position of the
   // token it predicts, row [vocab]).
   std::function<void(uint64_t, int64_t, const float*)> on_logits;
+  // Called right before a request's final event goes to its sink, when stats() already
+  // counts that request (its finish reason, tokens, drafts, running / waiting without it).
+  // The threaded Engine publishes its stats copy here, so whoever saw a request end reads
+  // stats that include it.
+  std::function<void()> before_final_event;
 
   // Benchmarks' hooks (`bench --speculative` times plain and drafted decoding, and the verify
   // path's bounds, on one engine; tests). Requests added from now on draft up to
@@ -93,6 +98,8 @@ class EngineCore {
   void draft_next(Request& r);
   bool speculates(const Request& r) const;
   void finish(Request& r, FinishReason reason, StreamEvent ev, const Status& error = {});
+  // Hands a final event over, after before_final_event.
+  void push_final(EventSink& sink, StreamEvent&& ev);
   Usage usage_of(const Request& r) const;
   void fail_scheduled(const std::vector<ScheduledRequest>& sched, const std::string& what);
 

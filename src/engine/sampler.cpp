@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace deepinfer::engine {
@@ -15,6 +16,21 @@ struct ByValueDesc {
   bool operator()(int32_t a, int32_t b) const { return x[a] > x[b] || (x[a] == x[b] && a < b); }
 };
 }  // namespace
+
+// A branch-free exponent test over the bits first, so the common all-finite case is one
+// vectorised pass.
+int64_t first_nonfinite(const float* row, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t b;
+    std::memcpy(&b, row + j, 4);
+    any |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!any) return -1;
+  for (int64_t j = 0; j < n; ++j)
+    if (!std::isfinite(row[j])) return j;
+  return -1;
+}
 
 GeneratedToken raw_logprob(const float* logits, int64_t vocab, int32_t token, int32_t n_top,
                            std::vector<int32_t>& scratch) {

@@ -38,6 +38,11 @@ struct SampleResult {
 GeneratedToken raw_logprob(const float* logits, int64_t vocab, int32_t token, int32_t n_top,
                            std::vector<int32_t>& scratch);
 
+// Index of the first NaN / Inf in row[0..n), or -1: a logits row that must not become a
+// token (corrupt weights). The engine checks every row it samples or scores with it, the CLI
+// the rows it prints or scores.
+int64_t first_nonfinite(const float* row, int64_t n);
+
 class Sampler {
  public:
   explicit Sampler(int64_t vocab_size);

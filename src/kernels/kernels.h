@@ -1,7 +1,15 @@
-// Every compute op of DeepInfer, with its shape contract. `ref/` holds the plain scalar
-// version of each op; it defines the numerics (MODEL.md sections 3 and 12):
-// dot products accumulate in double and round once to fp32, transcendentals are evaluated
-// in double and rounded once, so results do not depend on summation order.
+// The kernel layer's compute ops, with their shape contracts: the GEMMs, activation
+// quantisation and QDQ, the Hadamard transform, sink attention, the indexer scores,
+// hyper-connection expand / collapse and SwiGLU (the backends of backend.h run the GEMMs and
+// the ops from sink attention on; the model calls the quantisation, QDQ and Hadamard ops
+// here directly). Not every op of DeepInfer: the light per-token ones live with the model in
+// src/model/deepseek_v4 (RMSNorm and the elementwise math in numerics.h, RoPE in rope.h,
+// the Sinkhorn mixing in hyper_connections.h, the indexer's top-k in top_k.h, the router's
+// scores in moe.cpp).
+// `ref/` holds the plain scalar version of each op here; it defines the numerics (MODEL.md
+// sections 3 and 12): dot products accumulate in double and round once to fp32,
+// transcendentals are evaluated in double and rounded once, so results do not depend on
+// summation order.
 #pragma once
 #include <cstdint>
 

@@ -102,22 +102,22 @@ json message_of(const chat::ParsedOutput& out, bool thinking) {
 
 void handle_chat(BackendPtr bp, const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
   const Backend& b = *bp;
-  const json body = parse_body(req.body);
+  // Key order kept: the prompt renders tool schemas as the client wrote them.
+  const chat::Json body = parse_body_ordered(req.body);
   check_model(body, b);
   const RequestOptions ro = parse_request_options(body, Api::kChat);
   // Special tokens are hidden by default (vLLM's default); the parser's own markers
   // (</think>, DSML) are never hidden (chat_hidden_tokens).
   const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
   const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
-  const chat::Json cbody = parse_body_ordered(req.body);
-  const ChatPrompt cp = build_chat_prompt(b, cbody);
+  const ChatPrompt cp = build_chat_prompt(b, body);
   const int64_t n = ro.n;
   std::vector<GenerateRequest> gens;
   auto waiter = std::make_shared<StreamWaiter>();
   for (int64_t j = 0; j < n; ++j) {
     GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
     // A constraint holds one request's state: each choice gets its own.
-    g.params.constraint = j == 0 ? cp.constraint : output_constraint(b, cbody, cp.family, cp.thinking);
+    g.params.constraint = j == 0 ? cp.constraint : output_constraint(b, body, cp.family, cp.thinking);
     if (g.params.seed) g.params.seed = *g.params.seed + uint64_t(j);
     const Status s = b.engine->validate(g);
     if (!s.ok()) throw ApiError(s);

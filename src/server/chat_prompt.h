@@ -1,21 +1,12 @@
 // OpenAI chat requests -> DeepSeek-V4 prompt tokens, through the reference encoders
 // (tokenizer/chat/encoder.h).
 //
-//  * thinking: off by default (vLLM / SGLang behaviour). On with any of
-//    "thinking": true | {"type": "enabled"}, chat_template_kwargs {"thinking": true},
-//    {"enable_thinking": true} or {"thinking_mode": "thinking"}, or a reasoning_effort
-//    other than "none" when thinking is not set explicitly.
-//  * reasoning_effort (top level or in chat_template_kwargs) goes to the encoder as is; the
-//    family decides what it accepts (V4: high|max, 0731: low|high|max, V4.1: 1..100 or
-//    aliases); anything else is a 400 carrying the encoder's message.
-//  * tools are rendered from the system message, as the reference does: they are attached
-//    to the first message if it is a system message, otherwise an empty system message is
-//    put in front. tool_choice "none" leaves the tools out; "auto", "required" and named
-//    choices render them; "required" and named choices are enforced by a constraint on
-//    the output (structured_output.h).
-//  * response_format (json_object / json_schema) is rendered into the system prompt, as
-//    the reference encoder does, and enforced by constrained decoding as well.
-//  * content given as a list of parts is joined from its text parts.
+//  * the body -> the encoder's messages and options (thinking, reasoning_effort, tools and
+//    response_format on the system message, content parts): chat::render_chat_request
+//    (tokenizer/chat/chat_request.h), the translation the Python package's LLM.chat() uses
+//    too. What it or the encoder refuses is a 400 carrying its message.
+//  * tool_choice "required" and named choices, and response_format, are enforced by a
+//    constraint on the output as well (structured_output.h).
 //  * special-token strings in anything the client sent (content, tool results, tool schemas,
 //    tool call arguments, ...) are tokenized as plain text: only the encoder's own markers
 //    are control tokens, so a message cannot forge a turn. trusted_special_tokens restores

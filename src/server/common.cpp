@@ -65,11 +65,12 @@ void send_error(httplib::Response& res, const Status& s) {
   res.set_content(error_json(s), "application/json");
 }
 
-void check_model(const json& body, const Backend& b) {
+template <class J>
+void check_model(const J& body, const Backend& b) {
   auto it = body.find("model");
   if (it == body.end() || it->is_null()) return;
   if (!it->is_string()) throw ApiError(ErrorCode::kInvalidRequest, "'model' must be a string", "model");
-  const std::string& name = it->get_ref<const std::string&>();
+  const std::string& name = it->template get_ref<const std::string&>();
   if (name == b.model_id) return;
   for (const std::string& alias : b.model_aliases)
     if (name == alias) return;
@@ -77,6 +78,8 @@ void check_model(const json& body, const Backend& b) {
   for (const std::string& alias : b.model_aliases) served += ", `" + alias + "`";
   throw ApiError(ErrorCode::kNotFound, "The model `" + name + "` does not exist (served: " + served + ").", "model");
 }
+template void check_model<json>(const json&, const Backend&);
+template void check_model<nlohmann::ordered_json>(const nlohmann::ordered_json&, const Backend&);
 
 // Speculative decoding reports where OpenAI's predicted outputs do: draft tokens that became
 // part of the completion, and those that did not.

@@ -28,7 +28,9 @@ void send_json(httplib::Response& res, const json& j, int status = 200);
 void send_error(httplib::Response& res, const Status& s);
 
 // 404 when the body names a model this server does not serve (a missing "model" is fine).
-void check_model(const json& body, const Backend& b);
+// J: nlohmann::json or nlohmann::ordered_json (the body as its route parsed it).
+template <class J>
+void check_model(const J& body, const Backend& b);
 
 json usage_json(const Usage& u);
 // Adds u's output side (completion and draft tokens) to total: one more choice of a prompt.

@@ -167,9 +167,9 @@ Json to_openai(const Json& a) {
 }
 
 // Sampling fields under their OpenAI names, for parse_request_options().
-json sampling_body(const json& a) {
+Json sampling_body(const Json& a) {
   if (!a.contains("max_tokens")) bad("'max_tokens' is required", "max_tokens");
-  json o = json::object();
+  Json o = Json::object();
   for (const char* k : {"max_tokens", "temperature", "top_p", "top_k", "stream"})
     if (a.contains(k)) o[k] = a[k];
   if (a.contains("stop_sequences")) o["stop"] = a["stop_sequences"];
@@ -305,13 +305,13 @@ json anthropic_error(const Status& s) {
 
 void messages(BackendPtr bp, const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
   const Backend& b = *bp;
-  const json body = parse_body(req.body);
+  const Json body = parse_body_ordered(req.body);
   check_model(body, b);
   const RequestOptions ro = parse_request_options(sampling_body(body), Api::kChat);
   // Special tokens hidden unless the client asks for them (as in chat).
   const bool skip_special = get_bool(body, "skip_special_tokens").value_or(true);
   const std::vector<int32_t> hidden = skip_special ? chat_hidden_tokens(b) : std::vector<int32_t>{};
-  const ChatPrompt cp = build_chat_prompt(b, to_openai(parse_body_ordered(req.body)));
+  const ChatPrompt cp = build_chat_prompt(b, to_openai(body));
   GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
   g.params.constraint = cp.constraint;
   const Status s = b.engine->validate(g);
@@ -401,10 +401,10 @@ void handle_messages(BackendPtr b, const ServerOptions& o, const httplib::Reques
 void handle_count_tokens(BackendPtr bp, const ServerOptions&, const httplib::Request& req, httplib::Response& res) {
   try {
     const Backend& b = *bp;
-    const json body = parse_body(req.body);
+    const Json body = parse_body_ordered(req.body);
     check_model(body, b);
     // The prompt exactly as /v1/messages would build it (tools, system, thinking, format).
-    const ChatPrompt cp = build_chat_prompt(b, to_openai(parse_body_ordered(req.body)));
+    const ChatPrompt cp = build_chat_prompt(b, to_openai(body));
     send_json(res, json{{"input_tokens", cp.ids.size()}});
   } catch (const ApiError& e) {
     res.status = http_status(e.status.code);

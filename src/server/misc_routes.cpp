@@ -40,11 +40,12 @@ void handle_model(const Backend& b, const std::string& id, httplib::Response& re
 }
 
 void handle_tokenize(const Backend& b, const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_body(req.body);
+  // Key-ordered: a body with messages renders a chat prompt.
+  const nlohmann::ordered_json body = parse_body_ordered(req.body);
   check_model(body, b);
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    ids = build_chat_prompt(b, parse_body_ordered(req.body)).ids;
+    ids = build_chat_prompt(b, body).ids;
   } else {
     auto text = get_string(body, "prompt");
     if (!text) throw ApiError(ErrorCode::kInvalidRequest, "'prompt' (a string) or 'messages' is required", "prompt");

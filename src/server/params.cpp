@@ -1,6 +1,7 @@
 #include "server/params.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -16,33 +17,37 @@ namespace {
   throw ApiError(ErrorCode::kInvalidRequest, std::string("'") + key + "' must be " + what, key);
 }
 
-const json* field(const json& o, const char* key) {
+template <class J>
+const J* field(const J& o, const char* key) {
   auto it = o.find(key);
   if (it == o.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-float get_float(const json& o, const char* key, float fallback) {
+template <class J>
+float get_float(const J& o, const char* key, float fallback) {
   auto v = get_number(o, key);
   return v ? float(*v) : fallback;
 }
 
-void parse_stop(const json& body, SamplingParams& p) {
-  const json* s = field(body, "stop");
+template <class J>
+void parse_stop(const J& body, SamplingParams& p) {
+  const J* s = field(body, "stop");
   if (!s) return;
   if (s->is_string()) {
-    p.stop.push_back(s->get<std::string>());
+    p.stop.push_back(s->template get<std::string>());
     return;
   }
   if (!s->is_array()) wrong_type("stop", "a string or an array of strings");
   for (const auto& v : *s) {
     if (!v.is_string()) wrong_type("stop", "a string or an array of strings");
-    p.stop.push_back(v.get<std::string>());
+    p.stop.push_back(v.template get<std::string>());
   }
 }
 
-void parse_logit_bias(const json& body, SamplingParams& p) {
-  const json* b = get_object(body, "logit_bias");
+template <class J>
+void parse_logit_bias(const J& body, SamplingParams& p) {
+  const J* b = get_object(body, "logit_bias");
   if (!b) return;
   for (auto it = b->begin(); it != b->end(); ++it) {
     char* end = nullptr;
@@ -51,11 +56,12 @@ void parse_logit_bias(const json& body, SamplingParams& p) {
       throw ApiError(ErrorCode::kInvalidRequest, "logit_bias keys must be token ids, got '" + it.key() + "'",
                      "logit_bias");
     if (!it.value().is_number()) wrong_type("logit_bias", "an object of token id -> number");
-    p.logit_bias.emplace_back(int32_t(id), it.value().get<float>());
+    p.logit_bias.emplace_back(int32_t(id), it.value().template get<float>());
   }
 }
 
-void parse_logprobs(const json& body, Api api, SamplingParams& p) {
+template <class J>
+void parse_logprobs(const J& body, Api api, SamplingParams& p) {
   if (api == Api::kCompletions) {
     if (auto n = get_int(body, "logprobs")) {
       if (*n < 0 || *n > 20) throw ApiError(ErrorCode::kInvalidRequest, "logprobs must be between 0 and 20", "logprobs");
@@ -71,7 +77,8 @@ void parse_logprobs(const json& body, Api api, SamplingParams& p) {
   if (on) p.logprobs = int32_t(top.value_or(0));
 }
 
-void reject_unsupported(const json& body, Api api) {
+template <class J>
+void reject_unsupported(const J& body, Api api) {
   if (api == Api::kCompletions) {
     if (get_string(body, "suffix")) throw ApiError(ErrorCode::kInvalidRequest, "suffix is not supported", "suffix");
   } else if (auto b = get_int(body, "best_of"); b && *b != 1) {
@@ -79,7 +86,8 @@ void reject_unsupported(const json& body, Api api) {
   }
 }
 
-void parse_choices(const json& body, Api api, RequestOptions& r) {
+template <class J>
+void parse_choices(const J& body, Api api, RequestOptions& r) {
   const auto n = get_int(body, "n");
   if (n && (*n < 1 || *n > kMaxSamplesPerRequest))
     throw ApiError(ErrorCode::kInvalidRequest, "n must be between 1 and " + std::to_string(kMaxSamplesPerRequest), "n");
@@ -101,8 +109,11 @@ void parse_choices(const json& body, Api api, RequestOptions& r) {
 
 namespace {
 
+std::atomic<uint64_t> n_parsed{0};
+
 template <class JsonT>
 JsonT parse_object_body(const std::string& body) {
+  n_parsed.fetch_add(1, std::memory_order_relaxed);
   std::string why;
   std::optional<JsonT> parsed = parse_json_bounded<JsonT>(body, &why);
   if (!parsed) throw ApiError(ErrorCode::kInvalidJson, "the request body is " + why);
@@ -115,56 +126,65 @@ JsonT parse_object_body(const std::string& body) {
 
 json parse_body(const std::string& body) { return parse_object_body<json>(body); }
 
-nlohmann::ordered_json parse_body_ordered(const std::string& body) {
-  return parse_object_body<nlohmann::ordered_json>(body);
-}
+ordered_json parse_body_ordered(const std::string& body) { return parse_object_body<ordered_json>(body); }
 
-std::optional<double> get_number(const json& o, const char* key) {
-  const json* v = field(o, key);
+uint64_t bodies_parsed() { return n_parsed.load(std::memory_order_relaxed); }
+
+template <class J>
+std::optional<double> get_number(const J& o, const char* key) {
+  const J* v = field(o, key);
   if (!v) return std::nullopt;
   if (!v->is_number()) wrong_type(key, "a number");
-  const double d = v->get<double>();
+  const double d = v->template get<double>();
   if (!std::isfinite(d)) wrong_type(key, "a finite number");
   return d;
 }
 
-std::optional<int64_t> get_int(const json& o, const char* key) {
-  const json* v = field(o, key);
+template <class J>
+std::optional<int64_t> get_int(const J& o, const char* key) {
+  const J* v = field(o, key);
   if (!v) return std::nullopt;
-  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_integer()) return v->template get<int64_t>();
   // 16.0 is an integer too, as Python's int() validation sees it; 16.5 is not.
-  if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && std::fabs(v->get<double>()) < 9e15)
-    return int64_t(v->get<double>());
+  if (v->is_number_float()) {
+    const double d = v->template get<double>();
+    if (std::floor(d) == d && std::fabs(d) < 9e15) return int64_t(d);
+  }
   wrong_type(key, "an integer");
 }
 
-std::optional<bool> get_bool(const json& o, const char* key) {
-  const json* v = field(o, key);
+template <class J>
+std::optional<bool> get_bool(const J& o, const char* key) {
+  const J* v = field(o, key);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) wrong_type(key, "a boolean");
-  return v->get<bool>();
+  return v->template get<bool>();
 }
 
-std::optional<std::string> get_string(const json& o, const char* key) {
-  const json* v = field(o, key);
+template <class J>
+std::optional<std::string> get_string(const J& o, const char* key) {
+  const J* v = field(o, key);
   if (!v) return std::nullopt;
   if (!v->is_string()) wrong_type(key, "a string");
-  return v->get<std::string>();
+  return v->template get<std::string>();
 }
 
-const json* get_object(const json& o, const char* key) {
-  const json* v = field(o, key);
+template <class J>
+const J* get_object(const J& o, const char* key) {
+  const J* v = field(o, key);
   if (v && !v->is_object()) wrong_type(key, "an object");
   return v;
 }
 
-const json* get_array(const json& o, const char* key) {
-  const json* v = field(o, key);
+template <class J>
+const J* get_array(const J& o, const char* key) {
+  const J* v = field(o, key);
   if (v && !v->is_array()) wrong_type(key, "an array");
   return v;
 }
 
-RequestOptions parse_request_options(const json& body, Api api) {
+template <class J>
+RequestOptions parse_request_options(const J& body, Api api) {
   reject_unsupported(body, api);
   RequestOptions r;
   SamplingParams& p = r.sampling;
@@ -187,18 +207,30 @@ RequestOptions parse_request_options(const json& body, Api api) {
   if (auto s = get_int(body, "seed")) p.seed = uint64_t(*s);
   p.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   parse_stop(body, p);
-  if (const json* ids = get_array(body, "stop_token_ids"))
+  if (const J* ids = get_array(body, "stop_token_ids"))
     for (const auto& v : *ids) {
       if (!v.is_number_integer()) wrong_type("stop_token_ids", "an array of token ids");
-      p.stop_token_ids.push_back(int32_t(std::clamp<int64_t>(v.get<int64_t>(), -1, INT32_MAX)));
+      p.stop_token_ids.push_back(int32_t(std::clamp<int64_t>(v.template get<int64_t>(), -1, INT32_MAX)));
     }
   parse_logit_bias(body, p);
   parse_logprobs(body, api, p);
   r.stream = get_bool(body, "stream").value_or(false);
-  if (const json* so = get_object(body, "stream_options")) r.include_usage = get_bool(*so, "include_usage").value_or(false);
+  if (const J* so = get_object(body, "stream_options")) r.include_usage = get_bool(*so, "include_usage").value_or(false);
   r.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
   parse_choices(body, api, r);
   return r;
 }
+
+#define DI_BODY_READERS(J)                                                        \
+  template std::optional<double> get_number<J>(const J&, const char*);           \
+  template std::optional<int64_t> get_int<J>(const J&, const char*);             \
+  template std::optional<bool> get_bool<J>(const J&, const char*);               \
+  template std::optional<std::string> get_string<J>(const J&, const char*);      \
+  template const J* get_object<J>(const J&, const char*);                        \
+  template const J* get_array<J>(const J&, const char*);                         \
+  template RequestOptions parse_request_options<J>(const J&, Api);
+DI_BODY_READERS(json)
+DI_BODY_READERS(ordered_json)
+#undef DI_BODY_READERS
 
 }  // namespace deepinfer::server

@@ -14,20 +14,32 @@
 namespace deepinfer::server {
 
 using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;  // chat::Json, the form the chat encoders take
 
-// Parses a body that must be a JSON object (kInvalidJson otherwise), within the limits every
-// client JSON text is held to (core/json_limits.h).
+// A request body is parsed once, through parse_json_bounded (core/json_limits.h: every
+// client JSON text is held to its size and depth limits), into the type its route needs:
+// the routes that render a chat prompt take it key-ordered (tool schemas are rendered in the
+// client's order), the others plain. The readers below take either. A body that is not a
+// JSON object is kInvalidJson.
 json parse_body(const std::string& body);
-// The same body as key-ordered JSON, the form the chat encoders take.
-nlohmann::ordered_json parse_body_ordered(const std::string& body);
+ordered_json parse_body_ordered(const std::string& body);
+// Bodies parsed so far by the two above (a test checks each request parses its body once).
+uint64_t bodies_parsed();
 
 // Missing or null -> nullopt; present with the wrong type -> ApiError naming `key`.
-std::optional<double> get_number(const json& o, const char* key);
-std::optional<int64_t> get_int(const json& o, const char* key);
-std::optional<bool> get_bool(const json& o, const char* key);
-std::optional<std::string> get_string(const json& o, const char* key);
-const json* get_object(const json& o, const char* key);
-const json* get_array(const json& o, const char* key);
+// J: json or ordered_json.
+template <class J>
+std::optional<double> get_number(const J& o, const char* key);
+template <class J>
+std::optional<int64_t> get_int(const J& o, const char* key);
+template <class J>
+std::optional<bool> get_bool(const J& o, const char* key);
+template <class J>
+std::optional<std::string> get_string(const J& o, const char* key);
+template <class J>
+const J* get_object(const J& o, const char* key);
+template <class J>
+const J* get_array(const J& o, const char* key);
 
 enum class Api { kCompletions, kChat };
 
@@ -48,6 +60,7 @@ constexpr int64_t kMaxSamplesPerRequest = 128;
 // The sampling and streaming fields. Defaults: completions max_tokens 16 (OpenAI / vLLM),
 // chat max_tokens unlimited (up to the context). Completions accept max_tokens 0 (the
 // prompt is scored, nothing generated), echo and best_of; chat needs max_tokens >= 1.
-RequestOptions parse_request_options(const json& body, Api api);
+template <class J>
+RequestOptions parse_request_options(const J& body, Api api);
 
 }  // namespace deepinfer::server

@@ -301,11 +301,12 @@ json usage_of(const Usage& u, int64_t reasoning_tokens) {
               {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
-// The response object (without output / usage / status, which the caller sets).
-json response_shell(const Backend& b, const std::string& id, int64_t created, const json& body) {
+// The response object (without output / usage / status, which the caller sets). Values
+// echoed from the body become plain json (their objects' keys sorted, as in every response).
+json response_shell(const Backend& b, const std::string& id, int64_t created, const Json& body) {
   auto get = [&](const char* k, json fallback) {
     auto it = body.find(k);
-    return it == body.end() || it->is_null() ? fallback : *it;
+    return it == body.end() || it->is_null() ? fallback : json(*it);
   };
   return json{{"id", id},
               {"object", "response"},
@@ -341,11 +342,18 @@ void finish_response(json& r, const StreamEvent& last, const json& output, int64
   }
 }
 
-json assistant_message(const std::string& content, const std::string& reasoning, const json& calls) {
-  json m = {{"role", "assistant"}, {"content", content}};
+// The answer as a chat message, for the conversation store (the encoder reads its fields by
+// name).
+Json assistant_message(const std::string& content, const std::string& reasoning, const Json& calls) {
+  Json m = {{"role", "assistant"}, {"content", content}};
   if (!reasoning.empty()) m["reasoning_content"] = reasoning;
   if (!calls.empty()) m["tool_calls"] = calls;
   return m;
+}
+
+// One chat tool call of the answer.
+Json chat_tool_call(const std::string& id, const std::string& name, const std::string& arguments) {
+  return Json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
 }
 
 // Streaming: the open output item and the event counter.
@@ -358,7 +366,7 @@ struct ResponseStream {
   std::string item_id, call_id, call_name, text;
   json output = json::array();
   std::string content_all, reasoning_all;
-  json calls = json::array();  // chat tool_calls for the store
+  Json calls = Json::array();  // chat tool_calls for the store
   int64_t reasoning_tokens = 0;
   bool cut = false;  // the output ended inside the open call
 };
@@ -367,23 +375,22 @@ struct ResponseStream {
 
 void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
   const Backend& b = *bp;
-  const json body = parse_body(req.body);
+  // Key-ordered: tool schemas and input items keep the client's order.
+  const Json body = parse_body_ordered(req.body);
   check_model(body, b);
-  const Json obody = parse_body_ordered(req.body);
   Json history = Json::array();
-  if (const Json* prev = find_field(obody, "previous_response_id")) {
+  if (const Json* prev = find_field(body, "previous_response_id")) {
     if (!prev->is_string()) bad("'previous_response_id' must be a string", "previous_response_id");
     auto e = b.responses->get(prev->get<std::string>());
     if (!e)
       throw ApiError(ErrorCode::kNotFound, "no stored response '" + prev->get<std::string>() + "'", "previous_response_id");
     history = e->messages;
   }
-  if (const Json* bg = find_field(obody, "background"); bg && bg->is_boolean() && bg->get<bool>())
+  if (const Json* bg = find_field(body, "background"); bg && bg->is_boolean() && bg->get<bool>())
     bad("background responses are not supported", "background");
-  const Json chat = chat_body_of(obody, history);
-  Json input_items = input_item_list(*find_field(obody, "input"));
-  const json chat_plain = json::parse(chat.dump());
-  const RequestOptions ro = parse_request_options(chat_plain, Api::kChat);
+  const Json chat = chat_body_of(body, history);
+  Json input_items = input_item_list(*find_field(body, "input"));
+  const RequestOptions ro = parse_request_options(chat, Api::kChat);
   const ChatPrompt cp = build_chat_prompt(b, chat);
   GenerateRequest g{cp.ids, ro.sampling, cp.cache_points};
   g.params.constraint = cp.constraint;
@@ -395,7 +402,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
   const bool store = !(body.contains("store") && body["store"].is_boolean() && !body["store"].get<bool>());
   // The conversation without instructions: they apply to one request only.
   Json convo = chat["messages"];
-  if (find_field(obody, "instructions") && !convo.empty() && convo[0]["role"] == "system") convo.erase(convo.begin());
+  if (find_field(body, "instructions") && !convo.empty() && convo[0]["role"] == "system") convo.erase(convo.begin());
   auto store_ptr = b.responses;
 
   if (!ro.stream) {
@@ -405,7 +412,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
     text += dec.finish();
     const chat::ParsedOutput out = chat::parse_output(cp.family, text, cp.thinking);
     json output = json::array();
-    json calls = json::array();
+    Json calls = Json::array();
     if (!out.reasoning_content.empty())
       output.push_back(OutputBuilder::reasoning_item(random_id("rs_"), out.reasoning_content));
     // Cut by max_output_tokens inside a call: that call as generated so far (as streamed),
@@ -421,13 +428,13 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
       const std::string call_id = random_id("call_");
       output.push_back(OutputBuilder::call_item(random_id("fc_"), call_id, call.name, call.arguments,
                                                 k < whole ? "completed" : "incomplete"));
-      calls.push_back(json{{"id", call_id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      calls.push_back(chat_tool_call(call_id, call.name, call.arguments));
     }
     json r = response_shell(b, id, unix_time(), body);
     finish_response(r, c.last, output, 0);
     if (store) {
       Json saved = convo;
-      saved.push_back(Json::parse(assistant_message(out.content, out.reasoning_content, calls).dump()));
+      saved.push_back(assistant_message(out.content, out.reasoning_content, calls));
       store_ptr->put(id, ResponseStore::Entry{std::move(saved), r, std::move(input_items)});
     }
     send_json(res, r);
@@ -468,8 +475,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
       case ResponseStream::Open::kCall:
         item = OutputBuilder::call_item(st->item_id, st->call_id, st->call_name, st->text,
                                         st->cut ? "incomplete" : "completed");
-        st->calls.push_back(json{{"id", st->call_id}, {"type", "function"},
-                                 {"function", {{"name", st->call_name}, {"arguments", st->text}}}});
+        st->calls.push_back(chat_tool_call(st->call_id, st->call_name, st->text));
         ok = emit(sink, "response.function_call_arguments.done",
                   {{"item_id", st->item_id}, {"output_index", index}, {"name", st->call_name}, {"arguments", st->text}});
         break;
@@ -566,7 +572,7 @@ void handle_responses(BackendPtr bp, const ServerOptions& o, const httplib::Requ
     finish_response(r, ev, st->output, st->reasoning_tokens);
     if (store) {
       Json saved = convo;
-      saved.push_back(Json::parse(assistant_message(st->content_all, st->reasoning_all, st->calls).dump()));
+      saved.push_back(assistant_message(st->content_all, st->reasoning_all, st->calls));
       store_ptr->put(id, ResponseStore::Entry{std::move(saved), r, input_items});
     }
     return emit(sink, r["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", r}});

@@ -17,6 +17,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "server/params.h"
 #include "server/server.h"
 #include "server_harness.h"
 
@@ -574,13 +575,8 @@ TEST_F(ServerTest, SixteenConcurrentStreams) {
     EXPECT_TRUE(s.done) << i;
     EXPECT_EQ(s.chunks.back()["usage"]["completion_tokens"], 24) << i;
   }
-  // Stats are published after the step that finished the requests: allow it a moment.
-  EngineStats st;
-  for (int i = 0; i < 200; ++i) {
-    st = backend_->engine->stats();
-    if (st.requests_running + st.requests_waiting == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // Every request ended, and the engine counts a request before its final event: no wait.
+  const EngineStats st = backend_->engine->stats();
   EXPECT_EQ(st.requests_running + st.requests_waiting, 0);
 }
 
@@ -679,6 +675,48 @@ TEST_F(ServerTest, AnthropicMessages) {
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
 
+// Each request's body is parsed once (through the bounded parser), whatever its route needs
+// of it: the chat routes used to parse it a second time as key-ordered JSON, and Responses
+// turned its chat body into text and parsed that again.
+TEST_F(ServerTest, EveryBodyIsParsedOnce) {
+  const json tools = {{{"type", "function"},
+                       {"function", {{"name", "f"}, {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}};
+  const json msgs = {{{"role", "user"}, {"content", "Hi"}}};
+  const json chat = {{"messages", msgs}, {"max_tokens", 2}, {"tools", tools}, {"temperature", 0}};
+  const json anthropic = {{"max_tokens", 2}, {"messages", msgs}, {"tools", {{{"name", "f"}, {"input_schema", {{"type", "object"}}}}}}};
+  const json responses = {{"input", "Hi"}, {"max_output_tokens", 2}, {"instructions", "Be brief."},
+                          {"tools", {{{"type", "function"}, {"name", "f"}, {"parameters", {{"type", "object"}}}}}}};
+  struct Case {
+    const char* path;
+    json body;
+  };
+  const std::vector<Case> cases = {{"/v1/chat/completions", chat},
+                                   {"/v1/messages", anthropic},
+                                   {"/v1/messages/count_tokens", anthropic},
+                                   {"/v1/responses", responses},
+                                   {"/tokenize", {{"messages", msgs}}},
+                                   {"/tokenize", {{"prompt", "Hi"}}},
+                                   {"/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}}}};
+  for (const Case& c : cases) {
+    for (bool stream : {false, true}) {
+      if (stream && (c.path == std::string("/tokenize") || c.path == std::string("/v1/messages/count_tokens"))) continue;
+      json body = c.body;
+      if (stream) body["stream"] = true;
+      const uint64_t before = server::bodies_parsed();
+      int st = 0;
+      if (stream) {
+        const Sse s = stream_post(srv().port, c.path, body);
+        st = s.status;
+        EXPECT_TRUE(s.done || c.path != std::string("/v1/chat/completions")) << c.path;
+      } else {
+        post(srv(), c.path, body.dump(), &st);
+      }
+      EXPECT_EQ(st, 200) << c.path << (stream ? " (stream)" : "");
+      EXPECT_EQ(server::bodies_parsed() - before, 1u) << c.path << (stream ? " (stream)" : "");
+    }
+  }
+}
+
 // The SDKs' models.retrieve (OpenAI and Anthropic): GET /v1/models/{id}, percent-decoded.
 TEST_F(ServerTest, RetrieveModel) {
   auto c = srv().client();
@@ -741,9 +779,7 @@ TEST_F(ServerTest, SpeculativeDecodingIsReported) {
   // the prefill), so fewer than 12 of the 12 tokens can be accepted drafts.
   EXPECT_LT(accepted, 12);
   EXPECT_EQ(a["usage"]["completion_tokens"], 12);
-  // The engine's counters are published after the step that finished the request.
-  for (int i = 0; i < 500 && backend->engine->stats().requests_finished_length < 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // The engine counts a request before its final event: the answer's end is enough.
   ASSERT_EQ(backend->engine->stats().requests_finished_length, 1u);
   // The only request of this engine: /metrics counts exactly the drafts its usage reports.
   const std::string m = fresh.client().Get("/metrics")->body;

@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "core/log.h"
+#include "engine/sampler.h"
 #include "model/deepseek_v4/synthetic.h"
 
 namespace deepinfer::cli {
@@ -192,18 +193,12 @@ void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t
   }
 }
 
-int64_t first_nonfinite(const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(row[i])) return i;
-  return -1;
-}
-
 std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols) {
   constexpr int64_t kShown = 8;
   std::vector<int64_t> bad;
   int64_t n_bad = 0;
   for (int64_t r = 0; r < rows; ++r)
-    if (first_nonfinite(logits + r * cols, cols) >= 0 && n_bad++ < kShown) bad.push_back(r);
+    if (engine::first_nonfinite(logits + r * cols, cols) >= 0 && n_bad++ < kShown) bad.push_back(r);
   if (n_bad == 0) return "";
   std::string s = std::to_string(n_bad) + " of " + std::to_string(rows) + " logits rows are non-finite (NaN or Inf): row" +
                   (n_bad > 1 ? "s " : " ");

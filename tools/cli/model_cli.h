@@ -79,8 +79,6 @@ std::vector<int32_t> read_token_file(const std::string& path);
 // Writes all rows' logits [S, vocab] into logits if not null.
 void run_chunked(const v4::Model& m, const std::vector<int32_t>& tokens, int64_t chunk, v4::SequenceState& st,
                  const v4::Numerics& num, std::vector<float>* logits);
-// Index of the first NaN / Inf of row[0..n), or -1.
-int64_t first_nonfinite(const float* row, int64_t n);
 // "" when every value of logits [rows, cols] is finite, else how many rows are not and the
 // first few of them ("3 of 7 logits rows are non-finite (NaN or Inf): rows 0, 1, 2").
 std::string nonfinite_rows(const float* logits, int64_t rows, int64_t cols);
