@@ -12,6 +12,7 @@
 //   bench_kernels [--benchmark_filter=...]   threads: DEEPINFER_BENCH_THREADS (default 2);
 //   DEEPINFER_BENCH_HOT=1 keeps decode on one cached copy (kernel speed without memory);
 //   DEEPINFER_BENCH_COLD_MB sets the size of the cold set of copies (default 256);
+//   DEEPINFER_BENCH_COLD=1 streams every M up to 32 from memory (not only M <= 8);
 //   DEEPINFER_BENCH_AVX512_TILES=dp|fma forces the AVX-512 bf16 prefill tiles' instruction.
 //   act_quant rows: linear_act_quant on bf16 activations (reference numerics of FP8 / FP4
 //   layers); f32 rows: linear_f32 on fp32 activations (float numerics, fp32 FMA kernels).
@@ -134,6 +135,15 @@ const Shape kShapes[] = {
     {"F32_24x8192", WeightFormat::F32, 24, 8192, false},  // an mHC mixer (hc_attn_fn)
 };
 
+// The routed experts of V4-Flash (FP4 w1 / w3: 2048 rows of K 4096; w2: 4096 rows of K 2048)
+// at the row counts a decode batch or a prefill gives one expert (act_quant only: reference
+// numerics), and the rows between.
+const Shape kExpertShapes[] = {
+    {"FP4_2048x4096", WeightFormat::FP4_BLOCK, 2048, 4096, false},
+    {"FP4_4096x2048", WeightFormat::FP4_BLOCK, 4096, 2048, false},
+};
+constexpr int64_t kExpertRows[] = {1, 2, 3, 4, 6, 8, 12, 16};
+
 // Decode cycles through at least this many bytes of copies: well beyond the last-level cache
 // (a 96 MiB set still hit the 32 MiB L3 often enough to read FP8 at 83 GB/s instead of 59).
 const size_t kColdBytes = size_t(std::getenv("DEEPINFER_BENCH_COLD_MB") ? std::atoi(std::getenv("DEEPINFER_BENCH_COLD_MB")) : 256)
@@ -220,8 +230,9 @@ std::string check(const Backend& be, const WeightMatrix& W, const std::vector<fl
 
 void bench_linear(benchmark::State& state, const Shape* shape, int64_t M, Isa isa, bool act_quant) {
   auto be = make_backend_for(isa);
-  // Decode and speculative verify chunks (M <= 8) stream their weights from memory.
-  const bool cold = M <= 8 && !std::getenv("DEEPINFER_BENCH_HOT");
+  // Decode and speculative verify chunks (M <= 8) stream their weights from memory
+  // (DEEPINFER_BENCH_COLD=1: every M up to 32 does).
+  const bool cold = (M <= 8 || (M <= 32 && std::getenv("DEEPINFER_BENCH_COLD"))) && !std::getenv("DEEPINFER_BENCH_HOT");
   auto& ws = copies(*shape, cold);
   const int64_t N = shape->rows, K = shape->cols;
   const std::vector<float> x = activations(M, K, act_quant);
@@ -322,6 +333,14 @@ int main(int argc, char** argv) {
         }
       }
     }
+  for (const Shape& s : kExpertShapes)
+    for (int64_t M : kExpertRows)
+      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+        if (!isa_supported(isa)) continue;
+        const std::string name = std::string("linear/") + s.name + "/act_quant/M=" + std::to_string(M) + "/" + isa_name(isa);
+        benchmark::RegisterBenchmark(name.c_str(), bench_linear, &s, M, isa, true)->UseRealTime()->Unit(
+            benchmark::kMillisecond);
+      }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   Reporter reporter;

@@ -23,7 +23,8 @@
 //               and never subnormal, so only the summation order differs from fp32 FMA. FP4
 //               sums each chunk of 128 columns unscaled and scales the partial sums (as the
 //               reference scales its per-block sums).
-// Decode (M <= 8) fuses the decode with the dot products, several weight rows at a time.
+// Decode (M <= 8) fuses the decode with the dot products, several weight rows at a time (FP4 in
+// bf16 mode over 3-16 rows: fp4_multirow_avx512.cpp, the same sequence for every output).
 // Prefill decodes a tile of weight rows once into L2 and runs a 6 x 4 register-blocked fp32
 // FMA microkernel over all activation rows, K in L1-sized blocks with the vector partial sums
 // carried between blocks. In bf16 mode the tile is decoded to bf16 (straight from the codes,
@@ -54,6 +55,7 @@
 #include <time.h>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/fp4_multirow.h"
 
 namespace deepinfer::kernels::cpu {
 
@@ -212,6 +214,7 @@ inline __mmask16 in_range(__m512 v) {
 // Scale bytes whose power of two keeps every nonzero code * scale (codes in [2^-9, 448])
 // inside the exact-product range [2^-40, 2^40].
 constexpr int kScaleLo = 127 - 31, kScaleHi = 127 + 22;
+static_assert(kScaleLo == kFp4SafeScaleLo && kScaleHi == kFp4SafeScaleHi, "fp4_multirow_avx512 takes the same rows");
 
 inline bool scales_in_range(const uint8_t* s, int64_t n) {
   for (int64_t i = 0; i < n; i += 64) {
@@ -1245,8 +1248,20 @@ void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* sc
 // 7.9 -> 12.4, 16.6 -> 27.8). Both paths give every row the same bits (RowInvariance).
 constexpr int64_t kGemvMaxM = 8;
 
+// FP4 in bf16 mode over kFp4MultiRowMinM..kFp4MultiRowMaxM rows: fp4_multirow_avx512.cpp, each
+// code chunk decoded once for every row (the same bits); rows out of range come back here. It
+// runs on vdpbf16ps, as the GEMV does, so where the FMA tiles are the faster ones (dp_tiles
+// false) the calls above kGemvMaxM rows keep them.
+bool fp4_multirow(const LinearCall& c, bool dp_tiles) {
+  return c.W->format == WeightFormat::FP4_BLOCK && c.use_bf16 && c.M >= kFp4MultiRowMinM &&
+         c.M <= (dp_tiles ? kFp4MultiRowMaxM : kGemvMaxM);
+}
+void fp4_f32_row(const LinearCall& c, int64_t n) { f32_row_all_m(c, Fp4Dec(c), n); }
+
 template <class D, bool kDpTiles>
 void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  if constexpr (std::is_same_v<D, Fp4Dec>)
+    if (fp4_multirow(c, kDpTiles)) return fp4_multirow_avx512(c, n0, n1, scratch, fp4_f32_row);
   const D d(c);
   if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
   gemm_rows<D, kDpTiles>(c, d, n0, n1, scratch);
@@ -1262,7 +1277,12 @@ void rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   }
 }
 
-size_t scratch_bytes(const LinearCall& c) { return c.M <= kGemvMaxM ? 0 : gemm_scratch(c); }
+// (Both kernel tables share it: enough for the tiles and for fp4_multirow_avx512.)
+size_t scratch_bytes(const LinearCall& c) {
+  const size_t tiles = c.M <= kGemvMaxM ? 0 : gemm_scratch(c);
+  const size_t fp4 = fp4_multirow(c, true) ? fp4_multirow_scratch_avx512(c) : 0;
+  return fp4 > tiles ? fp4 : tiles;
+}
 
 // ------------------------------------------------------------------------------ activations
 
