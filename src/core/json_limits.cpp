@@ -5,25 +5,38 @@
 
 namespace deepinfer {
 
-size_t json_nesting_depth(std::string_view text, size_t stop_at) {
-  size_t depth = 0, deepest = 0;
+namespace {
+
+// Calls on(c) for every bracket, brace and colon of `text` outside strings, in order, until it
+// returns false.
+template <class On>
+void for_each_structural(std::string_view text, On&& on) {
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
       if (c == '\\') ++i;
       else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
+    } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > stop_at) return deepest;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
+    } else if (c == '[' || c == '{' || c == ']' || c == '}' || c == ':') {
+      if (!on(c)) return;
     }
   }
+}
+
+}  // namespace
+
+size_t json_nesting_depth(std::string_view text, size_t stop_at) {
+  size_t depth = 0, deepest = 0;
+  for_each_structural(text, [&](char c) {
+    if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      return deepest <= stop_at;
+    }
+    if (c != ':' && depth > 0) --depth;  // unbalanced closers do not go negative
+    return true;
+  });
   return deepest;
 }
 
@@ -33,25 +46,17 @@ JsonObjectKeys json_object_keys(std::string_view text, size_t max_depth) {
   constexpr size_t kArray = SIZE_MAX;
   std::vector<size_t> open;
   size_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+  for_each_structural(text, [&](char c) {
+    if (c == '[' || c == '{') {
       if (++depth <= max_depth) open.push_back(c == '{' ? 0 : kArray);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      if (depth-- <= max_depth) open.pop_back();
-    } else if (c == ':' && depth > 0 && depth <= max_depth && open.back() != kArray) {
+    } else if (c != ':') {
+      if (depth > 0 && depth-- <= max_depth) open.pop_back();
+    } else if (depth > 0 && depth <= max_depth && open.back() != kArray) {
       out.pairs += open.back();  // the new key against each one before it
       out.most = std::max(out.most, ++open.back());
     }
-  }
+    return true;
+  });
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include "core/formats.h"
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
+#include "model/deepseek_v4/layer_ops.h"
 
 namespace deepinfer::cli {
 
@@ -61,7 +62,10 @@ std::vector<PerCoreRow> measure_per_core(const v4::Model& model, const std::stri
   ThreadPool one(1);
   const std::unique_ptr<kernels::Backend> be = kernels::make_backend(kernels, &one);
   if (!be) throw std::invalid_argument("bench --per-core: unknown kernels '" + kernels + "'");
-  const kernels::BlockSum sum = cfg.v41() ? kernels::BlockSum::kF32 : kernels::BlockSum::kExact;
+  // The products go through the model's own run_products, on a one-thread backend.
+  v4::Numerics num;
+  num.mode = reference ? v4::NumericsMode::Reference : v4::NumericsMode::Float;
+  num.backend = be.get();
   std::vector<PerCoreRow> out;
   for (const Kind& k : decode_kinds(model.weights())) {
     int64_t max_cols = 0, max_rows = 0;
@@ -86,9 +90,9 @@ std::vector<PerCoreRow> measure_per_core(const v4::Model& model, const std::stri
         const Clock::time_point t0 = Clock::now();
         for (size_t i = 0; bytes < min_bytes || i % k.mats.size() != 0; ++i) {
           const WeightMatrix& W = *k.mats[i % k.mats.size()];
-          const bool act_quant = reference && W.is_quantized();
-          const kernels::LinearJob job{x.data(), M, &W, act_quant ? cfg.act_block() : 0, y.data(), sum};
-          be->linear_many(&job, 1);
+          const v4::LayerProduct p{x.data(), M, &W, y.data(),
+                                   W.is_quantized() ? v4::LayerProduct::kQuantized : v4::LayerProduct::kFp32};
+          v4::run_products(cfg, num, &p, 1);
           bytes += double(weight_data_bytes(W));
         }
         rates.push_back(bytes / std::chrono::duration<double>(Clock::now() - t0).count());
