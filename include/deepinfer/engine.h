@@ -73,6 +73,11 @@ struct EngineOptions {
   // Multi-socket machines: the pool's threads spread over the NUMA nodes and the weights read
   // in interleaved over them (src/core/numa.h); nothing changes on one node.
   bool numa = false;
+  // The memory the process may use, weights, KV pool and working memory together (0: what
+  // it may use when it starts: MemAvailable, or the cgroup limit where lower). When the
+  // checkpoint's weights do not fit in it, the dense weights stay resident and the routed
+  // experts stream from disk through a cache (v4::ExpertCache).
+  int64_t memory_limit_bytes = 0;
 
   static constexpr int64_t kDefaultKvMemoryBytes = int64_t(4) << 30;
 };

@@ -234,6 +234,13 @@ std::unique_ptr<v4::Model> load_engine_model(const EngineOptions& o) {
   lo.comm = o.comm;
   lo.expert_parallel = o.expert_parallel;
   lo.numa = o.numa;
+  const int64_t kv = o.num_kv_blocks > 0 ? 0 : o.kv_memory_bytes > 0 ? o.kv_memory_bytes : EngineOptions::kDefaultKvMemoryBytes;
+  const v4::WeightBudget budget = v4::weight_budget(o.memory_limit_bytes, kv + v4::kWorkingMemoryReserve);
+  if (budget.strict && budget.bytes <= 0)
+    throw std::runtime_error("--memory-limit " + std::to_string(o.memory_limit_bytes) + " leaves nothing for the weights (" +
+                             budget.source + ")");
+  lo.weight_budget = std::max<int64_t>(1, budget.bytes);
+  lo.weight_budget_strict = budget.strict;
   if (multi_process(o) && !o.expert_parallel)
     throw std::runtime_error("started as " + std::to_string(o.comm->size()) +
                              " ranks: pass --expert-parallel (each rank then holds 1/N of the routed experts)");

@@ -1,6 +1,7 @@
 #include "loader/safetensors.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -233,30 +234,36 @@ const TensorView* TensorStore::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-void TensorStore::populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip) const {
-  constexpr size_t kStep = size_t(256) << 20;
-  size_t all = 0, done = 0;
-  // Byte ranges [begin, end) of each file to read: the whole file, or its kept tensors.
+std::vector<std::vector<std::pair<size_t, size_t>>> TensorStore::kept_ranges(const Skip& skip) const {
   std::vector<std::vector<std::pair<size_t, size_t>>> ranges(files_.size());
   for (size_t i = 0; i < files_.size(); ++i) {
     const SafetensorsFile& f = *files_[i];
     if (!skip) {
       ranges[i].push_back({0, f.mapped().size()});
-    } else {
-      for (const auto& [name, t] : f.tensors())
-        if (!skip(name) && t.nbytes) {
-          const size_t b = size_t(t.data - f.mapped().data());
-          ranges[i].push_back({b, b + t.nbytes});
-        }
-      std::sort(ranges[i].begin(), ranges[i].end());
-      std::vector<std::pair<size_t, size_t>> merged;
-      for (const auto& r : ranges[i])
-        if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
-        else merged.push_back(r);
-      ranges[i] = std::move(merged);
+      continue;
     }
-    for (const auto& r : ranges[i]) all += r.second - r.first;
+    for (const auto& [name, t] : f.tensors())
+      if (!skip(name) && t.nbytes) {
+        const size_t b = size_t(t.data - f.mapped().data());
+        ranges[i].push_back({b, b + t.nbytes});
+      }
+    std::sort(ranges[i].begin(), ranges[i].end());
+    std::vector<std::pair<size_t, size_t>> merged;
+    for (const auto& r : ranges[i])
+      if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
+      else merged.push_back(r);
+    ranges[i] = std::move(merged);
   }
+  return ranges;
+}
+
+void TensorStore::populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip) const {
+  constexpr size_t kStep = size_t(256) << 20;
+  size_t all = 0, done = 0;
+  // Byte ranges [begin, end) of each file to read: the whole file, or its kept tensors.
+  const auto ranges = kept_ranges(skip);
+  for (const auto& file : ranges)
+    for (const auto& r : file) all += r.second - r.first;
   for (size_t i = 0; i < files_.size(); ++i)
     for (const auto& [b, e] : ranges[i])
       for (size_t off = b; off < e; off += kStep) {
@@ -265,6 +272,44 @@ void TensorStore::populate(const std::function<void(size_t, size_t)>& progress, 
         done += n;
         if (progress) progress(done, all);
       }
+}
+
+size_t TensorStore::lock(const Skip& skip, std::string* error) const {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const auto ranges = kept_ranges(skip);
+  std::vector<std::pair<const uint8_t*, size_t>> locked;
+  size_t bytes = 0;
+  for (size_t i = 0; i < files_.size(); ++i)
+    for (const auto& [b, e] : ranges[i]) {
+      const uint8_t* p = files_[i]->mapped().data() + b / page * page;
+      const size_t n = e - b / page * page;
+      if (::mlock(p, n) != 0) {
+        if (error) *error = std::strerror(errno);
+        for (const auto& [q, m] : locked) ::munlock(q, m);
+        return 0;
+      }
+      locked.push_back({p, n});
+      bytes += n;
+    }
+  return bytes;
+}
+
+std::vector<std::string> TensorStore::shard_paths() const {
+  std::vector<std::string> paths;
+  for (const auto& f : files_) paths.push_back(f->path());
+  return paths;
+}
+
+bool TensorStore::locate(const uint8_t* data, size_t n, size_t* shard, uint64_t* offset) const {
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const uint8_t* base = files_[i]->mapped().data();
+    if (base && data >= base && data + n <= base + files_[i]->mapped().size()) {
+      *shard = i;
+      *offset = uint64_t(data - base);
+      return true;
+    }
+  }
+  return false;
 }
 
 void TensorStore::populate_bytes(const uint8_t* data, size_t n) const {

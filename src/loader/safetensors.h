@@ -111,9 +111,21 @@ class TensorStore {
   void populate(const std::function<void(size_t, size_t)>& progress, const Skip& skip = {}) const;
   // The same for bytes [data, data + n) of one of the shards (a part of a tensor).
   void populate_bytes(const uint8_t* data, size_t n) const;
+  // Keeps the kept tensors' pages in memory (mlock), so that streaming other data through the
+  // page cache cannot evict them. Returns the bytes locked; on a refusal (RLIMIT_MEMLOCK,
+  // no privilege) unlocks what it had and sets *error.
+  size_t lock(const Skip& skip, std::string* error) const;
+  // The mapped shards' paths (empty for in-memory images).
+  std::vector<std::string> shard_paths() const;
+  // Where bytes [data, data + n) lie: the index of their shard in shard_paths() and their byte
+  // offset in it. False for in-memory images and for bytes outside every shard.
+  bool locate(const uint8_t* data, size_t n, size_t* shard, uint64_t* offset) const;
 
  private:
   void add(const std::map<std::string, TensorView>& tensors, const std::string& source);
+  // Per shard, the merged byte ranges [begin, end) of the tensors skip keeps (the whole file
+  // without skip).
+  std::vector<std::vector<std::pair<size_t, size_t>>> kept_ranges(const Skip& skip) const;
 
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<MemoryImage> images_;

@@ -956,7 +956,7 @@ EngineOptions bench_engine_options(const Args& args, const std::vector<int64_t>&
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
+  Args args(argv, {"--model", "--memory-limit", "--prefill", "--decode", "--depths", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens", "--spec-rounds", "--decode-batches", "--check-chunk", "--synthetic", "--seed",
                    "--save", "--server-bandwidth", "--server-cores"},
             {"--json", "--csv", "--profile", "--verify-weights", "--expert-parallel", "--numa", "--check-depth-logits",

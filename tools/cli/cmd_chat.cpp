@@ -29,7 +29,7 @@ using tokenizer::IncrementalDetokenizer;
 using tokenizer::Tokenizer;
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--system", "--reasoning-effort", "--family", "-n", "--numerics", "--threads", "--kernels",
+  Args args(argv, {"--model", "--memory-limit", "--system", "--reasoning-effort", "--family", "-n", "--numerics", "--threads", "--kernels",
              "--speculative", "--num-draft-tokens"},
             {"--thinking", "--verify-weights", "--numa"});
   const long max_tokens = args.get_int("-n", 512);

@@ -23,7 +23,7 @@ using tokenizer::IncrementalDetokenizer;
 using tokenizer::Tokenizer;
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels", "--speculative",
+  Args args(argv, {"--model", "--memory-limit", "--tokens-file", "--prompt", "-n", "--numerics", "--threads", "--kernels", "--speculative",
                    "--num-draft-tokens", "--temperature", "--top-k", "--top-p", "--min-p", "--repetition-penalty",
                    "--seed"},
             {"--verify-weights", "--expert-parallel", "--numa"});

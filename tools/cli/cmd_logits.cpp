@@ -70,7 +70,7 @@ void compare_with(const std::string& path, const std::vector<float>& got, int64_
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare",
+  Args args(argv, {"--model", "--memory-limit", "--tokens-file", "--out", "--mode", "--numerics", "--threads", "--kernels", "--compare",
                    "--synthetic", "--seed", "--save"},
             {"--verify-weights", "--expert-parallel", "--numa"});
   check_synthetic_flags(args);

@@ -35,7 +35,7 @@ double log_prob(const float* row, int64_t V, int32_t target) {
 }
 
 int run(const std::vector<std::string>& argv) {
-  Args args(argv, {"--model", "--file", "--tokens-file", "--context", "--numerics", "--threads", "--kernels"},
+  Args args(argv, {"--model", "--memory-limit", "--file", "--tokens-file", "--context", "--numerics", "--threads", "--kernels"},
             {"--verify-weights", "--numa"});
   if (args.get("--file").has_value() == args.get("--tokens-file").has_value())
     throw ArgError("give exactly one of --file or --tokens-file");

@@ -30,19 +30,6 @@
 namespace deepinfer::cli {
 namespace {
 
-int64_t parse_bytes(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  std::string unit(end ? end : "");
-  double mult = 1;
-  if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024.0;
-  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024.0 * 1024.0;
-  else if (!unit.empty()) throw ArgError(flag + ": unknown unit '" + unit + "' (use K, M or G)");
-  if (end == v.c_str() || !(x > 0)) throw ArgError(flag + " expects a positive size, got '" + v + "'");
-  return int64_t(x * mult);
-}
-
 long positive(const Args& args, const std::string& flag, long fallback) {
   const long v = args.get_int(flag, fallback);
   if (v < 1) throw ArgError(flag + " must be at least 1");
@@ -93,7 +80,7 @@ std::vector<std::string> take_aliases(const std::vector<std::string>& argv, std:
 int run(const std::vector<std::string>& all_argv) {
   std::vector<std::string> aliases;
   const std::vector<std::string> argv = take_aliases(all_argv, aliases);
-  Args args(argv, {"--model", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
+  Args args(argv, {"--model", "--memory-limit", "--host", "--port", "--threads", "--numerics", "--kernels", "--kv-memory", "--num-kv-blocks",
                    "--kv-block-tokens", "--max-model-len", "--max-batch-tokens", "--max-num-seqs",
                    "--max-long-partial-prefills", "--long-prefill-token-threshold",
                    "--prefix-cache-entries", "--prefix-cache-granularity", "--kv-cache-dir", "--kv-cache-disk-size", "--api-key", "--served-model-name", "--max-body-bytes", "--http-threads",

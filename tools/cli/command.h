@@ -38,7 +38,10 @@ struct CommandRegistration {
   "  --expert-parallel            under mpirun -np N: each rank holds and runs 1/N of the\n"      \
   "                               routed experts (required when N > 1)\n"                   \
   "  --numa                       several sockets: threads spread over the NUMA nodes, weights\n" \
-  "                               read in interleaved over them (no change on one node)\n"
+  "                               read in interleaved over them (no change on one node)\n"  \
+  "  --memory-limit SIZE          memory the process may use, e.g. 64G (default: what is free\n" \
+  "                               at start, or the cgroup limit); when the weights do not fit,\n" \
+  "                               dense weights stay resident and routed experts stream from disk\n"
 
 // Speculative decoding, for the commands that decode.
 #define DI_USAGE_SPECULATIVE                                                                  \

@@ -82,6 +82,24 @@ std::string model_dir_arg(const Args& args) {
   return dir.empty() ? default_model_dir() : dir;
 }
 
+int64_t parse_bytes(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  std::string unit(end ? end : "");
+  double mult = 1;
+  if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024.0;
+  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024.0 * 1024.0;
+  else if (!unit.empty()) throw ArgError(flag + ": unknown unit '" + unit + "' (use K, M or G)");
+  if (end == v.c_str() || !(x > 0)) throw ArgError(flag + " expects a positive size, got '" + v + "'");
+  return int64_t(x * mult);
+}
+
+int64_t memory_limit_arg(const Args& args) {
+  const auto v = args.get("--memory-limit");
+  return v ? parse_bytes("--memory-limit", *v) : 0;
+}
+
 std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   if (synthetic_arg(args)) {
     prepare_synthetic_arg(args, uint64_t(1) << 30, "1 GiB of working memory");
@@ -97,6 +115,11 @@ std::unique_ptr<v4::Model> load_model_arg(const Args& args) {
   options.comm = &comm;
   options.expert_parallel = args.has("--expert-parallel");
   options.numa = args.has("--numa");
+  const v4::WeightBudget budget = v4::weight_budget(memory_limit_arg(args), v4::kWorkingMemoryReserve);
+  if (budget.strict && budget.bytes <= 0)
+    throw ArgError("--memory-limit leaves nothing for the weights (" + budget.source + ")");
+  options.weight_budget = std::max<int64_t>(1, budget.bytes);
+  options.weight_budget_strict = budget.strict;
   if (comm.size() == 1) return v4::Model::load(model_dir_arg(args), options);
   // Every rank loads; then they agree, so that one rank's failure ends all of them with its
   // reason instead of leaving the others waiting in the first collective.
@@ -127,6 +150,7 @@ EngineOptions engine_options_from_args(const Args& args) {
   o.comm = &world();
   o.expert_parallel = args.has("--expert-parallel");
   o.numa = args.has("--numa");
+  o.memory_limit_bytes = memory_limit_arg(args);
   o.numerics = args.get_or("--numerics", "reference");
   if (o.numerics != "reference" && o.numerics != "float") throw ArgError("--numerics must be reference or float");
   o.kernels = args.get_or("--kernels", "cpu");

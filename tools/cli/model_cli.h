@@ -22,6 +22,11 @@
 
 namespace deepinfer::cli {
 
+// A size flag's value: plain bytes or a K / M / G (KiB / MiB / GiB) suffix; ArgError otherwise.
+int64_t parse_bytes(const std::string& flag, const std::string& v);
+// --memory-limit SIZE (0 when not given: what the process may use).
+int64_t memory_limit_arg(const Args& args);
+
 // --model DIR, or the embedded default checkpoint when omitted; with --synthetic, the name its
 // in-memory checkpoint is registered under.
 std::string model_dir_arg(const Args& args);

@@ -188,9 +188,20 @@ std::unique_ptr<Model> Model::finish_load(std::unique_ptr<Model> m, const std::s
              interleave->active() ? "weights read in interleaved over them"
                                   : "one node (or set_mempolicy refused): nothing to interleave");
   }
-  if (m->store_->images().empty() && populate_weights(*m->store_, skip) && m->experts_.active()) {
+  const TensorStore::Skip resident = m->stream_experts_if_needed(options, skip);
+  if (m->store_->images().empty() && populate_weights(*m->store_, resident) && m->experts_.active()) {
     const WeightMatrix mine = m->own_head_rows();
     m->store_->populate_bytes(mine.data, size_t(weight_data_bytes(mine)));
+  }
+  if (m->expert_cache_) {
+    std::string error;
+    const size_t locked = m->store_->lock(resident, &error);
+    if (locked > 0)
+      log_info("memory budget: %.2f GB of resident weights locked in memory", double(locked) / 1e9);
+    else
+      log_warn("memory budget: the resident weights could not be locked in memory (%s): streaming may evict them "
+               "from the page cache (raise the memlock limit, e.g. ulimit -l unlimited)",
+               error.c_str());
   }
   const Config& c = m->cfg_;
   for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) m->ropes_.push_back(RopeTable::make(c, c.ratio(l) != 0));
@@ -199,6 +210,69 @@ std::unique_ptr<Model> Model::finish_load(std::unique_ptr<Model> m, const std::s
            (long long)c.n_layers, (long long)c.dim, (long long)c.vocab_size, m->store_->all().size(),
            m->store_->total_bytes() / 1e6, m->store_->images().empty() ? "mapped" : "in memory", secs);
   return m;
+}
+
+// The layers whose routed experts stream when the budget is short: the backbone's (each
+// predicting the next), the MTP modules' and the DSpark stages'.
+static std::vector<ExpertCache::Layer> streamed_layers(const Weights& w) {
+  std::vector<ExpertCache::Layer> layers;
+  for (size_t l = 0; l < w.layers.size(); ++l)
+    layers.push_back({&w.layers[l].ffn, l + 1 < w.layers.size() ? &w.layers[l + 1].ffn : nullptr});
+  for (const MtpWeights& m : w.mtp) layers.push_back({&m.block.ffn, nullptr});
+  for (const LayerWeights& s : w.dspark.stages) layers.push_back({&s.ffn, nullptr});
+  for (size_t i = layers.size(); i-- > 0;)
+    if (layers[i].moe->experts.empty()) layers.erase(layers.begin() + std::ptrdiff_t(i));
+  return layers;
+}
+
+TensorStore::Skip Model::stream_experts_if_needed(const LoadOptions& options, const TensorStore::Skip& skip) {
+  if (options.weight_budget <= 0 || !store_->images().empty()) return skip;
+  auto routed = [](const std::string& name) { return routed_expert_of(name) >= 0; };
+  const int64_t own = int64_t(store_->total_bytes(skip)) + (experts_.active() ? weight_data_bytes(own_head_rows()) : 0);
+  if (own <= options.weight_budget) {
+    log_info("memory budget: %.2f GB of weights fit in %.2f GB: all resident", double(own) / 1e9,
+             double(options.weight_budget) / 1e9);
+    return skip;
+  }
+  TensorStore::Skip dense = [skip, routed](const std::string& name) { return (skip && skip(name)) || routed(name); };
+  const int64_t resident = int64_t(store_->total_bytes(dense)) + (experts_.active() ? weight_data_bytes(own_head_rows()) : 0);
+  const int64_t streamed = own - resident;
+  std::vector<ExpertCache::Layer> layers = streamed_layers(w_);
+  const int64_t slot = ExpertCache::slot_bytes_for(*store_, layers);
+  // At least one token's experts of a layer at a time, twice over (one layer computes while
+  // the next one's arrive).
+  const int64_t min_slots = 2 * std::max<int64_t>(cfg_.n_activated_experts, cfg_.dspark_n_activated_experts);
+  auto gb = [](double b) { return b / 1e9; };
+  if (options.weight_budget < resident + min_slots * slot && !options.weight_budget_strict) {
+    log_warn("memory: %.2f GB of weights, and only %.2f GB may be held, too little for the %.2f GB of dense weights "
+             "and %lld routed experts: all mapped, paged in on demand (set --memory-limit to stream the experts)",
+             gb(double(own)), gb(double(options.weight_budget)), gb(double(resident)), (long long)min_slots);
+    return skip;
+  }
+  if (options.weight_budget < resident + min_slots * slot)
+    throw LoadError("the memory budget (" + std::to_string(options.weight_budget) + " bytes, " +
+                    std::to_string(gb(double(options.weight_budget))) + " GB) is too small for this checkpoint: its " +
+                    "dense weights (attention, shared experts, norms, embedding, head) take " + std::to_string(resident) +
+                    " bytes and must stay resident, and streaming its routed experts needs room for at least " +
+                    std::to_string(min_slots) + " of them (" + std::to_string(min_slots * slot) +
+                    " bytes); raise --memory-limit to at least " + std::to_string(resident + min_slots * slot) +
+                    " bytes");
+  expert_cache_ = std::make_unique<ExpertCache>(*store_, layers, options.weight_budget - resident, options.expert_readers);
+  const ExpertCache& c = *expert_cache_;
+  // Expert parallel: this rank streams only its own experts (the others are never read).
+  int64_t own_experts = 0;
+  for (const ExpertCache::Layer& l : layers)
+    for (size_t e = 0; e < l.moe->experts.size(); ++e) own_experts += experts_.owns(int64_t(e));
+  const int64_t per_expert = streamed / std::max<int64_t>(1, own_experts);
+  const double held = std::min(1.0, double(c.slots()) / double(std::max<int64_t>(1, own_experts)));
+  const double per_token = double(cfg_.n_activated_experts * cfg_.n_layers * per_expert);
+  log_info("memory budget %.2f GB: %.2f GB of dense weights resident; %.2f GB of routed experts (%lld, %.1f MB each) "
+           "stream from disk through a cache of %lld (%.0f%%, %.2f GB); a decoded token needs up to %.0f MB of "
+           "experts, ~%.0f MB from disk when its experts are spread evenly",
+           gb(double(options.weight_budget)), gb(double(resident)), gb(double(streamed)), (long long)own_experts,
+           double(per_expert) / 1e6, (long long)c.slots(), 100.0 * held, gb(double(c.slots() * c.slot_bytes())),
+           per_token / 1e6, per_token * (1.0 - held) / 1e6);
+  return dense;
 }
 
 void Model::check_numerics(const Numerics& num) const {
@@ -309,7 +383,7 @@ void Model::block_forward(const LayerWeights& L, const RopeTable& rope, const fl
     // DSpark stages run all their experts on every rank (they are small and not split).
     static const ExpertSplit kWhole;
     moe_forward(dspark_stage ? dspark_moe_cfg_ : c, num, L, dspark_stage ? kWhole : experts_, x.data(), tokens, S,
-                y.data());
+                y.data(), expert_cache_.get());
   }
   DI_PROFILE("hc.post");
   hc_expand_rows(y.data(), R.data(), mix.data(), S, hc, d, num, X);
@@ -441,6 +515,28 @@ V41Step begin_v41_step(const Config& c, const EngramTables& engram, std::span<co
 
 }  // namespace
 
+// Streaming: the hash-routed layers' experts follow from the token ids alone, so all of them
+// are asked for before the step starts (within half the cache, first layers first).
+void Model::read_ahead_hash_layers(std::span<const int32_t> tokens) const {
+  const int64_t K = cfg_.n_activated_experts;
+  int64_t room = expert_cache_->slots() / 2;
+  std::vector<int32_t> ids;
+  for (const LayerWeights& L : w_.layers) {
+    if (L.ffn.tid2eid.empty() || room <= 0) continue;
+    ids.clear();
+    for (int32_t t : tokens)
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = L.ffn.tid2eid[size_t(int64_t(t) * K + k)];
+        if (experts_.owns(e)) ids.push_back(e);
+      }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    if (int64_t(ids.size()) > room) ids.resize(size_t(room));
+    room -= int64_t(ids.size());
+    expert_cache_->read_ahead(&L.ffn, ids);
+  }
+}
+
 void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics& num,
                            std::vector<float>* draft_inputs) const {
   const Config& c = cfg_;
@@ -464,6 +560,7 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   }
   float* X = scratch.take<float>(S * hc * d).data();
   float* Xn = scratch.take<float>(S * hc * d).data();
+  if (expert_cache_) read_ahead_hash_layers(tokens);
   {
     DI_PROFILE("embed");
     embed_rows(w_.embed, tokens.data(), S, hc, d, X, c.image_token_id);

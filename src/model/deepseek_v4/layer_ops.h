@@ -16,6 +16,8 @@
 
 namespace deepinfer::v4 {
 
+class ExpertCache;  // expert_cache.h
+
 // The calling thread's arena for the temporaries of a forward step: every sublayer takes its
 // buffers from it inside a ScratchArena::Scope. It grows to the largest step it has seen, so a
 // warm decode step allocates nothing; one per thread, so concurrent forwards never share one.
@@ -137,7 +139,9 @@ void shared_attention_segment(const Config& cfg, const Numerics& num, const Laye
 // MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
 // Every rank routes every token (x is replicated) and gets the same out: the combine sums a
 // token's expert outputs in increasing expert id, then the shared expert, whatever the split.
+// cache: where the routed experts stream from when the checkpoint exceeds its memory budget
+// (null, or a layer it does not stream: the mapped weights); the same out either way.
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const ExpertSplit& split,
-                 const float* x, const int32_t* tokens, int64_t S, float* out);
+                 const float* x, const int32_t* tokens, int64_t S, float* out, ExpertCache* cache = nullptr);
 
 }  // namespace deepinfer::v4

@@ -12,6 +12,7 @@
 #include "loader/safetensors.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/engram.h"
+#include "model/deepseek_v4/expert_cache.h"
 #include "model/deepseek_v4/expert_split.h"
 #include "model/deepseek_v4/numerics.h"
 #include "model/deepseek_v4/rope.h"
@@ -64,6 +65,17 @@ struct LoadOptions {
   bool expert_parallel = false;
   // --numa: weights read in interleaved page by page over the machine's nodes (core/numa.h).
   bool numa = false;
+  // The bytes of weights this process may hold in memory (--memory-limit less the KV pool and
+  // working memory); 0: no limit. A mapped checkpoint (this rank's share) larger than this
+  // keeps its dense weights resident (locked where allowed) and streams its routed experts
+  // from disk through an ExpertCache of what is left; LoadError when the dense part alone
+  // does not fit. In-memory checkpoints are resident already and ignore it.
+  int64_t weight_budget = 0;
+  // False: a default budget (not --memory-limit) too small even for the dense weights only
+  // warns and maps everything as without a budget, instead of refusing.
+  bool weight_budget_strict = true;
+  // Reader threads of the expert cache.
+  int expert_readers = 4;
 };
 
 // A checkpoint held in memory instead of a directory: config.json's text and a TensorStore
@@ -92,6 +104,8 @@ class Model {
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
   const ExpertSplit& expert_split() const { return experts_; }
+  // The routed-expert cache when the experts stream from disk (null: all weights mapped).
+  ExpertCache* expert_cache() const { return expert_cache_.get(); }
   SequenceState new_sequence() const { return SequenceState::create(cfg_); }
 
   // Throws if the reference numerics cannot run this checkpoint (the reference's quantisation
@@ -183,6 +197,10 @@ class Model {
                     const Numerics& num, float* logits, const float* pre = nullptr) const;
   // Expert parallel: this rank's vocabulary rows of the head (experts_.head_first).
   WeightMatrix own_head_rows() const;
+  // options.weight_budget below this rank's weights: makes expert_cache_ and returns what
+  // stays resident (skip plus the routed experts); otherwise returns skip.
+  TensorStore::Skip stream_experts_if_needed(const LoadOptions& options, const TensorStore::Skip& skip);
+  void read_ahead_hash_layers(std::span<const int32_t> tokens) const;
 
   Config cfg_;
   std::shared_ptr<const TensorStore> store_;
@@ -190,6 +208,7 @@ class Model {
   std::vector<RopeTable> ropes_;  // per layer, then per MTP stage
   EngramTables engram_;           // V4.1 with Engram layers
   ExpertSplit experts_;           // the routed experts this rank runs (all of them in one process)
+  std::unique_ptr<ExpertCache> expert_cache_;  // --memory-limit below the weights: experts stream
   Config dspark_moe_cfg_;         // cfg_ with the DSpark stages' expert counts
 };
 

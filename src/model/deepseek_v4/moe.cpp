@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
+#include "model/deepseek_v4/expert_cache.h"
 #include "model/deepseek_v4/layer_ops.h"
 #include "model/deepseek_v4/routing_trace.h"
 
@@ -123,6 +125,42 @@ void experts_forward(const Config& cfg, const Numerics& num, std::span<ExpertWor
   run_products(cfg, num, products.data(), n);
 }
 
+
+// Streaming: asks for the experts the layer after m will choose while m's own are computed.
+// A hash-routed next layer's follow from the tokens; a gate-routed one's are predicted by its
+// gate applied to m's input x (the next layer's input differs by one sublayer's residual).
+// Only this rank's experts; nothing here changes an output.
+void read_ahead_next_layer(const Config& cfg, const Numerics& num, ExpertCache& cache, const MoeWeights& m,
+                           const ExpertSplit& split, const float* x, const int32_t* tokens, int64_t S) {
+  const MoeWeights* next = cache.next_of(&m);
+  if (!next) return;
+  const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts;
+  ScratchArena& scratch = step_scratch();
+  ScratchArena::Scope scope(scratch);
+  std::span<uint8_t> wanted = scratch.take_zeroed<uint8_t>(E);
+  if (!next->tid2eid.empty()) {
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t k = 0; k < K; ++k) wanted[next->tid2eid[size_t(int64_t(tokens[t]) * K + k)]] = 1;
+  } else {
+    std::span<float> logits = scratch.take<float>(S * E), weights = scratch.take<float>(K);
+    std::span<int32_t> chosen = scratch.take<int32_t>(K);
+    num.backend->linear_f32(x, S, next->gate, logits.data());
+    for (int64_t t = 0; t < S; ++t) {
+      route_token(cfg, *next, false, &logits[t * E], tokens[t], chosen.data(), weights.data());
+      for (int32_t e : chosen) wanted[e] = 1;
+    }
+  }
+  std::vector<int32_t> ids;
+  for (int64_t e = 0; e < E; ++e)
+    if (wanted[e] && split.owns(e)) ids.push_back(int32_t(e));
+  // No more than half the cache ahead: the rest holds what runs now.
+  if (int64_t(ids.size()) > cache.slots() / 2) ids.resize(size_t(cache.slots() / 2));
+  if (next->tid2eid.empty())
+    cache.predict(next, ids);
+  else
+    cache.read_ahead(next, ids);
+}
+
 }  // namespace
 
 RoutingTrace* set_routing_trace(RoutingTrace* trace) { return std::exchange(routing_trace, trace); }
@@ -142,7 +180,7 @@ ExpertSplit split_experts(dist::Communicator* comm, int64_t n_experts, int64_t v
 }
 
 void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const ExpertSplit& split,
-                 const float* x, const int32_t* tokens, int64_t S, float* out) {
+                 const float* x, const int32_t* tokens, int64_t S, float* out, ExpertCache* cache) {
   const MoeWeights& m = L.ffn;
   const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts, d = cfg.dim;
   ScratchArena& scratch = step_scratch();
@@ -208,12 +246,40 @@ void moe_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, 
     shared->x = x;
     shared->M = S;
   }
+  // Streamed experts (a checkpoint larger than its memory budget): this layer's are pinned
+  // and read if missing, the next layer's asked for ahead, and the routed experts computed in
+  // the order they arrive (each writes only its own slot rows: the same out in any order).
+  const bool streamed = cache && cache->streams(&m);
+  std::optional<ExpertCache::Step> step;
+  if (streamed) {
+    std::span<int32_t> ids = scratch.take<int32_t>(int64_t(k));
+    for (size_t i = 0; i < k; ++i) ids[i] = int32_t(work[i].w - m.experts.data());
+    step.emplace(*cache, &m, ids);
+    read_ahead_next_layer(cfg, num, *cache, m, split, x, tokens, S);
+  }
+  auto run_routed = [&] {
+    if (!streamed) return experts_forward(cfg, num, work.first(k));
+    std::vector<int32_t> ready;
+    std::span<ExpertWork> wave = scratch.take<ExpertWork>(int64_t(k));
+    while (step->next(ready)) {
+      for (size_t i = 0; i < ready.size(); ++i) {
+        wave[i] = work[size_t(ready[i])];
+        wave[i].w = &step->weights(ready[i]);
+      }
+      experts_forward(cfg, num, wave.first(ready.size()));
+      for (int32_t i : ready) step->release(i);
+      ready.clear();
+    }
+  };
   section.start(DI_PROFILE_SECTION("moe.experts"));
-  if (!distributed) {
+  if (!distributed && !streamed) {
     experts_forward(cfg, num, work);
+  } else if (!distributed) {
+    if (shared) experts_forward(cfg, num, std::span<ExpertWork>(shared, 1));  // while the first reads land
+    run_routed();
   } else {
     // Routed experts first; their outputs travel while the (replicated) shared expert runs.
-    experts_forward(cfg, num, work.first(k));
+    run_routed();
     const int64_t n_ranks = split.comm->size();
     std::span<int64_t> counts = scratch.take<int64_t>(n_ranks), displs = scratch.take<int64_t>(n_ranks);
     for (int64_t r = 0; r < n_ranks; ++r) {
