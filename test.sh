@@ -13,6 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 jobs="$(nproc)"
 
+echo "== Citations (every docs/model/<note>.md §N a comment cites exists; none cites a file the repository lacks)"
+bash tools/check_citations.sh
+
 echo "== Python package (python/install.sh: rebuilds what changed)"
 python/install.sh
 

@@ -1,5 +1,5 @@
 // Number formats of the DeepSeek-V4 checkpoints and of the reference's quantise points
-// (MODEL.md section 3). Every conversion here is exact or round-to-nearest-even, so the
+// (docs/model/formats.md). Every conversion here is exact or round-to-nearest-even, so the
 // scalar kernels built on it reproduce the reference bit for bit.
 #pragma once
 #include <cstdint>

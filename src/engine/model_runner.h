@@ -42,9 +42,9 @@ class ModelRunner final : public Runner {
   bool export_snapshot(uint64_t snap, std::vector<char>* out) const override;
   void load_snapshot(const StateOp& op);
 
-  // Drafting with the checkpoint's drafter: "mtp" (V4's MTP module, MODEL.md 10, chained on
+  // Drafting with the checkpoint's drafter: "mtp" (V4's MTP module, docs/model/mtp_dspark.md §1, chained on
   // its own output for more than one token) or "dspark" (V4.1 and the V4 0731/0813 refreshes,
-  // MODEL.md 11.7 / 11.10: a block of drafts per forward). std::invalid_argument if the checkpoint has no such drafter, or one
+  // docs/model/mtp_dspark.md §2 / §3: a block of drafts per forward). std::invalid_argument if the checkpoint has no such drafter, or one
   // this runner cannot draft with (an MTP layer with compressed attention).
   void enable_drafting(const std::string& mode);
   int64_t max_draft_tokens() const override;

@@ -6,8 +6,8 @@
 // src/model/deepseek_v4 (RMSNorm and the elementwise math in numerics.h, RoPE in rope.h,
 // the Sinkhorn mixing in hyper_connections.h, the indexer's top-k in top_k.h, the router's
 // scores in moe.cpp).
-// `ref/` holds the plain scalar version of each op here; it defines the numerics (MODEL.md
-// sections 3 and 12): dot products accumulate in double and round once to fp32,
+// `ref/` holds the plain scalar version of each op here; it defines the numerics (docs/model/
+// formats.md, numerics.md §1.2): dot products accumulate in double and round once to fp32,
 // transcendentals are evaluated in double and rounded once, so results do not depend on
 // summation order.
 #pragma once
@@ -29,7 +29,7 @@ void linear_f32_ref(const float* x, int64_t M, const WeightMatrix& W, float* y);
 //           accumulator in K order (the V4.1 goldens: the kernel's per-block fp32 promotion).
 enum class BlockSum { kExact, kF32 };
 
-// The reference's FP8 / FP4 GEMM (MODEL.md 3.5): each row of x is act-quantised to e4m3
+// The reference's FP8 / FP4 GEMM (docs/model/formats.md §5): each row of x is act-quantised to e4m3
 // with one ue8m0 scale per act_block elements, then
 //   FP8: y = sum_kb (sum_{k in kb} xq*wq) * sx[kb] * sW[n/B, kb]
 //   FP4: y = sum_kb32 (sum xq*wq) * sx[kb32*32/act_block] * sW[n, kb32]
@@ -38,15 +38,15 @@ enum class BlockSum { kExact, kF32 };
 void linear_act_quant_ref(const float* x, int64_t M, const WeightMatrix& W, int64_t act_block, float* y,
                           BlockSum sum = BlockSum::kExact);
 
-// act_quant per block in place (MODEL.md 3.3): x <- bf16(e4m3(x / s) * s), s = ue8m0 ceil
+// act_quant per block in place (docs/model/formats.md §3): x <- bf16(e4m3(x / s) * s), s = ue8m0 ceil
 // of max(amax, 1e-4) / 448. n must be a multiple of block.
 // If q_out/s_out are given, also writes the e4m3 values (as fp32) and the per-block scales.
 void act_quant_ref(float* x, int64_t n, int64_t block, float* q_out = nullptr, float* s_out = nullptr);
 
-// FP4 QDQ with power-of-two scales (MODEL.md 3.4, first variant) in place, blocks of `block`.
+// FP4 QDQ with power-of-two scales (docs/model/formats.md §4.1) in place, blocks of `block`.
 void fp4_qdq_pow2_ref(float* x, int64_t n, int64_t block);
 
-// FP4 QDQ with e4m3 scales (MODEL.md 3.4, second variant: V4.1 compressed KV) in place,
+// FP4 QDQ with e4m3 scales (docs/model/formats.md §4.2: V4.1 compressed KV) in place,
 // blocks of `block` (16 in V4.1): s = e4m3(max(amax, 6 * 2^-9) / 6) (fp32 division, e4m3
 // round-to-nearest-even), x <- bf16(e2m1(clamp(x / s, -6, 6)) * s) with x / s an fp32
 // division. n must be a multiple of block.
@@ -55,7 +55,7 @@ void fp4_qdq_e4m3_ref(float* x, int64_t n, int64_t block);
 // In-place unnormalised Walsh-Hadamard transform (Sylvester order), n a power of two.
 void hadamard_ref(float* x, int64_t n);
 
-// One head of sink attention over an explicit key list (MODEL.md 7.6, AUDIT O2).
+// One head of sink attention over an explicit key list (docs/model/attention.md §6.3-§6.4).
 // keys[j] points at a key/value vector of length dim, or is null (an invalid column).
 // Columns are processed in tiles of 64 with an online softmax; when round_probs is set the
 // unnormalised probabilities are rounded to bf16 for P.V (reference kernel), the
@@ -64,7 +64,7 @@ void hadamard_ref(float* x, int64_t n);
 void sink_attention_ref(const float* q, const float* const* keys, int64_t n_keys, int64_t dim,
                         float scale, float sink, bool round_probs, float* out);
 
-// Lightning-indexer scores of one query token (MODEL.md 7.5) against n_keys keys of length
+// Lightning-indexer scores of one query token (docs/model/attention.md §5.3) against n_keys keys of length
 // dim: q holds n_heads query heads [n_heads, dim], w their weights. With R the bf16 rounding
 // when round_bf16 is set (reference numerics), else the identity:
 //   score[s] = R(float(sum_h double(R(max(R(float(q_h . k_s)), 0) * w_h))))
@@ -73,18 +73,18 @@ void sink_attention_ref(const float* q, const float* const* keys, int64_t n_keys
 void index_scores_ref(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                       int64_t n_keys, bool round_bf16, float* scores);
 
-// Hyper-connection expansion (MODEL.md 6.3, hc_post) of one token, columns [j0, j1): for
+// Hyper-connection expansion (docs/model/hyper_connections.md §3, hc_post) of one token, columns [j0, j1): for
 // each stream k, Y[k * dim + j] = R(post[k] * o[j] + float(s)) with s = sum over i of
 // double(comb[i * hc + k] * Rs[i * dim + j]) in order from 0.0 (fp32 products, a double sum),
 // R the bf16 rounding when round_bf16.
 void hc_expand_ref(const float* o, const float* Rs, const float* comb, const float* post, int64_t hc, int64_t dim,
                    bool round_bf16, float* Y, int64_t j0, int64_t j1);
 
-// Hyper-connection collapse (MODEL.md 6.3, hc_pre) of one token: out[j] = R(float(s)) with
+// Hyper-connection collapse (docs/model/hyper_connections.md §3, hc_pre) of one token: out[j] = R(float(s)) with
 // s = sum over i of double(pre[i] * X[i * dim + j]) in order from 0.0 (fp32 products).
 void hc_collapse_ref(const float* X, const float* pre, int64_t hc, int64_t dim, bool round_bf16, float* out);
 
-// The MoE SwiGLU of one row (MODEL.md 8.2): with L = limit (no clamping when L <= 0),
+// The MoE SwiGLU of one row (docs/model/moe.md §2): with L = limit (no clamping when L <= 0),
 // silu(x) = float(double(x) / (1 + exp(-double(x)))) and R the bf16 rounding when round_bf16:
 //   out[i] = R(w * (silu(min(g[i], L)) * clamp(u[i], -L, L)))   (w * only when weight != null,
 // w = *weight; the products in fp32, in that order). NaN passes through as std::min / clamp do.

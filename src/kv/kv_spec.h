@@ -44,7 +44,7 @@ inline constexpr int64_t kMinRingRows = 8;
 // least kMinRingRows (a group's rows are those of its positions modulo this).
 int64_t pending_rows(int64_t ratio, int64_t coff);
 
-// DeepSeek-V4.1 (MODEL.md 11.8) shares compressed caches: only its KV sources hold state
+// DeepSeek-V4.1 (docs/model/v41.md §8) shares compressed caches: only its KV sources hold state
 // beyond the window ring. A source of ratio r holds, per r tokens, one [head_dim] entry and one
 // [index_head_dim] index key (growing, in the block of the group's last token), and for r > 1
 // the pending group: kv + score, r rows (rounded up to hold kMinRingRows) of head_dim each

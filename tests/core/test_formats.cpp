@@ -1,4 +1,4 @@
-// Number formats against hand-computed vectors (MODEL.md section 3): ties to even,
+// Number formats against hand-computed vectors (docs/model/formats.md): ties to even,
 // exponent boundaries, subnormals, saturation, NaN encodings.
 #include <gtest/gtest.h>
 

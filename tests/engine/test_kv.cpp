@@ -243,7 +243,7 @@ TEST(KvSpec, FixedBlocksPackWholeRows) {
       }
 }
 
-// DeepSeek-V4.1 (MODEL.md 11.8): only the KV sources grow (entry + index key per group) and
+// DeepSeek-V4.1 (docs/model/v41.md §8): only the KV sources grow (entry + index key per group) and
 // keep a pending group (ratio > 1); every layer has its ring; the Engram history is one fixed
 // row per sequence; for every block size, window and with or without Engram.
 TEST(KvSpec, V41SharedSources) {
@@ -272,7 +272,7 @@ TEST(KvSpec, V41SharedSources) {
   EXPECT_EQ(s.compressor_state_bytes, (2 * 8 * 128 + 8) * 4);
 }
 
-// DeepSeek-V4-Flash (MODEL.md: 43 layers + 1 MTP, window 128, head_dim 512, index_head_dim
+// DeepSeek-V4-Flash (docs/model/config.md §1: 43 layers + 1 MTP, window 128, head_dim 512, index_head_dim
 // 128, ratios [0,0] + [4,128] x 20 + [4] + [0]): about 23.7 MB of fixed state per sequence,
 // 27 pages of 64 tokens, as few as whole pages allow.
 TEST(KvSpec, V4FlashFixedPart) {

@@ -115,7 +115,7 @@ TEST(Fp4Qdq, PowerOfTwoScaleAndTies) {
   EXPECT_EQ(y[0], 8.0f);
 }
 
-// V4.1 compressed KV (MODEL.md 3.4, e4m3 variant): the scale is e4m3(amax / 6), not a power
+// V4.1 compressed KV (docs/model/formats.md §4.2, e4m3 variant): the scale is e4m3(amax / 6), not a power
 // of two, so x / s is a rounded fp32 quotient; e2m1 ties go to the even code.
 TEST(Fp4Qdq, E4m3ScaleBlocksAndTies) {
   std::vector<float> x(16, 0.0f);

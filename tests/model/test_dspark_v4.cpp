@@ -1,4 +1,4 @@
-// The DSpark drafter of DeepSeek-V4-Flash-0731 / V4-Pro-0813 (MODEL.md 11.10):
+// The DSpark drafter of DeepSeek-V4-Flash-0731 / V4-Pro-0813 (docs/model/mtp_dspark.md §3):
 //   - loading: the stages are recognised from the dspark_* keys (never an MTP module from
 //     num_nextn_predict_layers), and every inconsistency is one error naming the key or tensor;
 //   - drafting against the independent float64 numpy drafter (tools/golden/v4_dspark_numpy.py,

@@ -1,6 +1,6 @@
 // DeepSeek-V4.1 end to end against ../shared/golden/tiny-v41-a: logits of DeepSeek's official
 // V4.1 inference/model.py + engram.py (canonical numerics), with the tolerances of that set's
-// README ("Tolerances for an engine"); and the corrected decode (MODEL.md 11.9): token by
+// README ("Tolerances for an engine"); and the corrected decode (docs/model/v41.md §9): token by
 // token and in chunks, the engine reproduces its own prefill.
 #include <gtest/gtest.h>
 
@@ -102,7 +102,7 @@ TEST(V41Golden, ReferenceGreedyMatchesOfficialCode) {
   }
 }
 
-// MODEL.md 11.9: the reference's own decode loop departs from its prefill from row 18 on;
+// docs/model/v41.md §9: the reference's own decode loop departs from its prefill from row 18 on;
 // with the index keys always published it is bit-identical. So must ours be, token by token
 // and in chunks of any size (Engram history and ratio-2 groups across chunk edges).
 TEST(V41Golden, DecodeAndChunksEqualPrefillBitForBit) {

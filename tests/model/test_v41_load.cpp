@@ -1,5 +1,6 @@
-// DeepSeek-V4.1 configs and checkpoints (MODEL.md 2.2, 4.2, 11.2): both config layouts give
-// the same model, malformed configs and checkpoints fail with one error naming the culprit.
+// DeepSeek-V4.1 configs and checkpoints (docs/model/config.md §2, checkpoint.md §2, v41.md §2):
+// both config layouts give the same model, malformed configs and checkpoints fail with one
+// error naming the culprit.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -189,7 +190,7 @@ TEST(V41Config, WrongTypedMarkersAreClearErrors) {
   EXPECT_NE(e.find("'scale_fmt' must be a string"), std::string::npos) << e;
 }
 
-// MODEL.md 4.2 layout: tensors that are missing or have the wrong block-scale shape, and the
+// docs/model/checkpoint.md §2 layout: tensors that are missing or have the wrong block-scale shape, and the
 // Engram token map, each named in the one error.
 TEST(V41Checkpoint, MalformedTensorsAreNamed) {
   {
@@ -270,13 +271,13 @@ TEST(V41Checkpoint, MalformedTensorsAreNamed) {
   }
 }
 
-// The prime layout and hash ids (MODEL.md 11.6) against values computed independently of this
+// The prime layout and hash ids (docs/model/v41.md §6) against values computed independently of this
 // code: the set's README (primes) and a plain int64 evaluation of the n-gram hash.
 TEST(V41Engram, PrimesAndHashIds) {
   const Config cfg = load_config((kModel / "config.json").string());
   const auto primes = engram_primes(cfg);
   EXPECT_EQ(primes, (std::vector<std::vector<int64_t>>{{1009, 1013, 1019, 1021}, {1031, 1033, 1039, 1049}}));
-  // The spec's release layout (8 heads, 2- to 4-grams from 16000000) for layer 1, 2-grams.
+  // The release layout (8 heads, 2- to 4-grams from 16000000; docs/model/v41.md §6.3) for layer 1, 2-grams.
   Config rel = cfg;
   rel.engram_layer_ids = {1, 14};
   rel.engram_max_ngram = 4;
@@ -287,8 +288,8 @@ TEST(V41Engram, PrimesAndHashIds) {
             (std::vector<int64_t>{16000057, 16000079, 16000081, 16000097, 16000121, 16000129, 16000133, 16000183}));
   EXPECT_EQ(big[1].back(), 16000889);
 
-  // Hash multipliers: numpy's default_rng stream reproduced (spec 11.6 release table, spec
-  // 15.2 tiny table, and the set's own file for its 850-id compressed vocabulary).
+  // Hash multipliers: numpy's default_rng stream reproduced (docs/model/v41.md §6.3: release
+  // table, tiny table; and the set's own file for its 850-id compressed vocabulary).
   EXPECT_EQ(engram_hash_multipliers(1, 4, 99092),
             (std::vector<int64_t>{76632096046245, 4839876093313, 35959672319349, 73987337458391}));
   EXPECT_EQ(engram_hash_multipliers(14, 4, 99092),

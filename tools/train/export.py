@@ -97,7 +97,7 @@ def export(values: dict[str, np.ndarray], model_cfg: dict, tokenizer_json: Path,
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading back (exact dequantisation, MODEL.md 3.1-3.2)
+# Reading back (exact dequantisation, docs/model/formats.md §1-§2)
 # ----------------------------------------------------------------------------------------------
 
 E4M3 = np.concatenate([mc.E4M3_POS, [np.nan], -mc.E4M3_POS, [np.nan]]).astype(np.float32)

@@ -1,5 +1,5 @@
 """DeepSeek-V4 in PyTorch, small and trainable, written to compute what DeepInfer's
-`--numerics float` computes (MODEL.md sections 5-10): fp32 everywhere, weights as given.
+`--numerics float` computes (the notes in docs/model): fp32 everywhere, weights as given.
 
 Module and parameter names follow the official checkpoint, so `state_dict()` keys are exactly
 the tensor names of the release layout (tools/golden/make_checkpoint.py writes the same set).
@@ -80,7 +80,7 @@ class V4Config:
 
 
 # ----------------------------------------------------------------------------------------------
-# Reference numerics emulation (MODEL.md 3.3, 3.4, 12)
+# Reference numerics emulation (docs/model/formats.md §3-§4, numerics.md §2)
 # ----------------------------------------------------------------------------------------------
 
 _REF = [False]
@@ -109,7 +109,7 @@ _E2M1_VALS = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
 def act_quant(x: torch.Tensor, block: int) -> torch.Tensor:
-    """FP8 e4m3 QDQ per block of the last dim with a ue8m0 scale (MODEL.md 3.3), bf16 out."""
+    """FP8 e4m3 QDQ per block of the last dim with a ue8m0 scale (docs/model/formats.md §3), bf16 out."""
     if not _REF[0]:
         return x
     shp = x.shape
@@ -121,7 +121,7 @@ def act_quant(x: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def fp4_qdq(x: torch.Tensor, block: int = 32) -> torch.Tensor:
-    """FP4 e2m1 QDQ with power-of-two scales (MODEL.md 3.4), ties to the even code, bf16 out."""
+    """FP4 e2m1 QDQ with power-of-two scales (docs/model/formats.md §4.1), ties to the even code, bf16 out."""
     if not _REF[0]:
         return x
     shp = x.shape
@@ -158,7 +158,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tenso
 
 
 def query_head_norm(q: torch.Tensor, eps: float) -> torch.Tensor:
-    """Unweighted per-head RMS; the reference writes it as bf16 tensor ops (MODEL.md 7.2)."""
+    """Unweighted per-head RMS; the reference writes it as bf16 tensor ops (docs/model/attention.md §2)."""
     if not _REF[0]:
         return rms_norm(q, None, eps)
     mean = R(R(q * q).mean(-1, keepdim=True))
@@ -172,7 +172,7 @@ class Norm(nn.Module):
 
 
 def inv_freq(cfg: V4Config, compressed: bool) -> np.ndarray:
-    """The engine's RopeTable::make (MODEL.md 7.1) in fp32: YaRN only on compressed layers."""
+    """The engine's RopeTable::make (docs/model/attention.md §1) in fp32: YaRN only on compressed layers."""
     Dr = cfg.qk_rope_head_dim
     base = cfg.compress_rope_theta if compressed else cfg.rope_theta
     f = np.array([np.float32(1.0) / np.float32(base ** (2 * i / Dr)) for i in range(Dr // 2)], dtype=np.float32)
@@ -220,7 +220,7 @@ def hadamard(n: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
-# Hyper-connections (MODEL.md 6)
+# Hyper-connections (docs/model/hyper_connections.md)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -270,7 +270,7 @@ def hc_head(cfg: V4Config, X, fn, scale, base):
 
 
 # ----------------------------------------------------------------------------------------------
-# Attention (MODEL.md 7)
+# Attention (docs/model/attention.md)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -395,7 +395,7 @@ class Attention(nn.Module):
         return qlinear(u, self.wo_b.weight)
 
     def select(self, a, qr, rope, ecos, esin, vis):
-        """Lightning indexer: top-k visible compressed entries per query (MODEL.md 7.5)."""
+        """Lightning indexer: top-k visible compressed entries per query (docs/model/attention.md §5)."""
         cfg, ix = self.cfg, self.indexer
         HI, DI, eps = cfg.index_n_heads, cfg.index_head_dim, cfg.rms_norm_eps
         cos, sin = rope
@@ -420,7 +420,7 @@ class Attention(nn.Module):
 
 
 def tiled_sink_attention(scores, keys, mask, col, sink, tile: int = 64):
-    """The reference kernel's online softmax (MODEL.md 7.6): key columns in tiles of 64, running
+    """The reference kernel's online softmax (docs/model/attention.md §6.4): key columns in tiles of 64, running
     max, probabilities rounded to bf16 for P.V (not in the denominator), the sink added to the
     denominator at the end with the final max. scores [B, H, T, S] (masked -inf), keys [B, S, D],
     col [B, T, S] -> [B, H, T, D]."""
@@ -460,7 +460,7 @@ def indexer_kl(cscores, iscore, vis):
 
 
 # ----------------------------------------------------------------------------------------------
-# MoE (MODEL.md 8)
+# MoE (docs/model/moe.md)
 # ----------------------------------------------------------------------------------------------
 
 

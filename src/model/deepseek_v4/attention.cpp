@@ -78,7 +78,7 @@ class ProductBatch {
 };
 
 // Unweighted per-head RMS of the queries. The reference writes it as bf16 tensor ops,
-// each rounded to bf16 (MODEL.md 7.2).
+// each rounded to bf16 (docs/model/attention.md §2).
 // All H heads of one token (q: [H, n]); the heads' sums of squares through serial_sums.
 void query_head_norms(float* q, int64_t H, int64_t n, float eps, const Numerics& num) {
   if (!num.reference()) {
@@ -150,7 +150,7 @@ void indexer_query(const Config& cfg, const Numerics& num, const RopeTable& rope
   for (int64_t h = 0; h < HI; ++h) w[h] = num.bf16(w[h] * wscale);
 }
 
-// Lightning indexer (MODEL.md 7.5): for each query, the visible compressed entries with the
+// Lightning indexer (docs/model/attention.md §5): for each query, the visible compressed entries with the
 // top scores, in descending score order (ties: lower index first): query t's n_chosen[t]
 // entries into chosen[t * index_topk ...].
 // q [S, HI * DI] and wts [S, HI] are the segment's queries and head weights after
@@ -253,7 +253,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
 
   // ---- per sequence: compressed keys (every group completed inside this chunk, before any
   // attention), indexer selection, and the key list of each query.
-  // Column layout as the reference (AUDIT D1/O1): a prefill from position 0 has min(S, W)
+  // Column layout as the reference (docs/model/attention.md §6.2): a prefill from position 0 has min(S, W)
   // window columns, any later step W; positions ascend from max(0, p-W+1), invalid ones
   // (beyond p) at the tail. It fixes the 64-wide tiles of the online softmax.
   // Row t's keys: key_rows[key_begin[t] .. + n_keys[t]); its room holds the window columns

@@ -1,4 +1,4 @@
-// The gated pooling compressor (MODEL.md 7.4, 9.2; AUDIT O5-O7), one token at a time.
+// The gated pooling compressor (docs/model/attention.md §4, §8), one token at a time.
 // Token-by-token feeding with a fresh state is exactly what the reference's prefill computes,
 // so prefill, chunked prefill and decode share this one state machine.
 #pragma once

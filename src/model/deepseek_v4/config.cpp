@@ -14,7 +14,7 @@ using json = nlohmann::json;
 namespace {
 
 // Reads fields by name; every field may have several names (the Hugging Face config.json
-// key first, then the reference's inference/config.json key, MODEL.md 2.1 / 2.2), and an
+// key first, then the reference's inference/config.json key, docs/model/config.md §1-§2), and an
 // error names the first one.
 struct Reader {
   const json& j;
@@ -213,7 +213,7 @@ bool has_dspark_keys(const json& j) {
 
 void parse_dspark(const Reader& r, Config& c);
 
-// V4-Flash-0731 / V4-Pro-0813 (MODEL.md 11.10): DSpark stages instead of the MTP module that
+// V4-Flash-0731 / V4-Pro-0813 (docs/model/mtp_dspark.md §3): DSpark stages instead of the MTP module that
 // num_nextn_predict_layers (still 1) announces. The stages are the compress_ratios entries
 // after the backbone (all 0); the loader checks the shard index holds as many mtp.S prefixes.
 void parse_v4_dspark(const Reader& r, Config& c) {
@@ -271,7 +271,7 @@ void check_layer_list(const Reader& r, const char* field, const std::vector<int6
 
 bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// The shared-attention roles of MODEL.md 11.2: every compressed layer reads the compressed KV
+// The shared-attention roles of docs/model/v41.md §2: every compressed layer reads the compressed KV
 // and index keys of the latest KV source at or before it and the top-k of the latest index
 // source at or before it, which the reference requires to exist and to share its ratio.
 void derive_v41_roles(const Reader& r, Config& c) {
@@ -361,7 +361,7 @@ void parse_v41_engram(const Reader& r, Config& c) {
     r.fail("engram_compressed_vocab_size", "must be at most 2^24, got " + std::to_string(c.engram_compressed_vocab_size));
 }
 
-// The DSpark keys of V4.1 (MODEL.md 11.7) and of the V4 0731/0813 refreshes (11.10). The V4
+// The DSpark keys of V4.1 (docs/model/mtp_dspark.md §2) and of the V4 0731/0813 refreshes (§3). The V4
 // refreshes keep the backbone's MoE in their stages unless the config says otherwise.
 void parse_dspark(const Reader& r, Config& c) {
   c.dspark_block_size = r.integer_or({"dspark_block_size"}, 0, 0);

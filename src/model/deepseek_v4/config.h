@@ -1,4 +1,4 @@
-// DeepSeek-V4 hyper-parameters from the checkpoint's config.json (MODEL.md sections 2.1, 2.2).
+// DeepSeek-V4 hyper-parameters from the checkpoint's config.json (docs/model/config.md §1, §2).
 // V4-Flash, V4-Pro and the 0731/0813 refreshes are the same struct with other values;
 // V4.1-Flash (family V41) adds the fields of its own block below. The family is read from
 // the config (text_config, model_type, V4.1-only keys), never from the directory name.
@@ -51,7 +51,7 @@ struct Config {
   int64_t eos_token_id = 1;
   int64_t max_position_embeddings = 0;  // 0: not stated
 
-  // ---- V4.1 only (MODEL.md 11). Layer lists are ascending, backbone layers only.
+  // ---- V4.1 only (docs/model/v41.md). Layer lists are ascending, backbone layers only.
   std::vector<int64_t> kv_source_layers;     // own a compressor (+ index keys); readers follow
   std::vector<int64_t> index_source_layers;  // run an indexer; later compressed layers reuse its top-k
   int64_t candidate_source_layer = -1;       // -1: no two-level selection
@@ -66,8 +66,8 @@ struct Config {
   int64_t engram_max_ngram = 0, engram_vocab_size = 0, engram_n_heads = 0, engram_head_dim = 0;
   int64_t engram_pad_id = 2, engram_compressed_vocab_size = 0;
   // The DSpark drafter: n_mtp_layers stages (mtp.*), drafting a block of dspark_block_size
-  // tokens at once from taps of the target layers. V4.1 (MODEL.md 11.7) taps their inputs and
-  // runs staggered-mHC stages with their own MoE; the V4 0731/0813 refreshes (11.10) tap their
+  // tokens at once from taps of the target layers. V4.1 (docs/model/mtp_dspark.md §2) taps their inputs and
+  // runs staggered-mHC stages with their own MoE; the V4 0731/0813 refreshes (mtp_dspark.md §3) tap their
   // outputs and run ordinary V4 blocks with the backbone's MoE.
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;

@@ -1,4 +1,4 @@
-// DeepSeek-V4.1's DSpark drafter (MODEL.md 11.7): the stages' window rings hold keys made
+// DeepSeek-V4.1's DSpark drafter (docs/model/mtp_dspark.md §2): the stages' window rings hold keys made
 // from the backbone's taps at every verified position; a draft is one forward of a block
 // [pending token, noise, ...] through the stages (every row sees the whole block), the LM
 // head plus a Markov bias chained over the drafts, and a confidence per row.
@@ -91,7 +91,7 @@ std::vector<int32_t> Model::draft_dspark(SequenceState& st, DrafterState& ds, st
   }
   // V4.1's staggered mHC carries each row's pre from site to site (one-hot at the start: the
   // streams are equal) and collapses with the last one; V4 stages are ordinary blocks and the
-  // last stage's hc_head collapses (MODEL.md 11.10).
+  // last stage's hc_head collapses (docs/model/mtp_dspark.md §3).
   std::span<float> pre = scratch.take_zeroed<float>(B * hc);
   for (int64_t i = 0; i < B; ++i) pre[i * hc] = 1.0f;
   float* carry_pre = c.v41() ? pre.data() : nullptr;

@@ -1,4 +1,4 @@
-// Engram of DeepSeek-V4.1 (MODEL.md 11.6): before the blocks of the engram layers, each
+// Engram of DeepSeek-V4.1 (docs/model/v41.md §6): before the blocks of the engram layers, each
 // position looks up rows of a large n-gram hash table (the 2- .. max-grams of compressed token
 // ids ending there) and adds a gated value to every hc stream:
 //   ids     per layer, (max_ngram - 1) * n_heads columns; column (g - 2) * n_heads + h is
@@ -39,7 +39,7 @@ struct EngramTables {
 // Result [n_engram_layers][n_cols] in column order.
 std::vector<std::vector<int64_t>> engram_primes(const Config& cfg);
 
-// The hash multipliers of engram layer `layer_id` (spec 11.6): numpy's
+// The hash multipliers of engram layer `layer_id` (docs/model/v41.md §6.3): numpy's
 // default_rng(10007 * layer_id).integers(0, B, max_ngram, int64) * 2 + 1 with
 // B = (2^63 - 1) // compressed_vocab // 2, reproduced bit for bit (SeedSequence, PCG64,
 // Lemire's bounded draw).

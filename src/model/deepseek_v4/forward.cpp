@@ -1,6 +1,6 @@
-// DeepSeek-V4 forward pass, top to bottom (MODEL.md 5):
+// DeepSeek-V4 forward pass, top to bottom (docs/model/forward.md §1-§2):
 //   embed -> hc streams -> [attention site, ffn site] per layer -> hc_head -> norm -> head.
-// V4.1 (MODEL.md 11.3, 11.6): Engram before its layers' blocks, staggered mHC (each site
+// V4.1 (docs/model/hyper_connections.md §5, v41.md §6): Engram before its layers' blocks, staggered mHC (each site
 // collapses with the previous site's pre; the last FFN site's pre replaces hc_head), and a
 // shared attention runtime per sequence that carries top-k lists between layers.
 #include <unistd.h>
@@ -567,8 +567,8 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
   }
   const V41Step v41 = c.v41() ? begin_v41_step(c, engram_, chunks, segments, S, scratch) : V41Step{};
   float* carry_pre = v41.carry_pre;
-  // DSpark's taps: the bf16 mean of the streams entering (V4.1, MODEL.md 11.7) or leaving (V4
-  // refreshes, 11.10) each target layer.
+  // DSpark's taps: the bf16 mean of the streams entering (V4.1, docs/model/mtp_dspark.md §2.1) or leaving (V4
+  // refreshes, §3.3) each target layer.
   const int64_t n_taps = draft_inputs && c.has_dspark() ? int64_t(c.dspark_target_layers.size()) : 0;
   float* taps = n_taps > 0 ? scratch.take<float>(S * n_taps * d).data() : nullptr;
   auto take_taps = [&](int64_t layer, const float* streams) {

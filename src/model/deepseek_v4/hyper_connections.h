@@ -1,4 +1,4 @@
-// Manifold-constrained hyper-connections (mHC, MODEL.md section 6).
+// Manifold-constrained hyper-connections (mHC, docs/model/hyper_connections.md).
 // The residual is hc streams [hc, dim] per token. Each sublayer site computes
 //   pre  [hc]      weights collapsing the streams into the sublayer input,
 //   post [hc]      weights spreading the sublayer output back onto the streams,

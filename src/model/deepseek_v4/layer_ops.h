@@ -85,7 +85,7 @@ void run_products(const Config& cfg, const Numerics& num, const LayerProduct* pr
 // pull them into cache while the caller's serial code runs (see Backend::prefetch_hint).
 void prefetch_next(const Numerics& num, std::initializer_list<const WeightMatrix*> weights);
 
-// V4.1's shared attention runtime (MODEL.md 11.2, the reference's SharedAttentionRuntime) for
+// V4.1's shared attention runtime (docs/model/v41.md §2, the reference's SharedAttentionRuntime) for
 // one sequence of a step: what an index source publishes for the later layers of the same
 // step, per row of the sequence's chunk.
 //   topk   [n, index_topk] the chosen compressed entries of the governing KV source,
@@ -109,7 +109,7 @@ struct Segment {
   LayerState* state = nullptr;
   LayerState* kv_source = nullptr;
   SharedSelection* shared = nullptr;
-  // A DSpark draft block (MODEL.md 11.7): every row sees the ring's valid slots and every row
+  // A DSpark draft block (docs/model/mtp_dspark.md §2.4): every row sees the ring's valid slots and every row
   // of the block (not causal), and the block's keys are not written to the ring.
   bool dspark_block = false;
 };
@@ -119,14 +119,14 @@ struct Segment {
 void write_window_keys(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
                        const float* x, int64_t n, int64_t pos0, LayerState& state);
 
-// Attention sublayer (MODEL.md 7): a [rows, dim] (normed collapsed stream) -> out [rows, dim].
+// Attention sublayer (docs/model/attention.md): a [rows, dim] (normed collapsed stream) -> out [rows, dim].
 // Row-wise work (projections, norms, RoPE) runs over the whole batch; compressors, indexer
 // selection, key lists and ring updates run per segment. A row's result never depends on
 // the other rows of the batch (batch invariance).
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
                        const float* a, int64_t rows, std::span<const Segment> segments, float* out);
 
-// V4.1 (MODEL.md 11.4, 11.5), one segment of a compressed layer: a KV source emits the
+// V4.1 (docs/model/v41.md §4-§5), one segment of a compressed layer: a KV source emits the
 // entries its tokens complete (latent, index key, RoPE, FP4 QDQ) into its state; an index
 // source scores the KV source's index keys and publishes its top-k (and, at the candidate
 // source, the candidate blocks) into sg.shared. ckv / csc: the segment's rows of the
@@ -136,7 +136,7 @@ void shared_attention_segment(const Config& cfg, const Numerics& num, const Laye
                               const Segment& sg, const float* ckv, const float* csc, std::span<float> iq,
                               std::span<float> iw);
 
-// MoE sublayer (MODEL.md 8): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
+// MoE sublayer (docs/model/moe.md): x [S, dim] -> out [S, dim]; tokens choose hash-routed experts.
 // Every rank routes every token (x is replicated) and gets the same out: the combine sums a
 // token's expert outputs in increasing expert id, then the shared expert, whatever the split.
 // cache: where the routed experts stream from when the checkpoint exceeds its memory budget

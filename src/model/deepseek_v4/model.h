@@ -150,7 +150,7 @@ class Model {
   std::vector<int32_t> draft_mtp(SequenceState& st, DrafterState& ds, std::span<const int32_t> tokens, int64_t k,
                                  const Numerics& num) const;
 
-  // DSpark (MODEL.md 11.7), same contract: the stages' window rings take the positions they
+  // DSpark (docs/model/mtp_dspark.md §2), same contract: the stages' window rings take the positions they
   // have not seen (keys from the taps ds keeps, through main_proj), then one block forward
   // over [pending token, noise ...] at positions st.n_past ... gives up to
   // min(k, dspark_block_size) drafts through the Markov head, greedily. The block's own keys
@@ -159,7 +159,7 @@ class Model {
   std::vector<int32_t> draft_dspark(SequenceState& st, DrafterState& ds, std::span<const int32_t> tokens, int64_t k,
                                     const Numerics& num, DsparkTrace* trace = nullptr) const;
 
-  // MTP module k (MODEL.md 10): streams [S, hc, dim] of the backbone at positions p,
+  // MTP module k (docs/model/mtp_dspark.md §1): streams [S, hc, dim] of the backbone at positions p,
   // next_tokens[S] the tokens at p+1; logits [S, vocab] predict the token at p+2.
   // Uses and advances st.mtp_layers[k] (its own window ring) at positions mtp_pos0 ...
   void forward_mtp(int64_t k, const float* streams, const int32_t* next_tokens, int64_t S, int64_t mtp_pos0,
@@ -175,7 +175,7 @@ class Model {
   // What both loads share once the config, Engram tables and store are in place.
   static std::unique_ptr<Model> finish_load(std::unique_ptr<Model> m, const std::string& name,
                                             const LoadOptions& options, std::chrono::steady_clock::time_point t0);
-  // carry_pre: null for V4; V4.1's staggered mHC (MODEL.md 11.3) passes [rows, hc], the pre of
+  // carry_pre: null for V4; V4.1's staggered mHC (docs/model/hyper_connections.md §5) passes [rows, hc], the pre of
   // the previous sublayer on entry (collapses the attention input) and this block's FFN-site
   // pre on return.
   void block_forward(const LayerWeights& L, const RopeTable& rope, const float* X_in, const int32_t* tokens,

@@ -1,4 +1,4 @@
-// Mixture of experts of DeepSeek-V4 (MODEL.md 8): sqrt-softplus router with selection bias
+// Mixture of experts of DeepSeek-V4 (docs/model/moe.md): sqrt-softplus router with selection bias
 // or a token-id hash table, clamped SwiGLU experts, a shared expert.
 #include <algorithm>
 #include <cmath>

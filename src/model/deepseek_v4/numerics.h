@@ -1,7 +1,7 @@
 // The two numerics policies (issue 2, `--numerics reference|float`) and the small
 // elementwise math shared by the forward pass.
 //   reference: every bf16 rounding point and quantise-dequantise (QDQ) point of DeepSeek's
-//              inference/model.py (MODEL.md section 12, AUDIT.md), evaluated with canonical
+//              inference/model.py (docs/model/numerics.md §1-§3), evaluated with canonical
 //              rules: reductions and transcendentals in double, rounded once.
 //   float:     the same model in fp32 from the exactly decoded weights, with no bf16
 //              rounding and no activation / KV / indexer QDQ (what llama.cpp on exact
@@ -41,7 +41,7 @@ inline float rsqrt_f(float x) { return float(1.0 / std::sqrt(double(x))); }
 // PyTorch's softplus returns its input above the threshold 20.
 inline float softplus_f(float x) { return x > 20.0f ? x : float(std::log1p(std::exp(double(x)))); }
 
-// y = bf16((x * rsqrt(mean(x^2) + eps)) * w), all fp32 inside (AUDIT D4). w may be null
+// y = bf16((x * rsqrt(mean(x^2) + eps)) * w), all fp32 inside (docs/model/forward.md §3). w may be null
 // (unweighted). In place allowed.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, const Numerics& num, float* y);
 

@@ -1,4 +1,4 @@
-// Rotary embedding tables (MODEL.md 7.1, AUDIT D2/O10/O11). A layer with ratio 0 uses
+// Rotary embedding tables (docs/model/attention.md §1). A layer with ratio 0 uses
 // rope_theta without YaRN; every other layer uses compress_rope_theta with YaRN, for its
 // queries, window keys, compressed entries and indexer alike.
 // Rotation acts on interleaved pairs (x[2i], x[2i+1]) of the LAST rope_dim dims of a vector.

@@ -1,4 +1,4 @@
-// V4.1's shared compressed caches and two-level selection (MODEL.md 11.2, 11.4, 11.5): what a
+// V4.1's shared compressed caches and two-level selection (docs/model/v41.md §2, §4, §5): what a
 // compressed V4.1 layer does besides V4's window attention. Differs from V4 (attention.cpp):
 //   * only the KV sources compress (ratio 2: softmax-gated pairs, no ape, no overlap; ratio 1:
 //     one bf16 projection per token); every later layer with the same ratio reads the latest
@@ -10,7 +10,7 @@
 //   * the candidate source also picks the best blocks of entries, and the index sources after
 //     it choose only inside them.
 // The reference publishes a source's index keys only on steps where it emits an entry, so
-// its token-by-token decode reads another layer's keys on the other steps (MODEL.md 11.9);
+// its token-by-token decode reads another layer's keys on the other steps (docs/model/v41.md §9);
 // here a layer always reads its KV source's own store, which is the corrected semantics.
 #include <algorithm>
 #include <cmath>
@@ -27,7 +27,7 @@ namespace deepinfer::v4 {
 
 namespace {
 
-// A KV source's new entries (MODEL.md 11.4 order): from each pre-RoPE latent first its index
+// A KV source's new entries (docs/model/v41.md §4 order): from each pre-RoPE latent first its index
 // key k = k_norm(wk(latent)), RoPE at w*r, FP4 QDQ (pow2 scales, blocks of 32); then the
 // latent itself RoPE'd at w*r and FP4 QDQ'd (e4m3 scales, blocks of 16). latents [n, Dh] are
 // the normed latents of entries first_entry ...
@@ -83,7 +83,7 @@ void compress_segment(const Config& cfg, const Numerics& num, const LayerWeights
   emit_entries(cfg, num, L, rope, st, latents, n, first);
 }
 
-// Candidate blocks of one query row (MODEL.md 11.5, level one): each block of B entries
+// Candidate blocks of one query row (docs/model/v41.md §5.3, level one): each block of B entries
 // scores its best visible entry, the block of the newest visible entry is always kept, and
 // the best topk_blocks blocks win (ties: the lower block). score [n_vis]; out ascending.
 int64_t candidate_blocks(const Config& cfg, std::span<const float> score, int64_t* out) {

@@ -1,4 +1,4 @@
-// Per-sequence incremental state (MODEL.md section 9.1). Everything a later chunk or decode
+// Per-sequence incremental state (docs/model/forward.md §4). Everything a later chunk or decode
 // step needs: the window ring, the compressors' partial groups and their emitted entries.
 // Fresh state is kv = 0 and score = -inf (the reference never resets; a clean engine must).
 //

@@ -1,5 +1,5 @@
 // Synthetic DeepSeek-V4 checkpoints: the weights of any V4 / V4.1 config.json built in memory
-// from a seed, in the official layout (MODEL.md 4.1 / 4.2, and what tools/golden/
+// from a seed, in the official layout (docs/model/checkpoint.md §1-§2, and what tools/golden/
 // make_checkpoint.py writes): the same tensor names, shapes and storage dtypes as a released
 // checkpoint — FP8 e4m3 matrices with ue8m0 B x B block scales, packed FP4 e2m1 routed experts
 // with ue8m0 1 x 32 scales, BF16 embeddings / norms / router / compressor projections, F32

@@ -1,4 +1,4 @@
-// The lightning indexer's choice of keys (MODEL.md 7.5): the k best scores of a query.
+// The lightning indexer's choice of keys (docs/model/attention.md §5.4): the k best scores of a query.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -181,7 +181,7 @@ class Binder {
     return c;
   }
 
-  // V4.1 attention extras (MODEL.md 4.2): the compressor and index-key projection of a KV
+  // V4.1 attention extras (docs/model/checkpoint.md §2): the compressor and index-key projection of a KV
   // source, the indexer query side of an index source.
   void attention_v41(const std::string& ap, int64_t layer, AttentionWeights& a) const {
     const Config& c = cfg_;

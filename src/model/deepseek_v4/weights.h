@@ -1,4 +1,4 @@
-// Typed views of every V4 tensor (MODEL.md section 4.1), validated once at load:
+// Typed views of every V4 tensor (docs/model/checkpoint.md §1), validated once at load:
 // presence, dtype and shape against the config. Large matrices stay in the mapped shards in
 // their checkpoint encoding; small vectors (norms, biases, sinks) are decoded to fp32.
 #pragma once
@@ -44,7 +44,7 @@ struct AttentionWeights {
   std::vector<float> indexer_k_norm;
 };
 
-// V4.1 Engram (MODEL.md 11.6): the n-gram table and the gated update of the hc streams.
+// V4.1 Engram (docs/model/v41.md §6): the n-gram table and the gated update of the hc streams.
 struct EngramWeights {
   int64_t rows = 0, head_dim = 0;
   const uint8_t* table = nullptr;        // e4m3 [rows, head_dim]
@@ -86,7 +86,7 @@ struct MtpWeights {
   HcWeights hc_head;
 };
 
-// The DSpark drafter (MODEL.md 11.7 V4.1, 11.10 V4 0731/0813): window-attention blocks; the
+// The DSpark drafter (docs/model/mtp_dspark.md §2 V4.1, §3 V4 0731/0813): window-attention blocks; the
 // first stage owns the projection of the backbone's taps, the last the norm, the Markov and
 // confidence heads and (V4) the final mHC collapse. Embedding and LM head are the backbone's.
 struct DsparkWeights {
