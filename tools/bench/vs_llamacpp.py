@@ -11,6 +11,13 @@ prints each round's figures and the ratios (DeepInfer / llama.cpp) with their sp
         [--llama-server PATH [--serve-concurrency 1,4,16,32 --serve-prompts 16 --serve-input 640
          --serve-output 160 --serve-range-ratio 0.6]]
 
+With --memory-limit GB, every bench run (both sides) runs inside a memory cgroup of that size
+(cgroup v2 memory.max or v1 memory.limit_in_bytes; root), after the page cache was dropped, so
+neither side finds the checkpoint cached outside its limit: the model no longer fits, as on a
+machine with less memory than the weights. DeepInfer then streams its routed experts (its
+default budget reads the cgroup's limit); llama.cpp pages its mmap in and out. Each run's major
+page faults are reported, and DeepInfer's disk bytes per token, cache and prediction hit rates.
+
 With --llama-server, each round also serves the same workload from `deepinfer serve` and from
 `llama-server -np <concurrency>` in turn (one started, measured with `deepinfer bench-serve`,
 stopped, then the other), at every concurrency in the list, and compares throughput, TTFT and
@@ -35,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,19 +72,61 @@ def non_utf8_token_ids(tokenizer_json: Path) -> list[int]:
     return sorted(bad)
 
 
+CGROUP_NAME = "di_vs_llamacpp"
+
+
+def make_memory_cgroup(gb: float) -> Path:
+    """A memory cgroup limited to gb (v2 or v1); returns the file a process joins it through."""
+    limit = str(int(gb * 1e9))
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    if v2.exists():
+        group = Path("/sys/fs/cgroup") / CGROUP_NAME
+        group.mkdir(exist_ok=True)
+        (group / "memory.max").write_text(limit)
+        swap = group / "memory.swap.max"
+        if swap.exists():
+            swap.write_text("0")
+    else:
+        group = Path("/sys/fs/cgroup/memory") / CGROUP_NAME
+        group.mkdir(exist_ok=True)
+        (group / "memory.limit_in_bytes").write_text(limit)
+    return group / "cgroup.procs"
+
+
+def drop_page_cache() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("1")
+
+
+def run_measured(args, cmd: list[str]) -> tuple[str, int]:
+    """Runs cmd (inside the memory cgroup with --memory-limit); its stdout and major page faults."""
+    if args.memory_limit:
+        drop_page_cache()
+        cmd = ["sh", "-c", f'echo $$ > {args.cgroup_procs} && exec "$@"', "sh"] + cmd
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return out, resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt - before
+
+
 def run_deepinfer(args, numerics: str) -> dict:
     cmd = [str(args.deepinfer), "bench", "--model", args.model, "--threads", str(args.threads), "--prefill",
            str(args.prefill), "--decode", str(args.decode), "--numerics", numerics, "--depths", str(args.depth), "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out, faults = run_measured(args, cmd)
     j = json.loads(out.strip().splitlines()[-1])
-    return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"],
-            "triad_gb_s": j["mem_bandwidth_samples_gb_s"], "roofline_fraction": j["decode_roofline_fraction"]}
+    res = {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"],
+           "triad_gb_s": j["mem_bandwidth_samples_gb_s"], "roofline_fraction": j["decode_roofline_fraction"],
+           "major_faults": faults}
+    run = j["runs"][0]
+    for phase in ("prefill_streaming", "decode_streaming"):
+        if phase in run:
+            res[phase] = run[phase]
+    return res
 
 
 def run_llama(args) -> dict:
     cmd = [args.llama_bench, "-m", args.gguf, "-t", str(args.threads), "-p", str(args.prefill), "-n",
            str(args.decode), "-d", str(args.depth), "-r", "1", "-o", "json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out, faults = run_measured(args, cmd)
     rows = json.loads(out)
     res = {}
     for r in rows:
@@ -85,6 +136,7 @@ def run_llama(args) -> dict:
             res["decode_tok_s"] = r["avg_ts"]
     if set(res) != {"prefill_tok_s", "decode_tok_s"}:
         raise RuntimeError("llama-bench gave no pp / tg rows: " + out[:400])
+    res["major_faults"] = faults
     return res
 
 
@@ -161,6 +213,8 @@ def main() -> int:
     ap.add_argument("--depth", type=int, default=0, help="context already in the cache before the measurements")
     ap.add_argument("--numerics", default="reference,float", help="DeepInfer numerics modes, comma separated")
     ap.add_argument("--json", help="also write every figure here")
+    ap.add_argument("--memory-limit", type=float, default=0,
+                    help="GB: run every bench inside a memory cgroup of this size, page cache dropped first (root)")
     ap.add_argument("--llama-server", help="path of llama.cpp's llama-server: also compare serving")
     ap.add_argument("--serve-prompts", type=int, default=16, help="requests per concurrency, at least --serve-waves per slot")
     ap.add_argument("--serve-waves", type=int, default=2, help="requests per slot at least")
@@ -174,6 +228,7 @@ def main() -> int:
                     help="no logit_bias against the tokens that are not UTF-8 alone (llama-server then fails requests)")
     args = ap.parse_args()
     args.extra_body = None
+    args.cgroup_procs = make_memory_cgroup(args.memory_limit) if args.memory_limit else None
     if args.llama_server and not args.serve_any_bytes:
         banned = non_utf8_token_ids(Path(args.model) / "tokenizer.json")
         extra = Path(tempfile.mkdtemp(prefix="vs_llamacpp_")) / "extra_body.json"
@@ -195,8 +250,15 @@ def main() -> int:
                 d = r[m]
                 line.append(f"deepinfer {m} pp {d['prefill_tok_s']:.1f} tg {d['decode_tok_s']:.2f} "
                             f"({100 * d['roofline_fraction']:.0f}% of roofline, triad {d['triad_gb_s'][0]:.1f}/"
-                            f"{d['triad_gb_s'][-1]:.1f} GB/s);")
-            line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f}")
+                            f"{d['triad_gb_s'][-1]:.1f} GB/s, {d['major_faults']} major faults);")
+                if "decode_streaming" in d:
+                    ds = d["decode_streaming"]
+                    line.append(f"[streamed: decode {ds['disk_bytes_per_token'] / 1e6:.0f} MB/token from disk, "
+                                f"hits {100 * ds['cache_hit_rate']:.0f}%, predictions {100 * ds['prediction_hit_rate']:.0f}%"
+                                + (f", {100 * ds['of_disk_bound']:.0f}% of the disk bound {ds['disk_bound_tok_s']:.1f} tok/s"
+                                   if "disk_bound_tok_s" in ds else "") + "]")
+            line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f} "
+                        f"({r['llama']['major_faults']} major faults)")
             print(" ".join(line), flush=True)
         rounds.append(r)
         if args.llama_server:

@@ -269,7 +269,57 @@ struct Run {
   // Thread-pool dispatches (fork / join barriers at the run's thread count) per decoded token
   // and for the whole prefill step.
   double decode_dispatches_per_token = 0, prefill_dispatches = 0;
+  // Streamed experts (--memory-limit below the weights): the cache's counts over the prefill
+  // step and over the timed decode steps.
+  bool streamed = false;
+  v4::ExpertCacheStats prefill_disk, decode_disk;
 };
+
+// The expert cache's counts between two snapshots.
+v4::ExpertCacheStats disk_delta(const v4::ExpertCacheStats& a, const v4::ExpertCacheStats& b) {
+  v4::ExpertCacheStats d;
+  d.lookups = b.lookups - a.lookups;
+  d.hits = b.hits - a.hits;
+  d.reads = b.reads - a.reads;
+  d.bytes_read = b.bytes_read - a.bytes_read;
+  d.read_seconds = b.read_seconds - a.read_seconds;
+  d.read_ahead = b.read_ahead - a.read_ahead;
+  d.read_ahead_unused = b.read_ahead_unused - a.read_ahead_unused;
+  d.predicted = b.predicted - a.predicted;
+  d.predicted_chosen = b.predicted_chosen - a.predicted_chosen;
+  d.chosen_predicted_layers = b.chosen_predicted_layers - a.chosen_predicted_layers;
+  d.wait_seconds = b.wait_seconds - a.wait_seconds;
+  d.read_busy_seconds = b.read_busy_seconds - a.read_busy_seconds;
+  return d;
+}
+
+v4::ExpertCacheStats disk_stats(const Bench& b) {
+  const v4::ExpertCache* c = b.e.runner->model().expert_cache();
+  return c ? c->stats() : v4::ExpertCacheStats{};
+}
+
+// The JSON of one phase's streaming counts; tokens: the phase's tokens.
+nlohmann::json disk_json(const v4::ExpertCacheStats& d, double tokens, double tok_s) {
+  const double bytes_per_token = double(d.bytes_read) / tokens;
+  const double disk_bw = d.read_busy_seconds > 0 ? double(d.bytes_read) / d.read_busy_seconds : 0.0;
+  nlohmann::json j = {{"disk_bytes_per_token", bytes_per_token},
+                      {"expert_lookups", d.lookups},
+                      {"cache_hit_rate", d.lookups ? double(d.hits) / double(d.lookups) : 0.0},
+                      {"expert_reads", d.reads},
+                      {"read_ahead", d.read_ahead},
+                      {"read_ahead_unused", d.read_ahead_unused},
+                      {"prediction_hit_rate",
+                       d.chosen_predicted_layers ? double(d.predicted_chosen) / double(d.chosen_predicted_layers) : 0.0},
+                      {"predicted_experts", d.predicted},
+                      {"wait_seconds_per_token", d.wait_seconds / tokens},
+                      {"disk_read_gb_s", disk_bw / 1e9}};
+  // What the disk alone allows at that read rate, and how close the run came to it.
+  if (bytes_per_token > 0 && disk_bw > 0) {
+    j["disk_bound_tok_s"] = disk_bw / bytes_per_token;
+    j["of_disk_bound"] = tok_s / (disk_bw / bytes_per_token);
+  }
+  return j;
+}
 
 // pp at `depth`: a first request (the depth's tokens, prompt only) leaves its state in the
 // prefix cache; a second one, the same tokens and n_prefill more, reuses it (checked in the
@@ -294,6 +344,7 @@ void measure_prefill(Bench& b, Run& r, int64_t n_prefill, const std::vector<int3
   const EngineStats before = core.stats();
   auto rec = submit(b, std::move(tokens), 1);
   const uint64_t dispatches0 = b.e.runner->pool().dispatches();
+  const v4::ExpertCacheStats disk0 = disk_stats(b);
   comm.reset_stats();
   profile::reset();
   const int64_t prefill_t0 = profile::now_ns();
@@ -303,6 +354,8 @@ void measure_prefill(Bench& b, Run& r, int64_t n_prefill, const std::vector<int3
     if (core.step() == 0) throw std::runtime_error("bench: the prefill could not be scheduled (KV pool too small?)");
   expect_finished(*rec, "prefill");
   r.prefill_dispatches = double(b.e.runner->pool().dispatches() - dispatches0);
+  r.streamed = b.e.runner->model().expert_cache() != nullptr;
+  r.prefill_disk = disk_delta(disk0, disk_stats(b));
   r.prefill_tok_s = double(n_prefill) / std::chrono::duration<double>(rec->first_token - t0).count();
   if (profile::enabled()) {
     std::fprintf(stderr, "prefill profile at depth %lld (%lld tokens; %% of the prefill time):\n", (long long)depth,
@@ -342,10 +395,12 @@ void measure_decode(Bench& b, Run& r, int64_t n_decode, std::vector<int32_t> tok
     };
   int64_t profile_t0 = 0;
   uint64_t dispatches0 = 0;
+  v4::ExpertCacheStats disk0;
   const std::vector<int32_t> prompt = tokens;
   auto rec = submit(b, std::move(tokens), n_decode + 1);
   rec->on_first_token = [&] {
     dispatches0 = b.e.runner->pool().dispatches();
+    disk0 = disk_stats(b);
     profile::reset();
     comm.reset_stats();
     profile_t0 = profile::now_ns();
@@ -353,6 +408,7 @@ void measure_decode(Bench& b, Run& r, int64_t n_decode, std::vector<int32_t> tok
   step_until(b);
   expect_finished(*rec, "decode");
   r.decode_dispatches_per_token = double(b.e.runner->pool().dispatches() - dispatches0) / double(n_decode);
+  r.decode_disk = disk_delta(disk0, disk_stats(b));
   r.decode_tok_s = rec->decode_tok_s();
   r.decode_comm_s = comm.stats().seconds / double(n_decode);
   r.decode_comm_bytes = double(comm.stats().bytes_received) / double(n_decode);
@@ -772,6 +828,10 @@ nlohmann::json report_json(const Report& R) {
       run["attention_seconds_per_token"] = R.attention_cost(r);
       run["decode_at_depth_over_depth0"] = r.decode_tok_s / R.depth0->decode_tok_s;
     }
+    if (r.streamed) {
+      run["prefill_streaming"] = disk_json(r.prefill_disk, double(R.n_prefill), r.prefill_tok_s);
+      run["decode_streaming"] = disk_json(r.decode_disk, double(R.n_decode), r.decode_tok_s);
+    }
     if (r.logits_diff_over_std >= 0) {
       run["logits_max_diff_over_std"] = r.logits_diff_over_std;
       run["logits_max_abs_diff"] = r.logits_max_abs_diff;  // 0: bit-identical
@@ -873,6 +933,24 @@ void print_report(const Report& R, bool csv) {
                 r.decode_dispatches_per_token, r.decode_dispatches_per_token / double(R.n_layers), (long long)R.n_layers,
                 r.prefill_dispatches / double(R.n_layers));
   std::printf("\n");
+  for (const Run& r : R.runs) {
+    if (!r.streamed) continue;
+    for (int phase = 0; phase < 2; ++phase) {
+      const nlohmann::json j = phase == 0 ? disk_json(r.prefill_disk, double(R.n_prefill), r.prefill_tok_s)
+                                          : disk_json(r.decode_disk, double(R.n_decode), r.decode_tok_s);
+      std::printf("depth %lld %s, experts streamed from disk: %.1f MB a token, cache hits %.1f%%, next-layer "
+                  "predictions right %.1f%%, %.0f reads ahead (%.0f unused), waited %.1f ms a token; disk %.2f GB/s "
+                  "while reading",
+                  (long long)r.depth, phase == 0 ? "prefill" : "decode", j["disk_bytes_per_token"].get<double>() / 1e6,
+                  100.0 * j["cache_hit_rate"].get<double>(), 100.0 * j["prediction_hit_rate"].get<double>(),
+                  j["read_ahead"].get<double>(), j["read_ahead_unused"].get<double>(),
+                  1e3 * j["wait_seconds_per_token"].get<double>(), j["disk_read_gb_s"].get<double>());
+      if (j.contains("disk_bound_tok_s"))
+        std::printf(" (bound %.1f tok/s; %.0f%% of it)", j["disk_bound_tok_s"].get<double>(),
+                    100.0 * j["of_disk_bound"].get<double>());
+      std::printf("\n");
+    }
+  }
   if (R.depth0 || R.check_logits) print_depth_table(R);
   if (!R.batch_runs.empty()) {
     if (R.fma_peak > 0)

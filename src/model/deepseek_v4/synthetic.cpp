@@ -206,7 +206,7 @@ class Planner {
   }
   static bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-  // V4.1 (MODEL.md 4.2): compressor + index keys at KV sources, indexer queries at index sources.
+  // V4.1 (docs/model/checkpoint.md §2): compressor + index keys at KV sources, indexer queries at index sources.
   void attention_v41(const std::string& a, int64_t layer) {
     const Config& c = c_;
     const int64_t d = c.dim, Dh = c.head_dim;
@@ -281,7 +281,7 @@ class Planner {
     }
   }
 
-  // DSpark stages mtp.S (MODEL.md 11.7 V4.1, 11.10 V4 refreshes).
+  // DSpark stages mtp.S (docs/model/mtp_dspark.md §2 V4.1, §3 V4 refreshes).
   void dspark() {
     const Config& c = c_;
     const int64_t V = c.vocab_size, d = c.dim, n = c.n_mtp_layers, rank = c.dspark_markov_rank;
@@ -479,6 +479,30 @@ MemoryBudget available_memory() {
                  " in use)";
     }
   };
+  // This process's own cgroup and every one above it (a limit set on a parent binds too):
+  // /proc/self/cgroup names it ("0::/path" for v2, "N:...memory...:/path" for v1).
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(self, line)) {
+    const size_t a = line.find(':'), z = line.find(':', a + 1);
+    if (a == std::string::npos || z == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, z - a - 1);
+    const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
+    const bool v1 = controllers.find("memory") != std::string::npos;
+    if (!v2 && !v1) continue;
+    std::string path = line.substr(z + 1);
+    for (;;) {
+      if (v2)
+        cgroup("/sys/fs/cgroup" + path + "/memory.max", "/sys/fs/cgroup" + path + "/memory.current");
+      else
+        cgroup("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes",
+               "/sys/fs/cgroup/memory" + path + "/memory.usage_in_bytes");
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "" : path.substr(0, slash);
+    }
+  }
+  // A container's own cgroup mounted at the root.
   cgroup("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current");
   cgroup("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes");
   return b;
