@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "model/deepseek_v4/expert_cache.h"
 #include "model/deepseek_v4/model.h"
+#include "checkpoint_copy.h"
 
 using namespace deepinfer;
 using namespace deepinfer::v4;
@@ -209,43 +210,11 @@ TEST(ExpertCache, BudgetBelowTheDenseWeightsIsRefusedWithTheNumbers) {
   EXPECT_EQ(Model::load(golden_dir("tiny-0731"), o)->expert_cache(), nullptr);
 }
 
-namespace {
-
-// Copies a checkpoint with its routed experts' tensors at the end of its one shard, so that
-// truncating the file cuts experts only (a cut dense page would be a SIGBUS, not an error).
-// Returns the byte offset where the experts begin.
-int64_t copy_with_experts_last(const std::string& from, const std::string& to) {
-  fs::create_directories(to);
-  fs::copy_file(from + "/config.json", to + "/config.json", fs::copy_options::overwrite_existing);
-  const TensorStore store(from);
-  std::vector<const TensorView*> order;
-  for (const auto& [name, t] : store.all()) order.push_back(&t);
-  auto routed = [](const TensorView* t) { return t->name.find(".ffn.experts.") != std::string::npos; };
-  std::stable_partition(order.begin(), order.end(), [&](const TensorView* t) { return !routed(t); });
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  int64_t off = 0, experts_at = -1;
-  for (const TensorView* t : order) {
-    if (experts_at < 0 && routed(t)) experts_at = off;
-    header[t->name] = {{"dtype", dtype_name(t->dtype)}, {"shape", t->shape}, {"data_offsets", {off, off + int64_t(t->nbytes)}}};
-    off += int64_t(t->nbytes);
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');
-  std::ofstream f(to + "/model.safetensors", std::ios::binary);
-  const uint64_t n = h.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(h.data(), std::streamsize(h.size()));
-  for (const TensorView* t : order) f.write(reinterpret_cast<const char*>(t->data), std::streamsize(t->nbytes));
-  return int64_t(8 + h.size()) + experts_at;
-}
-
-}  // namespace
-
 TEST(ExpertCache, TruncatedShardFailsTheForwardThenServesAgain) {
   const std::string src = golden_dir("tiny-0731");
   const fs::path dir = fs::temp_directory_path() / ("di_expert_cache_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const int64_t experts_at = copy_with_experts_last(src, dir.string());
+  const int64_t experts_at = deepinfer::testing::copy_with_experts_last(src, dir.string());
   const std::string shard = (dir / "model.safetensors").string();
   std::string whole;
   {

@@ -86,7 +86,8 @@ std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& tokens,
   return out;
 }
 
-void expect_ranks_match_one_process(const std::string& set) {
+// weight_budget > 0: every rank streams its routed experts from disk under that budget.
+void expect_ranks_match_one_process(const std::string& set, int64_t weight_budget = 0) {
   const std::string dir = std::string(DI_GOLDEN_MODELS_DIR) + "/" + set + "/model";
   ASSERT_TRUE(std::filesystem::exists(dir + "/config.json")) << dir << " missing: run ./setup.sh";
   auto one = Model::load(dir);
@@ -107,7 +108,9 @@ void expect_ranks_match_one_process(const std::string& set) {
             LoadOptions o;
             o.comm = comms[size_t(r)].get();
             o.expert_parallel = true;
+            o.weight_budget = weight_budget;
             auto m = Model::load(dir, o);
+            if (weight_budget > 0 && !m->expert_cache()) throw std::runtime_error("the experts do not stream");
             got[size_t(r)] = logits_of(*m, tokens, chunk);
             combines[size_t(r)] = comms[size_t(r)]->stats().calls;
           } catch (const std::exception& e) {
@@ -168,3 +171,12 @@ TEST(ExpertParallel, AgreeNamesTheLowestFailingRank) {
 TEST(ExpertParallel, V4RanksMatchOneProcessBitForBit) { expect_ranks_match_one_process("hf-v4-wide"); }
 
 TEST(ExpertParallel, V41RanksMatchOneProcessBitForBit) { expect_ranks_match_one_process("np-v41-mix"); }
+
+// Each rank streams its own slice of the experts through a cache of an eighth of all of them.
+TEST(ExpertParallel, RanksStreamingTheirExpertsMatchOneProcess) {
+  const std::string dir = std::string(DI_GOLDEN_MODELS_DIR) + "/hf-v4-wide/model";
+  const TensorStore store(dir);
+  const auto routed = [](const std::string& name) { return name.find(".ffn.experts.") != std::string::npos; };
+  const int64_t all = int64_t(store.total_bytes()), dense = int64_t(store.total_bytes(routed));
+  expect_ranks_match_one_process("hf-v4-wide", dense + (all - dense) / 8);
+}
