@@ -118,8 +118,9 @@ void forbid_mapped_experts(const Model& m) {
 // counted from the shards, the slot size asked of a cache made with a rough budget first.
 int64_t quarter_budget(const std::string& dir) {
   const TensorStore store(dir);
+  // V4.1's Engram tables stay mapped outside the budget, as the routed experts stream.
   const int64_t dense = int64_t(store.total_bytes([](const std::string& name) {
-    return name.find(".ffn.experts.") != std::string::npos;
+    return name.find(".ffn.experts.") != std::string::npos || name.find(".engram.embed.") != std::string::npos;
   }));
   const Sizes s = sizes_of(*Model::load(dir));
   LoadOptions rough;

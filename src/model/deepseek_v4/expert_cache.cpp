@@ -149,13 +149,23 @@ ExpertCache::ExpertCache(const TensorStore& store, const std::vector<Layer>& lay
     predicted_.emplace_back();
   }
   slot_bytes_ = int64_t(align_up(uint64_t(std::max<int64_t>(slot_bytes_, 1))));
+  // Large experts get whole 2 MiB pages (the kernels stream them: a 4 KiB page a TLB miss
+  // otherwise), at most one page of padding in eight.
+  constexpr int64_t kHuge = int64_t(2) << 20;
+  if (slot_bytes_ >= 8 * kHuge) slot_bytes_ = (slot_bytes_ + kHuge - 1) / kHuge * kHuge;
   n_slots_ = std::max<int64_t>(1, std::min<int64_t>(budget_bytes / slot_bytes_, n_experts_));
   arena_bytes_ = size_t(n_slots_ * slot_bytes_);
-  void* p = ::mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // One 2 MiB page more, so that the slots can start on a huge-page boundary.
+  map_bytes_ = arena_bytes_ + size_t(kHuge);
+  void* p = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     throw LoadError("the routed-expert cache cannot allocate " + std::to_string(arena_bytes_) + " bytes: " +
                     std::strerror(errno));
-  arena_ = static_cast<uint8_t*>(p);
+  map_ = static_cast<uint8_t*>(p);
+  arena_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + uintptr_t(kHuge) - 1) & ~uintptr_t(kHuge - 1));
+#ifdef MADV_HUGEPAGE
+  if (arena_bytes_ >= size_t(kHuge)) ::madvise(arena_, arena_bytes_, MADV_HUGEPAGE);  // advice only
+#endif
   slot_owner_.assign(size_t(n_slots_), Key{-1, -1});
   for (int64_t s = n_slots_ - 1; s >= 0; --s) free_slots_.push_back(int32_t(s));
   for (const std::string& path : paths_) {
@@ -167,7 +177,7 @@ ExpertCache::ExpertCache(const TensorStore& store, const std::vector<Layer>& lay
       const std::string err = std::strerror(errno);
       for (int f : direct_fds_) if (f >= 0) ::close(f);
       for (int f : buffered_fds_) ::close(f);
-      ::munmap(arena_, arena_bytes_);
+      ::munmap(map_, map_bytes_);
       throw LoadError(path + ": cannot open for the routed-expert reads: " + err);
     }
     buffered_fds_.push_back(fd);
@@ -185,7 +195,7 @@ ExpertCache::~ExpertCache() {
   for (int f : direct_fds_)
     if (f >= 0) ::close(f);
   for (int f : buffered_fds_) ::close(f);
-  if (arena_) ::munmap(arena_, arena_bytes_);
+  if (map_) ::munmap(map_, map_bytes_);
 }
 
 const MoeWeights* ExpertCache::next_of(const MoeWeights* layer) const {

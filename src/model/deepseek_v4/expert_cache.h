@@ -153,8 +153,10 @@ class ExpertCache {
   std::vector<int> direct_fds_;    // O_DIRECT (-1 where refused)
   std::vector<int> buffered_fds_;
   int64_t slot_bytes_ = 0, n_slots_ = 0, n_experts_ = 0;
-  uint8_t* arena_ = nullptr;
+  uint8_t* arena_ = nullptr;  // the slots, in map_ from its first 2 MiB boundary
   size_t arena_bytes_ = 0;
+  uint8_t* map_ = nullptr;
+  size_t map_bytes_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // readers: a read was queued, or a slot freed

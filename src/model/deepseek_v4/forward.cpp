@@ -3,6 +3,7 @@
 // V4.1 (docs/model/hyper_connections.md §5, v41.md §6): Engram before its layers' blocks, staggered mHC (each site
 // collapses with the previous site's pre; the last FFN site's pre replaces hc_head), and a
 // shared attention runtime per sequence that carries top-k lists between layers.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,9 +235,17 @@ TensorStore::Skip Model::stream_experts_if_needed(const LoadOptions& options, co
              double(options.weight_budget) / 1e9);
     return skip;
   }
-  TensorStore::Skip dense = [skip, routed](const std::string& name) { return (skip && skip(name)) || routed(name); };
+  // V4.1's Engram tables (~98 GB each as published) are read a few rows a token: they stay
+  // mapped, neither read in nor locked, and the page cache holds the rows in use.
+  auto engram_table = [](const std::string& name) { return name.find(".engram.embed.") != std::string::npos; };
+  TensorStore::Skip dense = [skip, routed, engram_table](const std::string& name) {
+    return (skip && skip(name)) || routed(name) || engram_table(name);
+  };
+  const int64_t tables = int64_t(store_->total_bytes([skip, engram_table](const std::string& name) {
+    return (skip && skip(name)) || !engram_table(name);
+  }));
   const int64_t resident = int64_t(store_->total_bytes(dense)) + (experts_.active() ? weight_data_bytes(own_head_rows()) : 0);
-  const int64_t streamed = own - resident;
+  const int64_t streamed = own - resident - tables;
   std::vector<ExpertCache::Layer> layers = streamed_layers(w_);
   const int64_t slot = ExpertCache::slot_bytes_for(*store_, layers);
   // At least one token's experts of a layer at a time, twice over (one layer computes while
@@ -272,6 +281,18 @@ TensorStore::Skip Model::stream_experts_if_needed(const LoadOptions& options, co
            gb(double(options.weight_budget)), gb(double(resident)), gb(double(streamed)), (long long)own_experts,
            double(per_expert) / 1e6, (long long)c.slots(), 100.0 * held, gb(double(c.slots() * c.slot_bytes())),
            per_token / 1e6, per_token * (1.0 - held) / 1e6);
+  if (tables > 0) {
+    // Rows are scattered: read-ahead around them would only evict what the next tokens need.
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    for (const LayerWeights& L : w_.layers)
+      if (L.has_engram)
+        for (auto [p, n] : {std::pair{L.engram.table, L.engram.rows * L.engram.head_dim},
+                            std::pair{L.engram.table_scale, L.engram.rows * (L.engram.head_dim / 32)}}) {
+          const uintptr_t b = reinterpret_cast<uintptr_t>(p) / page * page;
+          ::madvise(reinterpret_cast<void*>(b), size_t(reinterpret_cast<uintptr_t>(p) + uintptr_t(n) - b), MADV_RANDOM);
+        }
+    log_info("memory budget: the Engram tables (%.2f GB) stay mapped and are read row by row on demand", gb(double(tables)));
+  }
   return dense;
 }
 
