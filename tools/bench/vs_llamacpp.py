@@ -228,7 +228,7 @@ def main() -> int:
                     help="no logit_bias against the tokens that are not UTF-8 alone (llama-server then fails requests)")
     args = ap.parse_args()
     args.extra_body = None
-    args.cgroup_procs = make_memory_cgroup(args.memory_limit) if args.memory_limit else None
+    args.cgroup_procs = str(make_memory_cgroup(args.memory_limit)) if args.memory_limit else None
     if args.llama_server and not args.serve_any_bytes:
         banned = non_utf8_token_ids(Path(args.model) / "tokenizer.json")
         extra = Path(tempfile.mkdtemp(prefix="vs_llamacpp_")) / "extra_body.json"
@@ -251,10 +251,13 @@ def main() -> int:
                 line.append(f"deepinfer {m} pp {d['prefill_tok_s']:.1f} tg {d['decode_tok_s']:.2f} "
                             f"({100 * d['roofline_fraction']:.0f}% of roofline, triad {d['triad_gb_s'][0]:.1f}/"
                             f"{d['triad_gb_s'][-1]:.1f} GB/s, {d['major_faults']} major faults);")
-                if "decode_streaming" in d:
-                    ds = d["decode_streaming"]
-                    line.append(f"[streamed: decode {ds['disk_bytes_per_token'] / 1e6:.0f} MB/token from disk, "
-                                f"hits {100 * ds['cache_hit_rate']:.0f}%, predictions {100 * ds['prediction_hit_rate']:.0f}%"
+                for phase in ("prefill", "decode"):
+                    if phase + "_streaming" not in d:
+                        continue
+                    ds = d[phase + "_streaming"]
+                    line.append(f"[streamed {phase}: {ds['disk_bytes_per_token'] / 1e6:.0f} MB/token from disk at "
+                                f"{ds['disk_read_gb_s']:.2f} GB/s, hits {100 * ds['cache_hit_rate']:.0f}%, predictions "
+                                f"{100 * ds['prediction_hit_rate']:.0f}%"
                                 + (f", {100 * ds['of_disk_bound']:.0f}% of the disk bound {ds['disk_bound_tok_s']:.1f} tok/s"
                                    if "disk_bound_tok_s" in ds else "") + "]")
             line.append(f"llama.cpp pp {r['llama']['prefill_tok_s']:.1f} tg {r['llama']['decode_tok_s']:.2f} "

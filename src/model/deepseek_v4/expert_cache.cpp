@@ -18,6 +18,7 @@ namespace {
 
 constexpr uint64_t kPage = 4096;      // O_DIRECT wants file offsets, lengths and buffers on it
 constexpr uint64_t kMergeGap = 1 << 20;  // tensors closer than this are read in one go
+constexpr uint64_t kReadPiece = 4 << 20;
 
 uint64_t align_down(uint64_t v) { return v / kPage * kPage; }
 uint64_t align_up(uint64_t v) { return (v + kPage - 1) / kPage * kPage; }
@@ -371,7 +372,9 @@ std::string ExpertCache::read_expert(int layer, int32_t e, int32_t slot) {
     if (!direct) fd = buffered_fds_[size_t(s.file)];
     uint64_t done = 0;
     while (done < s.len) {
-      const ssize_t n = ::pread(fd, base + s.slot_off + done, size_t(s.len - done), off_t(s.file_off + done));
+      // Pieces of 4 MiB: O_DIRECT requests of 8-16 MiB read slower on the disks tried here.
+      const size_t piece = size_t(std::min<uint64_t>(s.len - done, kReadPiece));
+      const ssize_t n = ::pread(fd, base + s.slot_off + done, piece, off_t(s.file_off + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         if (direct && errno == EINVAL) {  // this file system (or a short read's tail) wants buffered reads
