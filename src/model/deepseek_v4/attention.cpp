@@ -11,15 +11,14 @@
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/compressor.h"
 #include "model/deepseek_v4/layer_ops.h"
+#include "model/deepseek_v4/release.h"
 #include "model/deepseek_v4/top_k.h"
 
 namespace deepinfer::v4 {
 
 // How the ref kernels combine an act-quant GEMM's K blocks: the canonical rule of each
-// family's goldens (kernels.h BlockSum).
-static kernels::BlockSum block_sum(const Config& cfg) {
-  return cfg.v41() ? kernels::BlockSum::kF32 : kernels::BlockSum::kExact;
-}
+// release's goldens (kernels.h BlockSum).
+static kernels::BlockSum block_sum(const Config& cfg) { return release_rules(cfg).act_block_sum; }
 
 void linear_quantized(const Config& cfg, const Numerics& num, const float* x, int64_t M,
                       const WeightMatrix& W, float* y) {
@@ -101,14 +100,12 @@ void query_head_norms(float* q, int64_t H, int64_t n, float eps, const Numerics&
   }
 }
 
-// FP8 QDQ of a window key: V4 the non-rope dims in blocks of 64 (also its compressed
-// entries), V4.1 the whole vector in blocks of 32.
+// FP8 QDQ of a window key, as the release's window_key_qdq says: V4 the non-rope dims in
+// blocks of 64 (also its compressed entries), V4.1 the whole vector in blocks of 32.
 void kv_qdq(const Config& cfg, const Numerics& num, float* kv) {
   if (!num.reference()) return;
-  if (cfg.v41())
-    kernels::act_quant_ref(kv, cfg.head_dim, 32);
-  else
-    kernels::act_quant_ref(kv, cfg.nope_dim(), 64);
+  const KeyQdq& qdq = release_rules(cfg).window_key_qdq;
+  kernels::act_quant_ref(kv, qdq.rope_dims ? cfg.head_dim : cfg.nope_dim(), qdq.block);
 }
 
 // bf16(Hadamard(x) * n^-0.5), then FP4 QDQ in blocks of 32 (indexer queries and keys).
@@ -188,6 +185,11 @@ void indexer_select(const Config& cfg, const Numerics& num, std::span<const floa
 void attention_forward(const Config& cfg, const Numerics& num, const LayerWeights& L, const RopeTable& rope,
                        const float* a, int64_t S, std::span<const Segment> segments, float* out) {
   const AttentionWeights& w = L.attn;
+  const ReleaseRules& rules = release_rules(cfg);
+  // shared: V4.1's runtime runs the compressed-layer work (shared_attention.cpp); lightning:
+  // V4's ratio-4 layer with its own indexer and index compressor.
+  const bool shared = rules.shared_attention_runtime && L.ratio != 0;
+  const bool lightning = w.has_indexer && !rules.shared_attention_runtime;
   const int64_t H = cfg.n_heads, Dh = cfg.head_dim, Wn = cfg.window;
   const float eps = float(cfg.norm_eps);
   ScratchArena& scratch = step_scratch();
@@ -201,7 +203,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   const int64_t HI = cfg.index_n_heads, DI = cfg.index_head_dim;
   const CompressorWeights &cw = w.compressor, &icw = w.indexer_compressor;
   const int64_t cn = w.has_compressor ? cw.coff * cw.width : 0;
-  const int64_t icn = w.has_indexer && !cfg.v41() ? icw.coff * icw.width : 0;
+  const int64_t icn = lightning ? icw.coff * icw.width : 0;
   std::span<float> qr = scratch.take<float>(S * cfg.q_lora_rank), q = scratch.take<float>(S * H * Dh);
   std::span<float> kv = scratch.take<float>(S * Dh);
   std::span<float> ckv = scratch.take<float>(S * cn), csc = scratch.take<float>(S * cn);
@@ -214,7 +216,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   batch.add(a, S, w.wkv, kv.data(), LayerProduct::kQuantized);
   if (w.has_compressor) {
     // V4.1 ratio 1 has no pooling: its wkv is a bf16 product (no fp32 promotion, no gate).
-    const LayerProduct::Kind pooled = cfg.v41() ? LayerProduct::kFp32Exact : LayerProduct::kFp32;
+    const LayerProduct::Kind pooled = rules.exact_pooled_projections ? LayerProduct::kFp32Exact : LayerProduct::kFp32;
     batch.add(a, S, cw.wkv, ckv.data(), cw.wgate.valid() ? pooled : LayerProduct::kBf16);
     if (cw.wgate.valid()) batch.add(a, S, cw.wgate, csc.data(), pooled);
   }
@@ -236,11 +238,11 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   // projection.
   prefetch_next(num, {&w.wo_a, &w.wo_b});
 
-  // ---- queries: head norm (V4 only) -> RoPE
+  // ---- queries: head norm (query_head_norm: V4) -> RoPE
   section.start(DI_PROFILE_SECTION("attn.query_rope"));
   // Token rows over the pool (each row's own arithmetic, so any split gives the same bits).
   for_each_row(num, S, [&](int64_t t) {
-    if (!cfg.v41()) query_head_norms(&q[t * H * Dh], H, Dh, eps, num);
+    if (rules.query_head_norm) query_head_norms(&q[t * H * Dh], H, Dh, eps, num);
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(t * H + h) * Dh], Dh, pos[t], false, num);
     // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ (kv_qdq)
     float* k = &kv[t * Dh];
@@ -248,7 +250,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     rope.apply(k, Dh, pos[t], false, num);
     kv_qdq(cfg, num, k);
     // ---- the indexer's query (V4; V4.1's shared attention prepares its own)
-    if (w.has_indexer && !cfg.v41()) indexer_query(cfg, num, rope, &iq[t * HI * DI], &iw[t * HI], pos[t]);
+    if (lightning) indexer_query(cfg, num, rope, &iq[t * HI * DI], &iw[t * HI], pos[t]);
   });
 
   // ---- per sequence: compressed keys (every group completed inside this chunk, before any
@@ -269,8 +271,8 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
         key_room += std::min(sg.p0, Wn) + sg.n;
         continue;
       }
-      // V4.1: every compressed layer reads a top-k (its own or its index source's).
-      const bool topk = L.ratio == 4 || (cfg.v41() && L.ratio != 0);
+      // Shared runtime: every compressed layer reads a top-k (its own or its index source's).
+      const bool topk = L.ratio == 4 || shared;
       key_room += (sg.p0 == 0 ? std::min(sg.n, Wn) : Wn) + (topk ? cfg.index_topk : L.ratio != 0 ? (p + 1) / L.ratio : 0);
     }
   std::span<const float*> key_rows = scratch.take<const float*>(key_room);
@@ -278,7 +280,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   for (const Segment& sg : segments) {
     LayerState& st = *sg.state;
     section.start(DI_PROFILE_SECTION("attn.compressors"));
-    if (cfg.v41() && L.ratio != 0) {
+    if (shared) {
       // The segment's rows of the indexer projections (none on a layer without an indexer).
       const int64_t ix = w.has_indexer ? 1 : 0;
       shared_attention_segment(cfg, num, L, rope, sg, ckv.data() + sg.row0 * cn, csc.data() + sg.row0 * cn,
@@ -293,7 +295,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
                        indexer_rotate_quant(z, icw.width, num);
                      });
     }
-    if (w.has_compressor && !cfg.v41()) {
+    if (w.has_compressor && !rules.shared_attention_runtime) {
       run_compressor(cw, st.compressor, &ckv[sg.row0 * cn], &csc[sg.row0 * cn], sg.n, sg.p0, [&](float* z, int64_t entry) {
         for (int64_t c = 0; c < cw.width; ++c) z[c] = num.bf16(z[c]);
         rms_norm(z, cw.norm.data(), cw.width, eps, num, z);
@@ -305,7 +307,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
     // Indexer choices of the segment's queries (scope: this segment).
     ScratchArena::Scope segment_scope(scratch);
     std::span<int64_t> selected, n_selected;
-    if (w.has_indexer && !cfg.v41()) {
+    if (lightning) {
       DI_PROFILE("attn.indexer");
       selected = scratch.take<int64_t>(sg.n * cfg.index_topk);
       n_selected = scratch.take<int64_t>(sg.n);
@@ -337,7 +339,7 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
       int64_t& n = n_keys[sg.row0 + t];
       const int64_t start = std::max<int64_t>(0, p - Wn + 1);
       for (int64_t j = 0; j < n_window_cols; ++j) keys[n++] = start + j <= p ? window_key(start + j) : nullptr;
-      if (cfg.v41() && L.ratio != 0) {  // the top-k of the governing index source, ascending
+      if (shared) {  // the top-k of the governing index source, ascending
         const SharedSelection& sel = *sg.shared;
         for (int64_t i = 0; i < sel.n_topk[t]; ++i)
           keys[n++] = sg.kv_source->compressor.entry(sel.topk[t * cfg.index_topk + i]);

@@ -76,10 +76,13 @@ struct Config {
   // the vocabulary holds it. Only the text path runs; a token with this id is refused.
   int64_t image_token_id = -1;
 
+  // The family: config parsing and release_rules() (release.h) tell releases apart by it;
+  // the model's code asks the release's rules instead.
   bool v41() const { return family == Family::V41; }
   bool has_dspark() const { return n_mtp_layers > 0 && dspark_block_size > 0; }
+  // The helpers below that differ by release read release_rules(*this) (release.cpp).
   // Where a target layer's tap is taken: after its block (V4 refreshes) or before it (V4.1).
-  bool dspark_taps_layer_output() const { return !v41(); }
+  bool dspark_taps_layer_output() const;
   // This config with the DSpark stages' expert counts: what their MoE is bound and run with.
   Config dspark_stage_config() const {
     Config s = *this;
@@ -90,20 +93,16 @@ struct Config {
   int64_t nope_dim() const { return head_dim - rope_dim; }
   int64_t ratio(int64_t layer) const { return compress_ratios[size_t(layer)]; }
   // Activation act-quant block of every FP8/FP4 GEMM input (V4: 128, V4.1: 32).
-  int64_t act_block() const { return v41() ? 32 : 128; }
+  int64_t act_block() const;
 
   // Which layer states hold a compressor with its emitted entries (backbone and MTP layers
   // alike): V4 every layer with ratio != 0, V4.1 the KV sources only.
-  bool owns_compressor(int64_t layer) const {
-    if (!v41()) return ratio(layer) != 0;
-    return layer < n_layers && kv_source_of[size_t(layer)] == layer;
-  }
+  bool owns_compressor(int64_t layer) const;
   // Layers whose state holds index keys: V4 the ratio-4 layers (lightning indexer compressor),
   // V4.1 the KV sources (keys derived from their latents).
-  bool owns_index_keys(int64_t layer) const { return v41() ? owns_compressor(layer) : ratio(layer) == 4; }
-  bool is_index_source(int64_t layer) const {
-    return v41() && layer < n_layers && index_source_of[size_t(layer)] == layer;
-  }
+  bool owns_index_keys(int64_t layer) const;
+  // V4.1's index sources (none without the shared attention runtime).
+  bool is_index_source(int64_t layer) const;
   // V4.1 index sources after the candidate source restrict their top-k to its candidates.
   bool uses_candidates(int64_t layer) const {
     return is_index_source(layer) && candidate_source_layer >= 0 && layer > candidate_source_layer;

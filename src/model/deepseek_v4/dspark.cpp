@@ -1,7 +1,9 @@
-// DeepSeek-V4.1's DSpark drafter (docs/model/mtp_dspark.md §2): the stages' window rings hold keys made
-// from the backbone's taps at every verified position; a draft is one forward of a block
-// [pending token, noise, ...] through the stages (every row sees the whole block), the LM
-// head plus a Markov bias chained over the drafts, and a confidence per row.
+// The DSpark drafter of V4.1 (docs/model/mtp_dspark.md §2) and of the V4 0731/0813 refreshes (§3): the
+// stages' window rings hold keys made from the backbone's taps at every verified position; a
+// draft is one forward of a block [pending token, noise, ...] through the stages (every row
+// sees the whole block), the LM head plus a Markov bias chained over the drafts, and a
+// confidence per row. The releases differ only by their rules (release.h): staggered mHC or a
+// final hc_head, where the taps are taken (forward.cpp), the Markov tables' names (weights.cpp).
 #include <algorithm>
 #include <stdexcept>
 
@@ -9,12 +11,13 @@
 #include "model/deepseek_v4/hyper_connections.h"
 #include "model/deepseek_v4/layer_ops.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/release.h"
 
 namespace deepinfer::v4 {
 
 Model::Drafter Model::drafter() const {
   if (cfg_.has_dspark() && !w_.dspark.stages.empty()) return Drafter::kDspark;
-  if (!cfg_.v41() && !w_.mtp.empty()) return Drafter::kMtp;
+  if (release_rules(cfg_).drafting == Drafting::kMtpModule && !w_.mtp.empty()) return Drafter::kMtp;
   return Drafter::kNone;
 }
 
@@ -89,12 +92,13 @@ std::vector<int32_t> Model::draft_dspark(SequenceState& st, DrafterState& ds, st
     weight_decode_row(w_.embed, block[i], row.data());
     for (int64_t h = 0; h < hc; ++h) std::copy_n(row.data(), d, &X[(i * hc + h) * d]);
   }
-  // V4.1's staggered mHC carries each row's pre from site to site (one-hot at the start: the
+  // Staggered mHC (V4.1) carries each row's pre from site to site (one-hot at the start: the
   // streams are equal) and collapses with the last one; V4 stages are ordinary blocks and the
-  // last stage's hc_head collapses (docs/model/mtp_dspark.md §3).
+  // last stage's hc_head collapses (docs/model/mtp_dspark.md §3.4).
+  const bool staggered = release_rules(c).staggered_mhc;
   std::span<float> pre = scratch.take_zeroed<float>(B * hc);
   for (int64_t i = 0; i < B; ++i) pre[i * hc] = 1.0f;
-  float* carry_pre = c.v41() ? pre.data() : nullptr;
+  float* carry_pre = staggered ? pre.data() : nullptr;
   for (size_t s = 0; s < w.stages.size(); ++s) {
     Segment seg{0, B, n, &st.mtp_layers[s]};
     seg.dspark_block = true;
@@ -105,7 +109,7 @@ std::vector<int32_t> Model::draft_dspark(SequenceState& st, DrafterState& ds, st
   // The LM head and the Markov head chain only the rows that become drafts (the block's rows
   // are independent from here on; a trace wants them all).
   const int64_t rows = trace ? B : std::min(k, B);
-  if (!c.v41() && trace) hc_head_pre(X.data(), rows, w.hc_head, hc, d, c, num, pre.data());
+  if (!staggered && trace) hc_head_pre(X.data(), rows, w.hc_head, hc, d, c, num, pre.data());
   std::span<float> logits = scratch.take<float>(rows * V);
   head_forward(X.data(), rows, w.hc_head, w.norm, num, logits.data(), carry_pre);
 

@@ -1,8 +1,9 @@
 // DeepSeek-V4 forward pass, top to bottom (docs/model/forward.md §1-§2):
 //   embed -> hc streams -> [attention site, ffn site] per layer -> hc_head -> norm -> head.
-// V4.1 (docs/model/hyper_connections.md §5, v41.md §6): Engram before its layers' blocks, staggered mHC (each site
-// collapses with the previous site's pre; the last FFN site's pre replaces hc_head), and a
-// shared attention runtime per sequence that carries top-k lists between layers.
+// Where releases differ it reads their rules (release.h): staggered mHC (docs/model/hyper_connections.md §5: each
+// site collapses with the previous site's pre; the last FFN site's pre replaces hc_head), a
+// shared attention runtime per sequence that carries top-k lists between layers, and where
+// DSpark's taps are taken. Engram (docs/model/v41.md §6) runs before the blocks of the layers the config lists.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "model/deepseek_v4/hyper_connections.h"
 #include "model/deepseek_v4/layer_ops.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/release.h"
 
 namespace deepinfer::v4 {
 
@@ -156,24 +158,8 @@ std::unique_ptr<Model> Model::finish_load(std::unique_ptr<Model> m, const std::s
              (long long)m->cfg_.n_routed_experts, (long long)s.head_first[size_t(r)],
              (long long)s.head_first[size_t(r) + 1] - 1, own_bytes / 1e6, m->store_->total_bytes() / 1e6);
   }
-  if (m->cfg_.v41()) {
-    size_t vision = 0;
-    for (const auto& [name, t] : m->store_->all())
-      if (name.rfind("vision.", 0) == 0 || name.rfind("aligner.", 0) == 0 || name.rfind("image_", 0) == 0) ++vision;
-    const Config& c = m->cfg_;
-    if (c.has_dspark())
-      log_info("DeepSeek-V4.1: DSpark drafter with %lld stages, blocks of %lld tokens", (long long)c.n_mtp_layers,
-               (long long)c.dspark_block_size);
-    if (vision > 0) log_info("DeepSeek-V4.1: %zu vision tensors recognised, not used (text only)", vision);
-  }
-  if (!m->cfg_.v41() && m->cfg_.has_dspark())
-    log_info("DeepSeek-V4 DSpark drafter (0731/0813 layout): %lld stages, blocks of %lld tokens, taps after layers %s",
-             (long long)m->cfg_.n_mtp_layers, (long long)m->cfg_.dspark_block_size,
-             [&] {
-               std::string s;
-               for (int64_t l : m->cfg_.dspark_target_layers) s += (s.empty() ? "" : ",") + std::to_string(l);
-               return s;
-             }().c_str());
+  // The release's extras: its drafter, tensors it leaves unbound.
+  if (const ReleaseRules& rules = release_rules(m->cfg_); rules.log_load) rules.log_load(m->cfg_, *m->store_);
   if (options.verify_weights) {
     const auto tv = std::chrono::steady_clock::now();
     m->store_->verify_finite(skip);
@@ -304,15 +290,19 @@ void Model::check_numerics(const Numerics& num) const {
       throw std::runtime_error("reference numerics cannot run this checkpoint: " + what +
                                " (DeepSeek's reference asserts the same); use --numerics float");
   };
-  if (c.v41()) {
-    need(c.head_dim % 32 == 0, "head_dim = " + std::to_string(c.head_dim) +
-                                   " is not a multiple of the window KV QDQ block 32");
+  const ReleaseRules& rules = release_rules(c);
+  const KeyQdq& qdq = rules.window_key_qdq;
+  const std::string qdq_block = std::to_string(qdq.block);
+  if (qdq.rope_dims)
+    need(c.head_dim % qdq.block == 0, "head_dim = " + std::to_string(c.head_dim) +
+                                          " is not a multiple of the window KV QDQ block " + qdq_block);
+  else
+    need(c.nope_dim() % qdq.block == 0, "head_dim - qk_rope_head_dim = " + std::to_string(c.nope_dim()) +
+                                            " is not a multiple of the KV QDQ block " + qdq_block);
+  if (rules.shared_attention_runtime) {  // FP4 entries in blocks of 16, FP4 index queries
     need(c.head_dim % 16 == 0, "head_dim is not a multiple of the compressed KV QDQ block 16");
     need(c.index_source_layers.empty() || c.index_head_dim % 32 == 0,
          "index_head_dim is not a multiple of the FP4 block 32");
-  } else {
-    need(c.nope_dim() % 64 == 0, "head_dim - qk_rope_head_dim = " + std::to_string(c.nope_dim()) +
-                                     " is not a multiple of the KV QDQ block 64");
   }
   const int64_t B = c.act_block();
   need(c.dim % B == 0, "hidden_size is not a multiple of the activation block " + std::to_string(B));
@@ -500,34 +490,45 @@ void Model::forward_batch(const std::vector<SequenceChunk>& chunks, const Numeri
 
 namespace {
 
-// What a V4.1 step carries besides the streams: the staggered pre of every row (one-hot
-// before layer 0: the streams are still equal), the Engram hash ids of every row (all engram
-// layers), and each sequence's shared attention runtime (hung on its segment).
-struct V41Step {
+// What a step carries besides the streams, as the release's rules and the config ask: the
+// staggered pre of every row (staggered_mhc; one-hot before layer 0: the streams are still
+// equal), each sequence's shared attention selection (shared_attention_runtime; hung on its
+// segment), and the Engram hash ids of every row (all the config's Engram layers).
+struct StepExtras {
   float* carry_pre = nullptr;
   int64_t* engram_ids = nullptr;
   int64_t engram_stride = 0;
 };
 
-V41Step begin_v41_step(const Config& c, const EngramTables& engram, std::span<const SequenceChunk> chunks,
-                       std::span<Segment> segments, int64_t S, ScratchArena& scratch) {
-  V41Step v;
+StepExtras begin_step(const Config& c, const EngramTables& engram, std::span<const SequenceChunk> chunks,
+                      std::span<Segment> segments, int64_t S, ScratchArena& scratch) {
+  StepExtras v;
+  const ReleaseRules& rules = release_rules(c);
   const int64_t hc = c.hc_mult, n_engram = int64_t(engram.layers.size());
-  v.carry_pre = scratch.take_zeroed<float>(S * hc).data();
-  for (int64_t t = 0; t < S; ++t) v.carry_pre[t * hc] = 1.0f;
-  v.engram_stride = n_engram * engram.n_cols;
-  v.engram_ids = scratch.take<int64_t>(S * v.engram_stride).data();
-  std::span<SharedSelection> shared = scratch.take<SharedSelection>(int64_t(segments.size()));
+  if (rules.staggered_mhc) {
+    v.carry_pre = scratch.take_zeroed<float>(S * hc).data();
+    for (int64_t t = 0; t < S; ++t) v.carry_pre[t * hc] = 1.0f;
+  }
+  if (n_engram > 0) {
+    v.engram_stride = n_engram * engram.n_cols;
+    v.engram_ids = scratch.take<int64_t>(S * v.engram_stride).data();
+  }
+  if (!rules.shared_attention_runtime && n_engram == 0) return v;
+  std::span<SharedSelection> shared =
+      scratch.take<SharedSelection>(rules.shared_attention_runtime ? int64_t(segments.size()) : 0);
   size_t k = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.n_tokens <= 0) continue;
-    Segment& sg = segments[k];
-    SharedSelection& sel = shared[k++];
-    sel.topk = scratch.take<int64_t>(sg.n * c.index_topk).data();
-    sel.n_topk = scratch.take_zeroed<int64_t>(sg.n).data();
-    sel.cand = scratch.take<int64_t>(sg.n * c.candidate_topk_blocks).data();
-    sel.n_cand = scratch.take_zeroed<int64_t>(sg.n).data();
-    sg.shared = &sel;
+    const size_t i = k++;
+    Segment& sg = segments[i];
+    if (rules.shared_attention_runtime) {
+      SharedSelection& sel = shared[i];
+      sel.topk = scratch.take<int64_t>(sg.n * c.index_topk).data();
+      sel.n_topk = scratch.take_zeroed<int64_t>(sg.n).data();
+      sel.cand = scratch.take<int64_t>(sg.n * c.candidate_topk_blocks).data();
+      sel.n_cand = scratch.take_zeroed<int64_t>(sg.n).data();
+      sg.shared = &sel;
+    }
     // Hashing advances the sequence's Engram history past this chunk.
     if (n_engram > 0) engram_hash_ids(c, engram, ch.tokens, ch.n_tokens, *ch.state, &v.engram_ids[sg.row0 * v.engram_stride]);
   }
@@ -586,10 +587,11 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
     DI_PROFILE("embed");
     embed_rows(w_.embed, tokens.data(), S, hc, d, X, c.image_token_id);
   }
-  const V41Step v41 = c.v41() ? begin_v41_step(c, engram_, chunks, segments, S, scratch) : V41Step{};
-  float* carry_pre = v41.carry_pre;
+  const ReleaseRules& rules = release_rules(c);
+  const StepExtras extras = begin_step(c, engram_, chunks, segments, S, scratch);
+  float* carry_pre = extras.carry_pre;
   // DSpark's taps: the bf16 mean of the streams entering (V4.1, docs/model/mtp_dspark.md §2.1) or leaving (V4
-  // refreshes, §3.3) each target layer.
+  // refreshes, §3.3) each target layer, as dspark_taps_layer_output says.
   const int64_t n_taps = draft_inputs && c.has_dspark() ? int64_t(c.dspark_target_layers.size()) : 0;
   float* taps = n_taps > 0 ? scratch.take<float>(S * n_taps * d).data() : nullptr;
   auto take_taps = [&](int64_t layer, const float* streams) {
@@ -602,21 +604,21 @@ void Model::forward_chunks(std::span<const SequenceChunk> chunks, const Numerics
             taps[(t * n_taps + j) * d + i] = num.bf16(sum / float(hc));
           }
   };
-  const bool taps_after = c.dspark_taps_layer_output();
+  const bool taps_after = rules.dspark_taps_layer_output;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     k = 0;
     for (const SequenceChunk& ch : chunks)
       if (ch.n_tokens > 0) {
         Segment& sg = segments[k++];
         sg.state = &ch.state->layers[l];
-        const int64_t src = c.v41() ? c.kv_source_of[size_t(l)] : -1;
+        const int64_t src = rules.shared_attention_runtime ? c.kv_source_of[size_t(l)] : -1;
         sg.kv_source = src >= 0 ? &ch.state->layers[size_t(src)] : nullptr;
       }
     const LayerWeights& L = w_.layers[l];
     if (L.has_engram) {
       DI_PROFILE("engram");
       const int64_t e = c.engram_index(l);
-      engram_forward(c, num, L.engram, &v41.engram_ids[e * engram_.n_cols], v41.engram_stride, S, X);
+      engram_forward(c, num, L.engram, &extras.engram_ids[e * engram_.n_cols], extras.engram_stride, S, X);
     }
     if (!taps_after) take_taps(l, X);
     block_forward(L, ropes_[l], X, tokens.data(), S, segments, num, Xn, carry_pre);

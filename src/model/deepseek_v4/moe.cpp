@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "model/deepseek_v4/expert_cache.h"
 #include "model/deepseek_v4/layer_ops.h"
+#include "model/deepseek_v4/release.h"
 #include "model/deepseek_v4/routing_trace.h"
 
 namespace deepinfer::v4 {
@@ -33,12 +34,14 @@ void record_routing(RoutingTrace& trace, int64_t id, int64_t n_experts, std::spa
 void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const float* logits, int32_t token,
                  int32_t* experts, float* weights) {
   const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts;
+  const ReleaseRules& rules = release_rules(cfg);
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
   std::span<float> score = scratch.take<float>(E);
   // V4.1 divides the router logits by gate_temp (1.0 in the release: exact either way).
   const float temp = float(cfg.gate_temp);
-  for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus_f(cfg.v41() ? logits[e] / temp : logits[e]));
+  const bool tempered = rules.router_temperature;
+  for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus_f(tempered ? logits[e] / temp : logits[e]));
   if (hash_routed) {
     std::copy_n(m.tid2eid.begin() + int64_t(token) * K, K, experts);
   } else {
@@ -59,9 +62,10 @@ void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const
   }
   const float route_scale = float(cfg.route_scale);
   // V4.1 renormalises only more than one expert, with 1e-20 in the denominator (its training
-  // value, not rms_norm_eps); V4's reference adds nothing.
-  const bool renorm = cfg.norm_topk_prob && (!cfg.v41() || K > 1);
-  const float den = cfg.v41() ? float(sum) + 1e-20f : float(sum);
+  // value, not rms_norm_eps); V4's reference adds nothing (renorm_epsilon 0: sum + 0 is sum,
+  // the sum being >= +0).
+  const bool renorm = cfg.norm_topk_prob && (rules.renorm_one_expert || K > 1);
+  const float den = float(sum) + rules.renorm_epsilon;
   for (int64_t k = 0; k < K; ++k) {
     float& w = weights[k];
     if (renorm) w = w / den;

@@ -7,6 +7,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "model/deepseek_v4/release.h"
+
 namespace deepinfer::v4 {
 
 namespace {
@@ -23,7 +25,7 @@ kv::KvLayout kv_layout_of(const Config& cfg) {
   // A state for every backbone layer and every MTP layer (SequenceState::create).
   for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.layer_ratios.push_back(cfg.ratio(i));
   l.bytes_per_value = sizeof(float);
-  if (cfg.v41()) {  // shared caches: only the KV sources hold entries and pending groups
+  if (release_rules(cfg).shared_attention_runtime) {  // only the KV sources hold entries and pending groups
     l.shared_sources = true;
     for (int64_t i = 0; i < cfg.n_layers + cfg.n_mtp_layers; ++i) l.kv_sources.push_back(cfg.owns_compressor(i));
     l.sequence_values = cfg.engram_layer_ids.empty() ? 0 : std::max(cfg.engram_max_ngram - 1, kMinRingRows);
@@ -149,18 +151,20 @@ SequenceState SequenceState::create(const Config& cfg, const PageLayout& layout,
   if (int64_t(layout.fixed.size()) != cfg.n_layers + cfg.n_mtp_layers)
     throw std::invalid_argument("a page layout for " + std::to_string(layout.fixed.size()) + " layer states, this model has " +
                                 std::to_string(cfg.n_layers + cfg.n_mtp_layers));
+  const bool shared = release_rules(cfg).shared_attention_runtime;
   auto layer_state = [&](int64_t layer) {
     const int64_t ratio = cfg.ratio(layer);
     const PageLayout::LayerRows& rows = layout.fixed[size_t(layer)];
     LayerState s;
     s.ring_ = rows.ring;
     if (cfg.owns_compressor(layer)) {
-      // V4 ratio 4 pools overlapping halves (coff 2); every other compressor pools one group.
-      const int64_t coff = !cfg.v41() && ratio == 4 ? 2 : 1;
+      // V4's own ratio-4 compressors pool overlapping halves (coff 2); every other compressor
+      // (a shared runtime's KV sources included) pools one group.
+      const int64_t coff = !shared && ratio == 4 ? 2 : 1;
       s.compressor.init(ratio, coff, cfg.head_dim, layout.main_offset[size_t(layer)], rows.main_kv, rows.main_score);
     }
     if (cfg.owns_index_keys(layer)) {
-      if (cfg.v41())
+      if (shared)  // keys derived from the source's latents: entries only
         s.index_compressor.init_entries(ratio, cfg.index_head_dim, layout.index_offset[size_t(layer)]);
       else
         s.index_compressor.init(4, 2, cfg.index_head_dim, layout.index_offset[size_t(layer)], rows.index_kv,

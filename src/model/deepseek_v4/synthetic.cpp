@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "model/deepseek_v4/release.h"
 
 namespace deepinfer::v4 {
 
@@ -107,7 +108,7 @@ const double kFp4TableRms = std::sqrt(17.75 / 8.0);
 
 class Planner {
  public:
-  explicit Planner(const Config& c) : c_(c) {}
+  explicit Planner(const Config& c) : c_(c), rules_(release_rules(c)) {}
 
   std::vector<SyntheticTensor> build() {
     const Config& c = c_;
@@ -115,10 +116,11 @@ class Planner {
     normal_bf16("embed.weight", {V, d}, 1.0);
     normal_bf16("head.weight", {V, d}, 3.0 / std::sqrt(double(d)));
     norm("norm.weight", d);
-    if (!c.v41()) hc("", "hc_head", c.hc_mult);
+    if (!rules_.staggered_mhc) hc("", "hc_head", c.hc_mult);
+    // The first n_hash_layers route by token id (none in V4.1: its config parser holds it at 0).
     for (int64_t l = 0; l < L; ++l)
-      block("layers." + std::to_string(l) + ".", l, c.ratio(l), !c.v41() && l < c.n_hash_layers, false);
-    if (c.v41() || c.has_dspark()) {
+      block("layers." + std::to_string(l) + ".", l, c.ratio(l), l < c.n_hash_layers, false);
+    if (rules_.drafting == Drafting::kDspark) {
       if (c.n_mtp_layers > 0) dspark();
     } else {
       for (int64_t m = 0; m < c.n_mtp_layers; ++m) {
@@ -206,8 +208,9 @@ class Planner {
   }
   static bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-  // V4.1 (docs/model/checkpoint.md §2): compressor + index keys at KV sources, indexer queries at index sources.
-  void attention_v41(const std::string& a, int64_t layer) {
+  // Shared attention runtime (V4.1, docs/model/checkpoint.md §2): compressor + index keys at KV sources,
+  // indexer queries at index sources.
+  void shared_attention(const std::string& a, int64_t layer) {
     const Config& c = c_;
     const int64_t d = c.dim, Dh = c.head_dim;
     const double std = 1.0 / std::sqrt(double(d));
@@ -226,7 +229,7 @@ class Planner {
 
   void block(const std::string& p, int64_t layer, int64_t ratio, bool hash_routed, bool is_stage) {
     const Config& c = c_;
-    const bool v41 = c.v41();
+    const bool shared = rules_.shared_attention_runtime;
     const int64_t d = c.dim, H = c.n_heads, Dh = c.head_dim, ql = c.q_lora_rank;
     // The stages of a DSpark drafter run the MoE the loader binds them with.
     const bool dspark_stage = is_stage && c.has_dspark();
@@ -249,12 +252,12 @@ class Planner {
     norm(a + "kv_norm.weight", Dh);
     fp8(a + "wo_a", c.o_groups * c.o_lora_rank, H * Dh / c.o_groups);
     fp8(a + "wo_b", d, c.o_groups * c.o_lora_rank, attn_out_gain);
-    if (v41) {
-      if (!is_stage) attention_v41(a, layer);
+    if (shared) {
+      if (!is_stage) shared_attention(a, layer);
     } else if (ratio != 0) {
       compressor(a + "compressor.", (ratio == 4 ? 2 : 1) * Dh, Dh, ratio);
     }
-    if (!v41 && ratio == 4) {
+    if (!shared && ratio == 4) {
       fp8(a + "indexer.wq_b", c.index_n_heads * c.index_head_dim, ql);
       normal_bf16(a + "indexer.weights_proj.weight", {c.index_n_heads, d}, 1.0 / std::sqrt(double(d)));
       compressor(a + "indexer.compressor.", 2 * c.index_head_dim, c.index_head_dim, 4);
@@ -267,7 +270,7 @@ class Planner {
     } else {
       normal_f32(f + "gate.bias", {E}, 0.1);
     }
-    if (v41) normal_f32(f + "gate.bias_vl", {E}, 0.1);  // the image-token bias ships on every layer
+    if (rules_.image_router_bias) normal_f32(f + "gate.bias_vl", {E}, 0.1);  // ships on every layer
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = f + "experts." + std::to_string(e) + ".";
       fp4(x + "w1", inter, d);
@@ -294,8 +297,8 @@ class Planner {
       }
       if (s == n - 1) {
         norm(p + "norm.weight", d);
-        if (!c.v41()) hc(p, "hc_head", c.hc_mult);
-        const std::string m1 = c.v41() ? "embed" : "markov_w1", m2 = c.v41() ? "head" : "markov_w2";
+        if (!rules_.staggered_mhc) hc(p, "hc_head", c.hc_mult);
+        const std::string m1 = rules_.markov_embed, m2 = rules_.markov_head;
         normal_bf16(p + "markov_head." + m1 + ".weight", {V, rank}, 1.0);
         normal_bf16(p + "markov_head." + m2 + ".weight", {V, rank}, 1.0 / std::sqrt(double(std::max<int64_t>(1, rank))));
         normal_bf16(p + "confidence_head.proj.weight", {1, d + rank}, 1.0 / std::sqrt(double(d + rank)));
@@ -304,6 +307,7 @@ class Planner {
   }
 
   const Config& c_;
+  const ReleaseRules& rules_;
   std::vector<SyntheticTensor> out_;
 };
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/deepseek_v4/release.h"
+
 namespace deepinfer::v4 {
 
 namespace {
@@ -169,8 +171,9 @@ class Binder {
     return c;
   }
 
-  // V4.1 KV source compressor: ratio > 1 pools with fp32 wkv / wgate, ratio 1 is a bf16 wkv.
-  CompressorWeights compressor_v41(const std::string& p, int64_t ratio) const {
+  // A shared runtime's KV source compressor (V4.1): ratio > 1 pools with fp32 wkv / wgate,
+  // ratio 1 is a bf16 wkv.
+  CompressorWeights source_compressor(const std::string& p, int64_t ratio) const {
     CompressorWeights c;
     c.ratio = ratio;
     c.coff = 1;
@@ -181,13 +184,13 @@ class Binder {
     return c;
   }
 
-  // V4.1 attention extras (docs/model/checkpoint.md §2): the compressor and index-key projection of a KV
-  // source, the indexer query side of an index source.
-  void attention_v41(const std::string& ap, int64_t layer, AttentionWeights& a) const {
+  // Shared attention runtime extras (V4.1, docs/model/checkpoint.md §2): the compressor and index-key
+  // projection of a KV source, the indexer query side of an index source.
+  void shared_attention(const std::string& ap, int64_t layer, AttentionWeights& a) const {
     const Config& c = cfg_;
     if (c.owns_compressor(layer)) {
       a.has_compressor = true;
-      a.compressor = compressor_v41(ap + "compressor.", c.ratio(layer));
+      a.compressor = source_compressor(ap + "compressor.", c.ratio(layer));
       a.has_index_keys = true;
       a.indexer_wk = plain_matrix(ap + "indexer.wk.weight", c.index_head_dim, c.head_dim);
       a.indexer_k_norm = vec(ap + "indexer.k_norm.weight", c.index_head_dim);
@@ -228,6 +231,7 @@ class Binder {
 
   LayerWeights layer(const std::string& p, int64_t id, int64_t ratio, bool hash_routed) const {
     const Config& c = cfg_;
+    const ReleaseRules& rules = release_rules(c);
     const int64_t n_mix = (2 + c.hc_mult) * c.hc_mult;
     LayerWeights L;
     L.id = id;
@@ -248,13 +252,13 @@ class Binder {
     a.wo_a = matrix(ap + "wo_a.weight", c.o_groups * c.o_lora_rank, c.n_heads * c.head_dim / c.o_groups);
     a.wo_b = matrix(ap + "wo_b.weight", c.dim, c.o_groups * c.o_lora_rank);
     a.sink = vec(ap + "attn_sink", c.n_heads);
-    if (c.v41()) {
-      attention_v41(ap, id, a);
-    } else if (ratio != 0) {
+    if (rules.shared_attention_runtime) {
+      shared_attention(ap, id, a);
+    } else if (ratio != 0) {  // V4: every compressed layer its own compressor
       a.has_compressor = true;
       a.compressor = compressor(ap + "compressor.", ratio, c.head_dim);
     }
-    if (!c.v41() && ratio == 4) {
+    if (!rules.shared_attention_runtime && ratio == 4) {  // and every ratio-4 layer its lightning indexer
       a.has_indexer = true;
       a.indexer_wq_b = matrix(ap + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
       a.indexer_weights_proj = plain_matrix(ap + "indexer.weights_proj.weight", c.index_n_heads, c.dim);
@@ -268,7 +272,8 @@ class Binder {
       m.tid2eid = id_table(fp + "gate.tid2eid", c.vocab_size, c.n_activated_experts, c.n_routed_experts);
     else
       m.bias = vec(fp + "gate.bias", c.n_routed_experts);
-    if (c.v41() && store_.find(fp + "gate.bias_vl")) m.bias_vl = vec(fp + "gate.bias_vl", c.n_routed_experts);
+    if (rules.image_router_bias && store_.find(fp + "gate.bias_vl"))
+      m.bias_vl = vec(fp + "gate.bias_vl", c.n_routed_experts);
     m.experts.reserve(c.n_routed_experts);
     for (int64_t e = 0; e < c.n_routed_experts; ++e)
       m.experts.push_back(expert(fp + "experts." + std::to_string(e) + ".", c.moe_inter_dim));
@@ -318,11 +323,11 @@ void bind_dspark(const Config& c, const TensorStore& store, Weights& w) {
   const std::string last = "mtp." + std::to_string(c.n_mtp_layers - 1) + ".";
   d.norm = b.vec(last + "norm.weight", c.dim);
   // V4.1 names the Markov tables embed / head, the V4 refreshes markov_w1 / markov_w2.
-  const std::string m1 = c.v41() ? "markov_head.embed.weight" : "markov_head.markov_w1.weight";
-  const std::string m2 = c.v41() ? "markov_head.head.weight" : "markov_head.markov_w2.weight";
-  d.markov_embed = b.plain_matrix(last + m1, c.vocab_size, R);
-  d.markov_head = b.plain_matrix(last + m2, c.vocab_size, R);
-  if (!c.v41()) d.hc_head = b.hc(last + "hc_head", c.hc_mult, 1);
+  const ReleaseRules& rules = release_rules(c);
+  const std::string markov = last + "markov_head.";
+  d.markov_embed = b.plain_matrix(markov + rules.markov_embed + ".weight", c.vocab_size, R);
+  d.markov_head = b.plain_matrix(markov + rules.markov_head + ".weight", c.vocab_size, R);
+  if (!rules.staggered_mhc) d.hc_head = b.hc(last + "hc_head", c.hc_mult, 1);
   d.confidence = b.plain_matrix(last + "confidence_head.proj.weight", 1, c.dim + R);
 }
 
@@ -330,17 +335,18 @@ void bind_dspark(const Config& c, const TensorStore& store, Weights& w) {
 
 Weights bind_weights(const Config& c, const TensorStore& store) {
   Weights w;
+  const ReleaseRules& rules = release_rules(c);
   Binder b(c, store, &w.row_checks);
   w.embed = b.plain_matrix("embed.weight", c.vocab_size, c.dim);
   w.head = b.plain_matrix("head.weight", c.vocab_size, c.dim);
   w.norm = b.vec("norm.weight", c.dim);
-  if (!c.v41()) w.hc_head = b.hc("hc_head", c.hc_mult, 1);
+  if (!rules.staggered_mhc) w.hc_head = b.hc("hc_head", c.hc_mult, 1);
   for (int64_t l = 0; l < c.n_layers; ++l)
     w.layers.push_back(b.layer("layers." + std::to_string(l) + ".", l, c.ratio(l), l < c.n_hash_layers));
   // DSpark stages (mtp.*) of V4.1 and of the V4 refreshes, never an MTP module beside them;
   // V4.1's vision tensors stay unbound.
   if (c.has_dspark()) bind_dspark(c, store, w);
-  if (c.v41() || c.has_dspark()) return w;
+  if (rules.drafting != Drafting::kMtpModule) return w;
   for (int64_t k = 0; k < c.n_mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
     MtpWeights m;
