@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a built engine and an embedded default model:
-#   1. Debian packages (compiler, CMake, GoogleTest, Google Benchmark, JSON, HTTP, OpenMPI, and
-#      headless Chromium + its WebDriver for the chat page's browser test)
+#   1. Debian packages (compiler, CMake, GoogleTest, Google Benchmark, JSON, HTTP, OpenMPI,
+#      headless Chromium + its WebDriver for the chat page's browser test, and the aarch64 cross
+#      compiler + qemu-user for tools/arm64/test.sh)
 #   2. a Python venv in .venv with the tooling packages (checkpoint generator, tokenizer data)
 #   3. a Release build in build/
 #   4. models/golden: the checkpoints of the committed golden sets (tests/data/golden), regenerated
@@ -14,7 +15,8 @@ cd "$(dirname "$0")"
 apt_packages=(build-essential cmake ccache git pkg-config libgtest-dev libgmock-dev libbenchmark-dev
               nlohmann-json3-dev libcpp-httplib-dev python3 python3-venv python3-pip
               clang libclang-rt-14-dev chromium chromium-driver
-              openmpi-bin libopenmpi-dev)  # MPI: multi-process expert parallel (optional at build time)
+              openmpi-bin libopenmpi-dev  # MPI: multi-process expert parallel (optional at build time)
+              g++-aarch64-linux-gnu qemu-user)  # the aarch64 cross build, run under qemu (tools/arm64/test.sh)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -8,6 +8,7 @@
 #   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer in build-san/
 #      (configured and built here on first use; incremental afterwards)
 #   3. the libFuzzer targets of tests/fuzz (parsers) for a bounded time each
+#   4. the aarch64 cross build's kernel and golden tests under qemu-aarch64 (tools/arm64/test.sh)
 # Pass --fast to run only the Release tests while iterating.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -85,3 +86,6 @@ DEEPINFER_TEST_TIME_SCALE=5 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_O
 
 echo "== fuzzers (tests/fuzz, ${FUZZ_SECONDS:-20}s each)"
 tests/fuzz/run.sh
+
+echo "== aarch64 (tools/arm64/test.sh: cross build, kernel + golden tests under qemu-aarch64, bits against x86)"
+tools/arm64/test.sh

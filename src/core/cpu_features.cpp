@@ -5,6 +5,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace deepinfer {
 
@@ -55,6 +59,11 @@ CpuFeatures detect() {
     }
   }
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  f.asimd = (hwcap & HWCAP_ASIMD) != 0;
+  f.arm_bf16 = (hwcap2 & HWCAP2_BF16) != 0;
+#endif
   return f;
 }
 
@@ -96,6 +105,8 @@ std::string cpu_features_description() {
   add(f.avx512_bf16, "avx512_bf16");
   add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_vbmi, "avx512_vbmi");
+  add(f.asimd, "asimd");
+  add(f.arm_bf16, "bf16");
   return s.empty() ? std::string("no simd features") : s;
 }
 

@@ -1,5 +1,6 @@
-// x86 CPU feature detection for the kernel dispatcher (cpuid + xgetbv), computed once and
-// cached. On other architectures every flag is false and the portable kernels run.
+// CPU feature detection for the kernel dispatcher, computed once and cached: x86 by cpuid +
+// xgetbv, aarch64 by the kernel's hardware capabilities (getauxval). On other architectures
+// every flag is false and the portable kernels run.
 #pragma once
 #include <string>
 
@@ -17,6 +18,10 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
   bool avx512_vbmi = false;
+  // aarch64: Advanced SIMD (always there on Linux) and the BF16 extension (BFMLALB / BFMLALT,
+  // Armv8.6, optional from Armv8.2).
+  bool asimd = false;
+  bool arm_bf16 = false;
 
   // AVX2 kernel tier: AVX2 + FMA + F16C.
   bool has_avx2_tier() const { return avx2 && fma && f16c; }
@@ -25,6 +30,9 @@ struct CpuFeatures {
   bool has_avx512_tier() const {
     return has_avx2_tier() && avx512f && avx512bw && avx512vl && avx512dq && avx512_bf16 && avx512_vbmi;
   }
+  // aarch64 kernel tiers: NEON (fp32 FMA) and NEON + BF16 (bf16 widening multiply-adds).
+  bool has_neon_tier() const { return asimd; }
+  bool has_neon_bf16_tier() const { return asimd && arm_bf16; }
 };
 
 // Detected once (thread-safe static), then cached.

@@ -9,6 +9,9 @@
 #include <immintrin.h>
 #define DI_CPU_RELAX() _mm_pause()
 #define DI_PREFETCH(p) _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0)
+#elif defined(__aarch64__)
+#define DI_CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")  // the spin-wait hint
+#define DI_PREFETCH(p) __builtin_prefetch(p)
 #else
 #define DI_CPU_RELAX() std::this_thread::yield()
 #define DI_PREFETCH(p) __builtin_prefetch(p)

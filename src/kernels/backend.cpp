@@ -94,10 +94,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name, ThreadPool* pool)
   if (name == "cpu") return make_cpu_backend(pool);
   // A forced ISA, for measuring another tier's kernels on a machine that has both (an
   // AVX-512 machine running its AVX2 kernels as an AVX2-only CPU would).
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+  for (Isa isa : kAllIsas)
     if (name == std::string("cpu-") + isa_name(isa)) return make_cpu_backend_isa(pool, isa);
   throw std::invalid_argument("unknown kernel backend '" + name +
-                              "' (expected ref or cpu, or cpu-avx2 / cpu-avx512 / cpu-scalar to force an ISA)");
+                              "' (expected ref or cpu, or cpu-avx2 / cpu-avx512 / cpu-neon / cpu-neon-bf16 / "
+                              "cpu-scalar to force an ISA)");
 }
 
 void Backend::prefetch_hint(const WeightMatrix* const*, int) const {}

@@ -1,4 +1,5 @@
-// Every cpu backend variant this machine supports (Scalar, AVX2, AVX-512), forced one by one,
+// Every cpu backend variant this machine supports (Scalar, AVX2, AVX-512; NEON, NEON + BF16
+// on aarch64), forced one by one,
 // against the scalar referee: awkward shapes and tails, both numerics paths (fp32 and
 // bf16-exact activations), act-quant blocks of V4 and V4.1, special values, guard values
 // after the outputs, thread counts 1/2/3; the vectorised act_quant bit for bit; linear_many
@@ -27,10 +28,15 @@ namespace {
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> v;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+  for (Isa isa : kAllIsas)
     if (isa_supported(isa)) v.push_back(isa);
   return v;
 }
+
+// fp32 lanes of an ISA's vector FMA (its fma_chains); its bf16 dot-product instruction's lanes
+// (two products each: vdpbf16ps, a BFMLALT + BFMLALB pair).
+int64_t fma_lanes(Isa isa) { return isa == Isa::Avx2 ? 8 : isa == Isa::Avx512 ? 16 : 4; }
+int64_t bf16_dot_lanes(Isa isa) { return isa == Isa::Avx512 ? 16 : 4; }
 
 struct Weight {
   std::vector<uint8_t> data, scale;
@@ -185,7 +191,7 @@ TEST(CpuIsa, FeaturesAndDispatch) {
   auto be = make_cpu_backend(&pool);
   EXPECT_STREQ(be->name(), "cpu");
   EXPECT_EQ(be->pool(), &pool);
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : kAllIsas) {
     const std::string forced = std::string("cpu-") + isa_name(isa);  // --kernels cpu-avx2 etc.
     if (isa_supported(isa)) {
       EXPECT_NO_THROW(make_cpu_backend_isa(&pool, isa));
@@ -835,7 +841,7 @@ TEST(CpuIsa, IndexDotsExactWhereTheBoundAllows) {
   const double dnan = std::numeric_limits<double>::quiet_NaN();
   for (Isa isa : supported_isas()) {
     if (isa == Isa::Scalar) continue;
-    const cpu::IsaKernels& k = isa == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels();
+    const cpu::IsaKernels& k = *isa_kernel_table(isa);
     if (!k.index_dots_exact) continue;
     for (auto [heads, dim, n_keys] : {std::tuple{64, 128, 41}, {3, 64, 9}, {17, 40, 13}, {80, 7, 5}, {1, 1, 1}}) {
       auto grid = [&](float* v, int64_t n) { fp4_qdq_pow2_ref(v, n, n % 32 == 0 ? 32 : n); };
@@ -1043,11 +1049,11 @@ TEST(CpuIsa, HcExpandMatchesReferee) {
 // positive rate for the vector ISAs and 0 for the referee, which has no such figure.
 TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
   ThreadPool pool(2);
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
-    const cpu::IsaKernels& k = isa == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels();
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::Scalar) continue;
+    const cpu::IsaKernels& k = *isa_kernel_table(isa);
     ASSERT_NE(k.fma_chains, nullptr) << isa_name(isa);
-    const int64_t lanes = isa == Isa::Avx2 ? 8 : 16;
+    const int64_t lanes = fma_lanes(isa);
     for (int64_t iters : {0, 1, 7, 1000}) {
       double want = 0;
       for (int j = 0; j < cpu::kFmaChains; ++j) {
@@ -1061,19 +1067,20 @@ TEST(CpuIsa, FmaChainsComputeTheirRecurrenceAndPeakIsMeasured) {
     }
     const double peak = make_cpu_backend_isa(&pool, isa)->fma_peak_macs_per_s();
     EXPECT_TRUE(std::isfinite(peak) && peak > 0.0) << isa_name(isa) << " " << peak;  // measured, not judged
-    // The bf16 dot chains (AVX-512 with bf16 mode): each step adds two exact products.
+    // The bf16 dot chains (AVX-512 / NEON with bf16 mode): each step adds two exact products.
     if (k.bf16) {
       ASSERT_NE(k.bf16_dot_chains, nullptr);
+      const int64_t dot_lanes = bf16_dot_lanes(isa);
       for (int64_t iters : {0, 1, 7, 1000}) {
         double want = 0;
         for (int j = 0; j < cpu::kFmaChains; ++j) {
           float x = 1.5f + float(j) / 1024.0f;
           for (int64_t i = 0; i < iters; ++i) x = std::fmaf(0.5f, 0x1p-10f, std::fmaf(0.5f, 0x1p-10f, x));
-          want += 16.0 * double(x);
+          want += double(dot_lanes) * double(x);
         }
         int64_t macs = -1;
-        EXPECT_EQ(k.bf16_dot_chains(iters, 1.5f, &macs), want) << "iters " << iters;
-        EXPECT_EQ(macs, iters * cpu::kFmaChains * 32);
+        EXPECT_EQ(k.bf16_dot_chains(iters, 1.5f, &macs), want) << isa_name(isa) << " iters " << iters;
+        EXPECT_EQ(macs, iters * cpu::kFmaChains * 2 * dot_lanes) << isa_name(isa);
       }
       const double dot = make_cpu_backend_isa(&pool, isa)->bf16_dot_peak_macs_per_s();
       EXPECT_TRUE(std::isfinite(dot) && dot > 0.0) << dot;

@@ -26,4 +26,10 @@ void sink_attention_avx2(const float* q, const float* const* keys, int64_t n_key
 void sink_attention_heads_avx2(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                int64_t dim, float scale, const float* sinks, bool round_probs, float* out);
 
+// The same two in NEON vectors of 4 (aarch64), bit for bit the AVX-512 results (dim as above).
+void sink_attention_neon(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
+                         float sink, bool round_probs, float* out);
+void sink_attention_heads_neon(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
+                               int64_t dim, float scale, const float* sinks, bool round_probs, float* out);
+
 }  // namespace deepinfer::kernels::cpu

@@ -1,15 +1,18 @@
-// Fast CPU backend. Three variants behind one interface, chosen once at creation:
+// Fast CPU backend. Variants behind one interface, chosen once at creation:
 //   Scalar - portable threaded C++: each thread decodes a weight row once (from its
 //            FP8/FP4/BF16 encoding) and reuses it for every activation row; fp32
 //            accumulation with 8 partial sums. Also the fallback for what the SIMD kernels
 //            do not take: FP8 blocks that are not multiples of 32 (and, on AVX2, FP8 scales
 //            >= 2^120), act blocks whose weight-scale indexing differs from per-element
 //            scaling, and act-quant rows whose scales exceed 2^31 (huge activations).
-//   Avx2 / Avx512 - the kernels of cpu_kernels_avx2.cpp / cpu_kernels_avx512.cpp behind the
+//   Avx2 / Avx512 (x86-64), Neon / NeonBf16 (aarch64) - the kernels of cpu_kernels_avx2.cpp /
+//            cpu_kernels_avx512.cpp / cpu_kernels_neon.cpp / cpu_kernels_neon_bf16.cpp behind the
 //            driver below: activations are prepared once per call (copied, or act-quantised
 //            bit-identically to act_quant_ref) into per-thread scratch, then output rows are
 //            split over the pool. No allocation once the scratch has grown to the shapes in
-//            use, no thread creation, no cpuid per call.
+//            use, no thread creation, no cpuid per call. Each architecture compiles and
+//            registers only its own ISA files (isa_kernels below); the others report
+//            unsupported.
 // Batch invariance: every output's arithmetic depends only on its activation row and weight
 // row (decode and prefill kernels run the same operation sequence, modes are chosen per
 // activation row and per weight row, and a call whose rows need different modes is split),
@@ -30,6 +33,12 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define DI_KERNELS_X86 1
+#elif defined(__aarch64__)
+#define DI_KERNELS_ARM64 1
+#endif
 
 namespace deepinfer::kernels {
 
@@ -284,7 +293,7 @@ class SimdBackend final : public Backend {
  public:
   SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k)
       : pool_(pool), k_(k), scalar_(pool), avx512_attention_(std::strcmp(k.name, "avx512") == 0),
-        avx2_attention_(std::strcmp(k.name, "avx2") == 0) {}
+        avx2_attention_(std::strcmp(k.name, "avx2") == 0), neon_attention_(std::strncmp(k.name, "neon", 4) == 0) {}
   const char* name() const override { return "cpu"; }
   ThreadPool* pool() const override { return pool_; }
 
@@ -339,22 +348,30 @@ class SimdBackend final : public Backend {
 
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
                       bool round_probs, float* out) const override {
+#if defined(DI_KERNELS_X86)
     if (avx512_attention_ && dim % 16 == 0)
-      cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
-    else if (avx2_attention_ && dim % 16 == 0)
-      cpu::sink_attention_avx2(q, keys, n_keys, dim, scale, sink, round_probs, out);
-    else
-      cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
+      return cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
+    if (avx2_attention_ && dim % 16 == 0)
+      return cpu::sink_attention_avx2(q, keys, n_keys, dim, scale, sink, round_probs, out);
+#elif defined(DI_KERNELS_ARM64)
+    if (neon_attention_ && dim % 16 == 0)
+      return cpu::sink_attention_neon(q, keys, n_keys, dim, scale, sink, round_probs, out);
+#endif
+    cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
   }
 
   void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys, int64_t dim,
                             float scale, const float* sinks, bool round_probs, float* out) const override {
+#if defined(DI_KERNELS_X86)
     if (avx512_attention_ && dim % 16 == 0)
-      cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
-    else if (avx2_attention_ && dim % 16 == 0)
-      cpu::sink_attention_heads_avx2(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
-    else
-      Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+      return cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+    if (avx2_attention_ && dim % 16 == 0)
+      return cpu::sink_attention_heads_avx2(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+#elif defined(DI_KERNELS_ARM64)
+    if (neon_attention_ && dim % 16 == 0)
+      return cpu::sink_attention_heads_neon(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
+#endif
+    Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
   }
 
   double fma_peak_macs_per_s() const override { return chains_peak(k_.fma_chains); }
@@ -707,16 +724,23 @@ class SimdBackend final : public Backend {
   ThreadPool* pool_;
   const cpu::IsaKernels& k_;
   ScalarBackend scalar_;
-  bool avx512_attention_, avx2_attention_;
+  bool avx512_attention_, avx2_attention_, neon_attention_;
   mutable size_t work_hw_ = 0;  // work_bytes()
 };
 thread_local SimdBackend::ManyScratch SimdBackend::tl_many;
 
+// The one place the ISA files are registered: each architecture's own (the others are not
+// compiled there, and isa_supported() reports them absent).
 const cpu::IsaKernels* isa_kernels(Isa isa) {
   switch (isa) {
+#if defined(DI_KERNELS_X86)
     case Isa::Avx2: return &cpu::avx2_kernels();
     case Isa::Avx512: return &cpu::avx512_kernels();
-    case Isa::Scalar: break;
+#elif defined(DI_KERNELS_ARM64)
+    case Isa::Neon: return &cpu::neon_kernels();
+    case Isa::NeonBf16: return &cpu::neon_bf16_kernels();
+#endif
+    default: break;
   }
   return nullptr;
 }
@@ -724,7 +748,9 @@ const cpu::IsaKernels* isa_kernels(Isa isa) {
 Isa detect_isa() {
   // The CPU picks the variant, not the user (DESIGN: no kernel knobs); tests and benchmarks
   // that need a given ISA construct it with make_cpu_backend_isa().
-  return isa_supported(Isa::Avx512) ? Isa::Avx512 : isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Scalar;
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::NeonBf16, Isa::Neon})
+    if (isa_supported(isa)) return isa;
+  return Isa::Scalar;
 }
 
 }  // namespace
@@ -734,6 +760,8 @@ const char* isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Neon: return "neon";
+    case Isa::NeonBf16: return "neon-bf16";
   }
   return "?";
 }
@@ -741,10 +769,15 @@ const char* isa_name(Isa isa) {
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return true;
+#if defined(DI_KERNELS_X86)
     case Isa::Avx2: return cpu_features().has_avx2_tier();
     case Isa::Avx512: return cpu_features().has_avx512_tier();
+#elif defined(DI_KERNELS_ARM64)
+    case Isa::Neon: return cpu_features().has_neon_tier();
+    case Isa::NeonBf16: return cpu_features().has_neon_bf16_tier();
+#endif
+    default: return false;  // another architecture's kernels: not compiled here
   }
-  return false;
 }
 
 Isa cpu_dispatch_isa() {
@@ -761,8 +794,16 @@ std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa) {
 
 std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp_tiles) {
   if (!isa_supported(Isa::Avx512)) throw std::invalid_argument("cpu backend: this CPU does not support avx512");
+#if defined(DI_KERNELS_X86)
   return std::make_unique<SimdBackend>(pool, cpu::avx512_kernels_with_tiles(dp_tiles));
+#else
+  (void)pool;
+  (void)dp_tiles;
+  return nullptr;  // not reached: isa_supported() is false off x86
+#endif
 }
+
+const cpu::IsaKernels* isa_kernel_table(Isa isa) { return isa_supported(isa) ? isa_kernels(isa) : nullptr; }
 
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return make_cpu_backend_isa(pool, cpu_dispatch_isa()); }
 

@@ -9,11 +9,20 @@
 
 namespace deepinfer::kernels {
 
+namespace cpu {
+struct IsaKernels;  // cpu_isa.h
+}
+
 enum class Isa {
   Scalar,  // portable threaded C++ (the original cpu backend; also the fallback for odd shapes)
   Avx2,    // AVX2 + FMA + F16C, fp32 FMA everywhere
   Avx512,  // AVX-512 F/BW/VL/DQ + BF16 + VBMI: bf16 dot products where products are exact
+  Neon,      // aarch64 Advanced SIMD: fp32 FMA everywhere, each output the AVX2 kernels' bits
+  NeonBf16,  // Neon + the BF16 extension (BFMLALT / BFMLALB): each output the AVX-512 kernels' bits
 };
+
+// Every variant, in order; isa_supported() says which this machine runs.
+inline constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonBf16};
 
 const char* isa_name(Isa isa);
 bool isa_supported(Isa isa);
@@ -24,6 +33,10 @@ std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa);
 // The AVX-512 backend with bf16 mode's prefill tiles forced onto vdpbf16ps (dp_tiles) or
 // onto FMAs in dot-product order (same bits; make_cpu_backend picks the faster for the CPU).
 std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp_tiles);
+
+// The kernel table of a SIMD variant this CPU supports (null for Scalar and for a variant it
+// lacks), for the tests of the tables' own entry points.
+const cpu::IsaKernels* isa_kernel_table(Isa isa);
 
 // The act-quant of the given ISA's linear_act_quant, with act_quant_ref's interface
 // (n a multiple of block): must be bit-identical to act_quant_ref. Blocks the ISA does not

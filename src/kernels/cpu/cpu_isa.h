@@ -1,6 +1,7 @@
 // Internal interface between the generic cpu backend driver (cpu_backend.cpp: threading,
 // scratch, fallbacks) and the ISA-specific kernel files (cpu_kernels_avx2.cpp,
-// cpu_kernels_avx512.cpp, compiled with their ISA flags).
+// cpu_kernels_avx512.cpp on x86-64, cpu_kernels_neon.cpp, cpu_kernels_neon_bf16.cpp on
+// aarch64, compiled with their ISA flags).
 //
 // The ISA files see only plain structs and raw pointers: they must not instantiate C++
 // library templates or call inline functions shared with generic code, because the linker
@@ -211,9 +212,17 @@ struct IsaKernels {
   double (*bf16_dot_chains)(int64_t iters, float x0, int64_t* macs) = nullptr;
 };
 
-// Defined in the ISA files; call only after checking the CPU supports the ISA.
+// Defined in the ISA files (each compiled on its own architecture only: x86-64 the AVX ones,
+// aarch64 the NEON ones); call only after checking the CPU supports the ISA.
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
+// neon_kernels() (cpu_kernels_neon.cpp): every output the bits of avx2_kernels()' (the same
+// operation sequence in pairs of 4-lane vectors). neon_bf16_kernels() (its bf16 mode in
+// cpu_kernels_neon_bf16.cpp, the rest in cpu_kernels_neon.cpp): the bits of avx512_kernels()'
+// in both modes (bf16 mode: BFMLALT then BFMLALB per pair of columns, the two FMAs of
+// vdpbf16ps; fp32 mode: 16 lanes as four registers).
+const IsaKernels& neon_kernels();
+const IsaKernels& neon_bf16_kernels();
 // avx512_kernels() with bf16 mode's prefill tiles on vdpbf16ps (dp_tiles) or on FMAs in
 // dot-product order, whichever this CPU runs faster being what avx512_kernels() picks; the
 // same bits either way (for the tests and benchmarks of both).
