@@ -132,6 +132,7 @@ const Shape kShapes[] = {
     {"FP4_1024x2048", WeightFormat::FP4_BLOCK, 1024, 2048, true},
     {"FP4_2048x1024", WeightFormat::FP4_BLOCK, 2048, 1024, true},
     {"BF16_129280x2048", WeightFormat::BF16, 129280, 2048, false},
+    {"BF16_129280x4096", WeightFormat::BF16, 129280, 4096, false},  // the release's output head
     {"F32_24x8192", WeightFormat::F32, 24, 8192, false},  // an mHC mixer (hc_attn_fn)
 };
 

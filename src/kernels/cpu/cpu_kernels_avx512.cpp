@@ -24,7 +24,8 @@
 //               sums each chunk of 128 columns unscaled and scales the partial sums (as the
 //               reference scales its per-block sums).
 // Decode (M <= 8) fuses the decode with the dot products, several weight rows at a time (FP4 in
-// bf16 mode over 3-16 rows: fp4_multirow_avx512.cpp, the same sequence for every output).
+// bf16 mode over 3-16 rows: fp4_multirow_avx512.cpp; BF16, the output head:
+// bf16_gemv_avx512.cpp; the same sequence for every output).
 // Prefill decodes a tile of weight rows once into L2 and runs a 6 x 4 register-blocked fp32
 // FMA microkernel over all activation rows, K in L1-sized blocks with the vector partial sums
 // carried between blocks. In bf16 mode the tile is decoded to bf16 (straight from the codes,
@@ -54,6 +55,7 @@
 #include <stdexcept>
 #include <time.h>
 
+#include "kernels/cpu/bf16_gemv.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/fp4_multirow.h"
 
@@ -151,9 +153,10 @@ inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 // In a fast memory state NTA had been 0.4-1.5% ahead of T0.
 DI_INLINE void prefetch_weights(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
-// BF16 / F32 decode streams weight rows one after another (contiguous): software prefetch
-// this many bytes ahead. 1 KiB left the output head at 58-61 GB/s from DRAM; 8 KiB reads
-// it at 70-72 (in the model 6.9 -> 6.5 ms per token while the triad read ~90 GB/s).
+// F32 decode streams weight rows one after another (contiguous): software prefetch this many
+// bytes ahead. (Measured on the BF16 output head when it ran here: 1 KiB left it at 58-61
+// GB/s from DRAM, 8 KiB at 70-72; BF16 now prefetches whole row groups ahead, see
+// bf16_gemv_avx512.cpp.)
 constexpr int kPrefetch = 8192;
 
 // FP8 / FP4 decode prefetches whole row groups ahead: this many bytes, in whole groups of 4
@@ -303,18 +306,11 @@ struct F32Dec {
   DI_INLINE void b16(const Row&, int64_t, int64_t, __m512i*) const {}
 };
 
-// Check: range-check every bf16-mode chunk (CHECK decoder). Bf16Dec is the checked one; a
-// matrix with a row_check memo runs the rows it has seen in range with Bf16Dec::Unchecked.
-template <bool Check>
-struct Bf16DecT {
+// Range-checks every bf16-mode chunk (CHECK decoder). The tiles decode BF16 rows with it; the
+// GEMV (M <= 8) is bf16_gemv_avx512.cpp's.
+struct Bf16Dec {
   static constexpr int CH = 32, NF = 2, NB = 1;
-  static constexpr bool B16 = true, CHECK = Check;
-  using Unchecked = Bf16DecT<false>;
-  // One activation row: four weight rows side by side. One row at a time is a chain of
-  // dependent FMAs per chunk (latency-bound: large-bench's head 34 ms per token in bf16 mode,
-  // 46 ms in fp32 mode with memory at 22 GB/s); four rows 26-29 ms in both. (8 rows lost to one
-  // sequential stream in a fast memory state once: 9.9 vs 7.1 ms at 75 GB/s.)
-  static constexpr int GEMV_ROWS_M1 = 4;
+  static constexpr bool B16 = true, CHECK = true;
   // fp32 mode in pair order (see f32() and bf16_pair_order): a chunk's columns spread over
   // all its vectors.
   static constexpr bool F32_SPREAD = true;
@@ -323,7 +319,7 @@ struct Bf16DecT {
   };
   const LinearCall* c;
   __m512i hi_mask;
-  explicit Bf16DecT(const LinearCall& call) : c(&call), hi_mask(_mm512_set1_epi32(int(0xffff0000u))) {}
+  explicit Bf16Dec(const LinearCall& call) : c(&call), hi_mask(_mm512_set1_epi32(int(0xffff0000u))) {}
   DI_INLINE Row row(int64_t n) const { return {reinterpret_cast<const uint16_t*>(c->W->data) + n * c->K}; }
   DI_INLINE bool safe(const Row&) const { return true; }
   DI_INLINE void prefetch(const Row& r, int64_t k) const { prefetch_weights(reinterpret_cast<const char*>(r.p + k) + kPrefetch); }
@@ -339,7 +335,6 @@ struct Bf16DecT {
   }
   DI_INLINE void b16(const Row& r, int64_t k, int64_t nv, __m512i* w) const { w[0] = raw(r, k, nv); }
 };
-using Bf16Dec = Bf16DecT<true>;
 
 struct Fp8Dec {
   static constexpr int CH = 64, NF = 4, NB = 2;
@@ -713,38 +708,9 @@ void f32_row_all_m(const LinearCall& c, const D& d, int64_t n) {
   }
 }
 
-// bf16 mode over a matrix with a row_check memo: groups whose rows were all seen in range
-// skip the per-chunk check; the others run checked and record what they found.
-template <class D, int MR, int NRW>
-void gemv_range_memo(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
-  const typename D::Unchecked fast(c);
-  uint8_t* memo = c.W->row_check;
-  int64_t n = n0;
-  while (n < n1) {
-    const int nr = n + NRW <= n1 ? NRW : 1;
-    bool seen_ok = true;
-    for (int r = 0; r < nr; ++r) seen_ok = seen_ok && __atomic_load_n(memo + n + r, __ATOMIC_RELAXED) == 1;
-    if (seen_ok) {
-      if (nr == NRW)
-        gemv_group<typename D::Unchecked, true, MR, NRW>(c, fast, n);
-      else
-        gemv_group<typename D::Unchecked, true, MR, 1>(c, fast, n);
-    } else {
-      const uint32_t bad = nr == NRW ? gemv_group<D, true, MR, NRW>(c, d, n) : gemv_group<D, true, MR, 1>(c, d, n);
-      for (int r = 0; r < nr; ++r) {
-        __atomic_store_n(memo + n + r, uint8_t((bad >> r & 1) ? 2 : 1), __ATOMIC_RELAXED);
-        if (bad >> r & 1) gemv_group<D, false, MR, 1>(c, d, n + r);
-      }
-    }
-    n += nr;
-  }
-}
-
 template <class D, int MR, int NRW>
 void gemv_range(const LinearCall& c, const D& d, int64_t n0, int64_t n1) {
   const bool bf = c.use_bf16 && D::B16;
-  if constexpr (requires { typename D::Unchecked; })
-    if (bf && c.W->row_check) return gemv_range_memo<D, MR, NRW>(c, d, n0, n1);
   int64_t n = n0;
   while (n < n1) {
     const int64_t nr = n + NRW <= n1 ? NRW : 1;
@@ -1263,7 +1229,12 @@ void rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   if constexpr (std::is_same_v<D, Fp4Dec>)
     if (fp4_multirow(c, kDpTiles)) return fp4_multirow_avx512(c, n0, n1, scratch, fp4_f32_row);
   const D d(c);
-  if (c.M <= kGemvMaxM) return gemv_rows<D>(c, d, n0, n1);
+  if (c.M <= kGemvMaxM) {
+    if constexpr (std::is_same_v<D, Bf16Dec>)
+      return bf16_gemv_avx512(c, n0, n1);  // BF16 (the output head): its own GEMV
+    else
+      return gemv_rows<D>(c, d, n0, n1);
+  }
   gemm_rows<D, kDpTiles>(c, d, n0, n1, scratch);
 }
 
