@@ -190,9 +190,11 @@ TEST(CpuIsa, Bf16GemvExact) {
                   }
                 }
               }
-            if (memo && bf16_x)  // the memo holds what the rows are: 1 in range, 2 not
-              for (int64_t n = 0; n < N; ++n)
+            if (memo && bf16_x) {  // the memo holds what the rows are: 1 in range, 2 not
+              for (int64_t n = 0; n < N; ++n) {
                 ASSERT_EQ(int(W.memo[size_t(n)]), safe_weight_row(W, n) ? 1 : 2) << "K " << K << " weight row " << n;
+              }
+            }
           }
     }
   }
