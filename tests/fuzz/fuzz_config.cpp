@@ -1,4 +1,4 @@
-// fuzz-sources: src/model/deepseek_v4/config.cpp
+// fuzz-sources: src/model/deepseek_v4/config.cpp src/model/deepseek_v4/release.cpp src/model/deepseek_v4/release_v4.cpp src/model/deepseek_v4/release_v4_dspark.cpp src/model/deepseek_v4/release_v41.cpp src/core/log.cpp
 // libFuzzer harness: config.json text is either accepted as a consistent config or rejected
 // with std::runtime_error naming the field.
 #include <cstddef>
