@@ -46,6 +46,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/bf16_gemv.h"
 
 namespace deepinfer::kernels::cpu {
@@ -57,35 +58,11 @@ namespace {
 // How far ahead the weights are prefetched, in bytes (rounded up to whole row groups).
 constexpr int64_t kPrefetchBytes = 128 * 1024;
 
-inline uint32_t mask32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
-
-// bf16 lanes that are nonzero and outside [2^-40, 2^40] (NaN, inf, subnormal included).
-DI_INLINE __mmask32 b16_out_of_range(__m512i w) {
-  const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
-  const __m512i lo = _mm512_set1_epi16(short(kBf16RangeLoBits >> 16));
-  const __m512i span = _mm512_set1_epi16(short((kBf16RangeHiBits - kBf16RangeLoBits) >> 16));
-  return _mm512_mask_cmpgt_epu16_mask(_mm512_test_epi16_mask(mag, mag), _mm512_sub_epi16(mag, lo), span);
-}
-
-// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d}; lane i of the result
-// depends only on its own vector (cpu_kernels_avx512.cpp's reduce4).
-DI_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-inline void store_sums(float* dst, __m128 sums, int64_t n) {
-  if (n >= 4) {
-    _mm_storeu_ps(dst, sums);
-  } else {
-    alignas(16) float tmp[4];
-    _mm_store_ps(tmp, sums);
-    for (int64_t i = 0; i < n; ++i) dst[i] = tmp[i];
-  }
-}
+// Shared with the other AVX-512 kernel files (avx512_common.h).
+using avx512::b16_out_of_range;
+using avx512::mask32;
+using avx512::reduce4;
+using avx512::store_sums;
 
 // The products of a group: fp32 mode (xf, pair order), bf16 mode on vdpbf16ps (xb), or bf16
 // mode as its two FMAs (xd, dot-product order: each 32 columns' odd ones, then even ones).

@@ -55,6 +55,7 @@
 #include <stdexcept>
 #include <time.h>
 
+#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/bf16_gemv.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/fp4_multirow.h"
@@ -65,6 +66,12 @@ namespace {
 
 // Hot per-chunk helpers must inline into the loops (they pass vectors around).
 #define DI_INLINE inline __attribute__((always_inline))
+
+// Shared with the other AVX-512 kernel files (avx512_common.h).
+using avx512::b16_out_of_range;
+using avx512::mask32;
+using avx512::reduce4;
+using avx512::store_sums;
 
 // ------------------------------------------------------------------------------- tables
 
@@ -139,7 +146,6 @@ inline float f32_of(uint32_t b) {
 DI_INLINE float e8m0(uint8_t b) { return f32_of(kT.e8m0[b]); }
 
 inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
-inline uint32_t mask32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1; }
 inline uint16_t mask16(int64_t n) { return n >= 16 ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : uint16_t((1u << n) - 1); }
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
@@ -231,14 +237,6 @@ inline bool scales_in_range(const uint8_t* s, int64_t n) {
   return true;
 }
 
-// bf16 lanes that are nonzero and outside [2^-40, 2^40] (NaN, inf, subnormal included).
-DI_INLINE __mmask32 b16_out_of_range(__m512i w) {
-  const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
-  const __m512i lo = _mm512_set1_epi16(short(kBf16RangeLoBits >> 16));
-  const __m512i span = _mm512_set1_epi16(short((kBf16RangeHiBits - kBf16RangeLoBits) >> 16));
-  return _mm512_mask_cmpgt_epu16_mask(_mm512_test_epi16_mask(mag, mag), _mm512_sub_epi16(mag, lo), span);
-}
-
 // Adds a power-of-two scale (as an exponent offset) to nonzero, non-NaN bf16 codes: exact
 // for scales within [kScaleLo, kScaleHi].
 DI_INLINE __m512i b16_scale(__m512i w, int scale_byte) {
@@ -246,27 +244,6 @@ DI_INLINE __m512i b16_scale(__m512i w, int scale_byte) {
   const __mmask32 live =
       _mm512_mask_cmpneq_epi16_mask(_mm512_test_epi16_mask(mag, mag), mag, _mm512_set1_epi16(0x7fc0));
   return _mm512_mask_add_epi16(w, live, w, _mm512_set1_epi16(short((scale_byte - 127) * 128)));
-}
-
-// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d}; lane i of the result
-// depends only on its own vector.
-DI_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a b a b per 128
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-// Writes the first n (<= 4) sums of four accumulators to dst.
-inline void store_sums(float* dst, __m128 sums, int64_t n) {
-  if (n >= 4) {
-    _mm_storeu_ps(dst, sums);
-  } else {
-    alignas(16) float tmp[4];
-    _mm_store_ps(tmp, sums);
-    for (int64_t i = 0; i < n; ++i) dst[i] = tmp[i];
-  }
 }
 
 // ------------------------------------------------------------------------------ decoders
