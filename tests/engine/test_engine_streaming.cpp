@@ -54,19 +54,13 @@ struct Served {
 
 TEST(EngineStreaming, TruncatedShardFailsOneRequestAndTheEngineServesOn) {
   const std::string src = std::string(DI_GOLDEN_MODELS_DIR) + "/tiny-0731/model";
-  const fs::path dir = fs::temp_directory_path() / ("di_engine_streaming_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  const int64_t experts_at = deepinfer::testing::copy_with_experts_last(src, dir.string());
-  const std::string shard = (dir / "model.safetensors").string();
-  std::string whole;
-  {
-    std::ifstream f(shard, std::ios::binary);
-    whole.assign(std::istreambuf_iterator<char>(f), {});
-  }
+  const deepinfer::testing::TruncatableCheckpoint copy(
+      src, (fs::temp_directory_path() / ("di_engine_streaming_" + std::to_string(::getpid()))).string());
+  const std::string& shard = copy.shard;
   // The dense weights and room for 12 of the 72 experts.
   v4::LoadOptions o;
-  o.weight_budget = experts_at + 12 * 64 * 1024;
-  Served streamed(v4::Model::load(dir.string(), o));
+  o.weight_budget = copy.experts_at + 12 * 64 * 1024;
+  Served streamed(v4::Model::load(copy.dir, o));
   ASSERT_NE(streamed.runner->model().expert_cache(), nullptr);
   Served mapped(v4::Model::load(src));
 
@@ -75,7 +69,7 @@ TEST(EngineStreaming, TruncatedShardFailsOneRequestAndTheEngineServesOn) {
   EXPECT_EQ(first->reason(), FinishReason::kLength);
   EXPECT_EQ(first->tokens(), mapped.generate(1)->tokens()) << "streamed experts changed the greedy tokens";
 
-  fs::resize_file(shard, uintmax_t(experts_at + 100));
+  copy.truncate();
   const auto failed = streamed.generate(2);
   ASSERT_TRUE(failed->finished());
   EXPECT_EQ(failed->reason(), FinishReason::kError);
@@ -83,14 +77,10 @@ TEST(EngineStreaming, TruncatedShardFailsOneRequestAndTheEngineServesOn) {
   EXPECT_NE(msg.find(shard), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 
-  {
-    std::ofstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
-    f.write(whole.data(), std::streamsize(whole.size()));
-  }
+  copy.restore();
   const auto again = streamed.generate(3);
   ASSERT_TRUE(again->finished());
   EXPECT_EQ(again->reason(), FinishReason::kLength);
   EXPECT_EQ(again->tokens(), mapped.generate(3)->tokens());
   streamed.core.reset();
-  fs::remove_all(dir);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -38,5 +39,27 @@ inline int64_t copy_with_experts_last(const std::string& from, const std::string
   for (const TensorView* t : order) f.write(reinterpret_cast<const char*>(t->data), std::streamsize(t->nbytes));
   return int64_t(8 + h.size()) + experts_at;
 }
+
+// A copy of checkpoint `from` in `dir` (experts last, see above) whose shard can be cut just
+// past its dense weights and made whole again.
+struct TruncatableCheckpoint {
+  std::string dir, shard;
+  int64_t experts_at = 0;
+  std::string bytes;  // the whole shard
+
+  TruncatableCheckpoint(const std::string& from, const std::string& to) : dir(to), shard(to + "/model.safetensors") {
+    std::filesystem::remove_all(dir);
+    experts_at = copy_with_experts_last(from, dir);
+    std::ifstream f(shard, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  ~TruncatableCheckpoint() { std::filesystem::remove_all(dir); }
+  // Every routed expert cut off.
+  void truncate() const { std::filesystem::resize_file(shard, uintmax_t(experts_at + 100)); }
+  void restore() const {
+    std::ofstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+};
 
 }  // namespace deepinfer::testing

@@ -100,7 +100,9 @@ void forbid_mapped_experts(const Model& m) {
   auto forbid = [&](const uint8_t* p, int64_t n) {
     const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + uintptr_t(page) - 1) / uintptr_t(page) * uintptr_t(page);
     const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + uintptr_t(n)) / uintptr_t(page) * uintptr_t(page);
-    if (e > b) ASSERT_EQ(0, ::mprotect(reinterpret_cast<void*>(b), e - b, PROT_NONE));
+    if (e > b) {
+      ASSERT_EQ(0, ::mprotect(reinterpret_cast<void*>(b), e - b, PROT_NONE));
+    }
   };
   auto each = [&](const MoeWeights& moe) {
     for (const ExpertWeights& e : moe.experts)
@@ -163,8 +165,9 @@ void check_streaming_is_exact(const std::string& set) {
     expect_same_bytes(logits_of(*streamed, tokens, 7, num), logits_of(*mapped, tokens, 7, num), "chunks of 7");
     expect_same_bytes(batch_logits(*streamed, tokens, other, num), batch_logits(*mapped, tokens, other, num),
                       "a batch of two with every row's logits");
-    if (mapped->drafter() != Model::Drafter::kNone)
+    if (mapped->drafter() != Model::Drafter::kNone) {
       EXPECT_EQ(drafts_of(*streamed, tokens, num), drafts_of(*mapped, tokens, num)) << "drafts";
+    }
   }
   const ExpertCacheStats st = cache.stats();
   EXPECT_GT(st.lookups, 0u);
@@ -213,23 +216,17 @@ TEST(ExpertCache, BudgetBelowTheDenseWeightsIsRefusedWithTheNumbers) {
 
 TEST(ExpertCache, TruncatedShardFailsTheForwardThenServesAgain) {
   const std::string src = golden_dir("tiny-0731");
-  const fs::path dir = fs::temp_directory_path() / ("di_expert_cache_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  const int64_t experts_at = deepinfer::testing::copy_with_experts_last(src, dir.string());
-  const std::string shard = (dir / "model.safetensors").string();
-  std::string whole;
-  {
-    std::ifstream f(shard, std::ios::binary);
-    whole.assign(std::istreambuf_iterator<char>(f), {});
-  }
+  const deepinfer::testing::TruncatableCheckpoint copy(
+      src, (fs::temp_directory_path() / ("di_expert_cache_" + std::to_string(::getpid()))).string());
+  const std::string& shard = copy.shard;
   auto mapped = Model::load(src);
   LoadOptions o;
   o.weight_budget = quarter_budget(src);
-  auto m = Model::load(dir.string(), o);
+  auto m = Model::load(copy.dir, o);
   ASSERT_NE(m->expert_cache(), nullptr);
   const auto tokens = prompt(m->config().vocab_size, 9, 8);
 
-  fs::resize_file(shard, uintmax_t(experts_at + 100));  // every routed expert cut off
+  copy.truncate();
   try {
     logits_of(*m, tokens, 0, Numerics{});
     FAIL() << "a forward over a truncated shard succeeded";
@@ -239,19 +236,14 @@ TEST(ExpertCache, TruncatedShardFailsTheForwardThenServesAgain) {
     EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
     EXPECT_NE(msg.find("routed expert"), std::string::npos) << msg;
   }
-  {
-    std::ofstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(0);
-    f.write(whole.data(), std::streamsize(whole.size()));
-  }
+  copy.restore();
   // The same model serves again, with the fully mapped model's logits.
   expect_same_bytes(logits_of(*m, tokens, 0, Numerics{}), logits_of(*mapped, tokens, 0, Numerics{}),
                     "after the shard was made whole");
   // Nothing was written into the checkpoint directory but what this test wrote.
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(copy.dir)) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   EXPECT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors"}));
   m.reset();
-  fs::remove_all(dir);
 }

@@ -93,9 +93,8 @@ Layout layout_expert(const TensorStore& store, const ExpertWeights& w, const std
   return layout;
 }
 
-std::string expert_name(const MoeWeights* layer, int64_t id_hint, int32_t e) {
-  (void)layer;
-  return "routed expert " + std::to_string(e) + " of MoE layer " + std::to_string(id_hint);
+std::string expert_name(size_t layer, size_t e) {
+  return "routed expert " + std::to_string(e) + " of MoE layer " + std::to_string(layer);
 }
 
 }  // namespace
@@ -121,7 +120,7 @@ int64_t ExpertCache::slot_bytes_for(const TensorStore& store, const std::vector<
   for (size_t l = 0; l < layers.size(); ++l)
     for (size_t e = 0; e < layers[l].moe->experts.size(); ++e) {
       const Layout layout =
-          layout_expert<Layout, Span>(store, layers[l].moe->experts[e], expert_name(layers[l].moe, int64_t(l), int32_t(e)));
+          layout_expert<Layout, Span>(store, layers[l].moe->experts[e], expert_name(l, e));
       int64_t bytes = 0;
       for (const Span& s : layout.spans) bytes += int64_t(s.len);
       most = std::max(most, bytes);
@@ -139,7 +138,7 @@ ExpertCache::ExpertCache(const TensorStore& store, const std::vector<Layer>& lay
     std::vector<Layout> ls;
     for (size_t e = 0; e < layers[l].moe->experts.size(); ++e) {
       ls.push_back(layout_expert<Layout, Span>(store, layers[l].moe->experts[e],
-                                               expert_name(layers[l].moe, int64_t(l), int32_t(e))));
+                                               expert_name(l, e)));
       int64_t bytes = 0;
       for (const Span& s : ls.back().spans) bytes += int64_t(s.len);
       slot_bytes_ = std::max(slot_bytes_, bytes);

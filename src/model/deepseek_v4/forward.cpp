@@ -215,7 +215,9 @@ static std::vector<ExpertCache::Layer> streamed_layers(const Weights& w) {
 TensorStore::Skip Model::stream_experts_if_needed(const LoadOptions& options, const TensorStore::Skip& skip) {
   if (options.weight_budget <= 0 || !store_->images().empty()) return skip;
   auto routed = [](const std::string& name) { return routed_expert_of(name) >= 0; };
-  const int64_t own = int64_t(store_->total_bytes(skip)) + (experts_.active() ? weight_data_bytes(own_head_rows()) : 0);
+  // Expert parallel: skip leaves the head out, this rank's rows of it count.
+  const int64_t head_rows = experts_.active() ? weight_data_bytes(own_head_rows()) : 0;
+  const int64_t own = int64_t(store_->total_bytes(skip)) + head_rows;
   if (own <= options.weight_budget) {
     log_info("memory budget: %.2f GB of weights fit in %.2f GB: all resident", double(own) / 1e9,
              double(options.weight_budget) / 1e9);
@@ -230,7 +232,7 @@ TensorStore::Skip Model::stream_experts_if_needed(const LoadOptions& options, co
   const int64_t tables = int64_t(store_->total_bytes([skip, engram_table](const std::string& name) {
     return (skip && skip(name)) || !engram_table(name);
   }));
-  const int64_t resident = int64_t(store_->total_bytes(dense)) + (experts_.active() ? weight_data_bytes(own_head_rows()) : 0);
+  const int64_t resident = int64_t(store_->total_bytes(dense)) + head_rows;
   const int64_t streamed = own - resident - tables;
   std::vector<ExpertCache::Layer> layers = streamed_layers(w_);
   const int64_t slot = ExpertCache::slot_bytes_for(*store_, layers);
