@@ -1,11 +1,9 @@
 #include "model/deepseek_v4/compressor.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <span>
 
-#include "kernels/kernels.h"
+#include "kernels/light_ops.h"
 #include "model/deepseek_v4/layer_ops.h"
 
 namespace deepinfer::v4 {
@@ -15,29 +13,6 @@ void compressor_add_ape(const CompressorWeights& w, int64_t S, int64_t p0, float
   for (int64_t t = 0; t < S; ++t) {
     const float* ape = w.ape.data() + ((p0 + t) % w.ratio) * n;
     for (int64_t c = 0; c < n; ++c) sc[t * n + c] += ape[c];
-  }
-}
-
-// z[c] = sum_slots softmax_slot(score)[c] * kv[c]; slots with score -inf weigh nothing.
-static void pool(std::span<const float* const> kv_rows, std::span<const float* const> sc_rows, int64_t width,
-                 float* z) {
-  const size_t n = kv_rows.size();
-  ScratchArena::Scope scope(step_scratch());
-  std::span<double> e = step_scratch().take<double>(int64_t(n));
-  for (int64_t c = 0; c < width; ++c) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (size_t s = 0; s < n; ++s) m = std::max(m, sc_rows[s][c]);
-    double den = 0.0;
-    for (size_t s = 0; s < n; ++s) {
-      e[s] = sc_rows[s][c] == -std::numeric_limits<float>::infinity() ? 0.0 : std::exp(double(sc_rows[s][c]) - double(m));
-      den += e[s];
-    }
-    double acc = 0.0;
-    for (size_t s = 0; s < n; ++s) {
-      const float weight = float(e[s] / den);
-      acc += double(kv_rows[s][c] * weight);
-    }
-    z[c] = float(acc);
   }
 }
 
@@ -59,7 +34,8 @@ bool compressor_push(CompressorState& st, const float* kvp, const float* sc, int
     kv_rows[i] = st.kv_row(row) + half;
     sc_rows[i] = st.score_row(row) + half;
   }
-  pool(kv_rows, sc_rows, W, z);
+  // z[c] = sum_slots softmax_slot(score)[c] * kv[c]; slots with score -inf weigh nothing.
+  kernels::compressor_pool_ref(kv_rows.data(), sc_rows.data(), n_slots, W, scratch.take<double>(n_slots).data(), z);
   return true;
 }
 

@@ -1,11 +1,11 @@
 #include "model/deepseek_v4/hyper_connections.h"
 
 #include <algorithm>
-#include <cmath>
 #include <span>
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
+#include "kernels/light_ops.h"
 #include "model/deepseek_v4/layer_ops.h"
 
 namespace deepinfer::v4 {
@@ -44,37 +44,6 @@ static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t
                [&blocks](int64_t b0, int64_t b1, int) { blocks(b0, b1); });
 }
 
-void hc_sinkhorn(float* c, int64_t n, int64_t iters, float eps) {
-  for (int64_t i = 0; i < n; ++i) {  // row softmax over the destination index
-    float* row = c + i * n;
-    float m = *std::max_element(row, row + n);
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; ++j) sum += std::exp(double(row[j]) - double(m));
-    for (int64_t j = 0; j < n; ++j) row[j] = float(std::exp(double(row[j]) - double(m)) / sum) + eps;
-  }
-  auto normalise_cols = [&] {
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0.0;
-      for (int64_t i = 0; i < n; ++i) s += c[i * n + j];
-      const float d = float(s) + eps;
-      for (int64_t i = 0; i < n; ++i) c[i * n + j] /= d;
-    }
-  };
-  auto normalise_rows = [&] {
-    for (int64_t i = 0; i < n; ++i) {
-      double s = 0.0;
-      for (int64_t j = 0; j < n; ++j) s += c[i * n + j];
-      const float d = float(s) + eps;
-      for (int64_t j = 0; j < n; ++j) c[i * n + j] /= d;
-    }
-  };
-  normalise_cols();
-  for (int64_t it = 1; it < iters; ++it) {
-    normalise_rows();
-    normalise_cols();
-  }
-}
-
 void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
                  const Numerics& num, HcMix* out) {
   const int64_t n_mix = (2 + hc) * hc;
@@ -92,7 +61,7 @@ void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
       m.post[i] = 2.0f * sigmoid_f(mix[hc + i] * s1 + w.base[hc + i]);
     }
     for (int64_t k = 0; k < hc * hc; ++k) m.comb[k] = mix[2 * hc + k] * s2 + w.base[2 * hc + k];
-    hc_sinkhorn(m.comb, hc, cfg.hc_sinkhorn_iters, eps);
+    kernels::hc_sinkhorn_ref(m.comb, hc, cfg.hc_sinkhorn_iters, eps);
   });
 }
 

@@ -2,7 +2,8 @@
 // The residual is hc streams [hc, dim] per token. Each sublayer site computes
 //   pre  [hc]      weights collapsing the streams into the sublayer input,
 //   post [hc]      weights spreading the sublayer output back onto the streams,
-//   comb [hc][hc]  doubly-stochastic stream mixing (Sinkhorn), contracted over its FIRST index.
+//   comb [hc][hc]  doubly-stochastic stream mixing (Sinkhorn: kernels::hc_sinkhorn_ref in
+//                  kernels/light_ops.h), contracted over its FIRST index.
 #pragma once
 #include <cstdint>
 
@@ -26,8 +27,6 @@ void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
 // Coefficients of the final collapse (hc_head) for rows: pre only [rows, hc], no Sinkhorn.
 void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, int64_t dim, const Config& cfg,
                  const Numerics& num, float* pre);
-// Sinkhorn normalisation of comb in place (row softmax + eps, then alternate normalisations).
-void hc_sinkhorn(float* comb, int64_t hc, int64_t iters, float eps);
 
 // out[dim] = bf16(sum_i pre[i] * X[i])
 void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, const Numerics& num, float* out);

@@ -1,8 +1,6 @@
 // Mixture of experts of DeepSeek-V4 (docs/model/moe.md): sqrt-softplus router with selection bias
 // or a token-id hash table, clamped SwiGLU experts, a shared expert.
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -11,6 +9,7 @@
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
+#include "kernels/light_ops.h"
 #include "model/deepseek_v4/expert_cache.h"
 #include "model/deepseek_v4/layer_ops.h"
 #include "model/deepseek_v4/release.h"
@@ -30,7 +29,9 @@ void record_routing(RoutingTrace& trace, int64_t id, int64_t n_experts, std::spa
   for (int32_t e : chosen) ++row[size_t(e)];
 }
 
-// A token's K experts and their routing weights, into experts[K] and weights[K].
+// A token's K experts and their routing weights, into experts[K] and weights[K]; the math is
+// the kernel layer's (kernels/light_ops.h: router_scores_ref, router_select_ref,
+// router_weights_ref), the release's rules are chosen here.
 void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const float* logits, int32_t token,
                  int32_t* experts, float* weights) {
   const int64_t E = cfg.n_routed_experts, K = cfg.n_activated_experts;
@@ -39,38 +40,20 @@ void route_token(const Config& cfg, const MoeWeights& m, bool hash_routed, const
   ScratchArena::Scope scope(scratch);
   std::span<float> score = scratch.take<float>(E);
   // V4.1 divides the router logits by gate_temp (1.0 in the release: exact either way).
-  const float temp = float(cfg.gate_temp);
-  const bool tempered = rules.router_temperature;
-  for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus_f(tempered ? logits[e] / temp : logits[e]));
+  kernels::router_scores_ref(logits, E, rules.router_temperature, float(cfg.gate_temp), score.data());
   if (hash_routed) {
     std::copy_n(m.tid2eid.begin() + int64_t(token) * K, K, experts);
   } else {
     std::span<float> biased = scratch.take<float>(E);
-    for (int64_t e = 0; e < E; ++e) biased[e] = score[e] + m.bias[e];
     std::span<int32_t> order = scratch.take<int32_t>(E);
-    std::iota(order.begin(), order.end(), 0);
-    // Ties: the larger value first, then the lower expert id.
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
-      return biased[a] != biased[b] ? biased[a] > biased[b] : a < b;
-    });
-    std::copy_n(order.begin(), K, experts);
+    kernels::router_select_ref(score.data(), m.bias.data(), E, K, biased.data(), order.data(), experts);
   }
-  double sum = 0.0;
-  for (int64_t k = 0; k < K; ++k) {
-    weights[k] = score[experts[k]];
-    sum += score[experts[k]];
-  }
-  const float route_scale = float(cfg.route_scale);
   // V4.1 renormalises only more than one expert, with 1e-20 in the denominator (its training
   // value, not rms_norm_eps); V4's reference adds nothing (renorm_epsilon 0: sum + 0 is sum,
   // the sum being >= +0).
   const bool renorm = cfg.norm_topk_prob && (rules.renorm_one_expert || K > 1);
-  const float den = float(sum) + rules.renorm_epsilon;
-  for (int64_t k = 0; k < K; ++k) {
-    float& w = weights[k];
-    if (renorm) w = w / den;
-    w = w * route_scale;
-  }
+  kernels::router_weights_ref(score.data(), experts, K, renorm, rules.renorm_epsilon, float(cfg.route_scale),
+                              weights);
 }
 
 // One expert's share of a MoE step: rows x [M, dim] (gathered tokens), routing weights

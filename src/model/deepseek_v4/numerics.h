@@ -7,12 +7,12 @@
 //              rounding and no activation / KV / indexer QDQ (what llama.cpp on exact
 //              weights and HF transformers in fp32 compute).
 #pragma once
-#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "core/formats.h"
 #include "kernels/backend.h"
+#include "kernels/light_ops.h"
 
 namespace deepinfer::v4 {
 
@@ -34,15 +34,17 @@ struct Numerics {
   }
 };
 
-// Canonical transcendentals: evaluated in double, rounded once to fp32.
-inline float exp_f(float x) { return float(std::exp(double(x))); }
-inline float sigmoid_f(float x) { return float(1.0 / (1.0 + std::exp(-double(x)))); }
-inline float rsqrt_f(float x) { return float(1.0 / std::sqrt(double(x))); }
-// PyTorch's softplus returns its input above the threshold 20.
-inline float softplus_f(float x) { return x > 20.0f ? x : float(std::log1p(std::exp(double(x)))); }
+// The canonical transcendentals (double inside, rounded once to fp32) are the kernel layer's.
+using kernels::exp_f;
+using kernels::rsqrt_f;
+using kernels::sigmoid_f;
+using kernels::softplus_f;
 
 // y = bf16((x * rsqrt(mean(x^2) + eps)) * w), all fp32 inside (docs/model/forward.md §3). w may be null
-// (unweighted). In place allowed.
-void rms_norm(const float* x, const float* w, int64_t n, float eps, const Numerics& num, float* y);
+// (unweighted). In place allowed. The rounding only under reference numerics; the math is
+// kernels::rms_norm_ref (light_ops.h).
+inline void rms_norm(const float* x, const float* w, int64_t n, float eps, const Numerics& num, float* y) {
+  kernels::rms_norm_ref(x, w, n, eps, num.reference(), y);
+}
 
 }  // namespace deepinfer::v4

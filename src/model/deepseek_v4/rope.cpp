@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 
+#include "kernels/light_ops.h"
+
 namespace deepinfer::v4 {
 
 namespace {
@@ -56,39 +58,25 @@ RopeTable RopeTable::make(const Config& cfg, bool compressed_layer) {
   return t;
 }
 
-
 void RopeTable::apply(float* x, int64_t n, int64_t pos, bool inverse, const Numerics& num) const {
   float* r = x + (n - rope_dim);
   const int64_t half = rope_dim / 2;
-  AngleCache& a = tl_angles[uint64_t(pos) % kSlots];
   if (id == 0 || half > AngleCache::kMaxHalf) {  // a table not made by make(), or too wide: no cache
-    const float p = float(pos);
-    for (int64_t i = 0; i < half; ++i) {
-      const float theta = p * inv_freq[i];
-      const float c = float(std::cos(double(theta)));
-      const float s = inverse ? -float(std::sin(double(theta))) : float(std::sin(double(theta)));
-      const float u = r[2 * i], v = r[2 * i + 1];
-      r[2 * i] = num.bf16(u * c - v * s);
-      r[2 * i + 1] = num.bf16(u * s + v * c);
+    float c[AngleCache::kMaxHalf], s[AngleCache::kMaxHalf];
+    for (int64_t i0 = 0; i0 < half; i0 += AngleCache::kMaxHalf) {  // the angles a block at a time
+      const int64_t m = std::min(AngleCache::kMaxHalf, half - i0);
+      kernels::rope_angles_ref(inv_freq.data() + i0, m, pos, c, s);
+      kernels::rope_rotate_ref(r + 2 * i0, m, c, s, inverse, num.reference());
     }
     return;
   }
+  AngleCache& a = tl_angles[uint64_t(pos) % kSlots];
   if (a.table_id != id || a.pos != pos) {
-    const float p = float(pos);
-    for (int64_t i = 0; i < half; ++i) {
-      const float theta = p * inv_freq[i];
-      a.c[i] = float(std::cos(double(theta)));
-      a.s[i] = float(std::sin(double(theta)));
-    }
+    kernels::rope_angles_ref(inv_freq.data(), half, pos, a.c, a.s);
     a.table_id = id;
     a.pos = pos;
   }
-  for (int64_t i = 0; i < half; ++i) {
-    const float c = a.c[i], s = inverse ? -a.s[i] : a.s[i];
-    const float u = r[2 * i], v = r[2 * i + 1];
-    r[2 * i] = num.bf16(u * c - v * s);
-    r[2 * i + 1] = num.bf16(u * s + v * c);
-  }
+  kernels::rope_rotate_ref(r, half, a.c, a.s, inverse, num.reference());
 }
 
 }  // namespace deepinfer::v4

@@ -20,6 +20,7 @@ struct RopeTable {
 
   static RopeTable make(const Config& cfg, bool compressed_layer);
   // Rotates the last rope_dim entries of x (length n) for position pos; inverse uses -sin.
+  // The angles and the rotation are kernels::rope_angles_ref / rope_rotate_ref (light_ops.h).
   void apply(float* x, int64_t n, int64_t pos, bool inverse, const Numerics& num) const;
 };
 
