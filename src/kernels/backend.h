@@ -1,10 +1,15 @@
-// The backend interface: the heavy ops of the forward pass, implemented by
+// The backend interface: the heavy ops of the forward pass (the light ones, light_ops.h, and
+// the QDQ / Hadamard ops of kernels.h are plain functions), implemented by
 //   ref  - the plain scalar referee (kernels.h *_ref): double accumulation, one rounding,
 //          the canonical numerics the goldens were made with; single-threaded, slow;
-//   cpu  - the fast CPU kernels (AVX-512 / AVX2 / scalar chosen at run time, threaded over
-//          the pool): fp32 accumulation, so results differ from ref by fp32 reassociation;
+//   cpu  - the fast CPU kernels (AVX-512 / AVX2 / NEON / scalar chosen at run time, threaded
+//          over the pool). Per op, either the referee's bits (index_scores, hc_expand,
+//          hc_collapse), or within one unit in the last place, rarely (swiglu,
+//          linear_f32_exact), or fp32 accumulation in another order, within fp32
+//          reassociation's bound (the GEMMs, sink attention);
 //   cuda - later, behind the same interface.
-// Shape contracts are those of kernels.h.
+// Each op's shape contract and bit contract, and which ISA implements it, is in the op
+// registry (ops.h); the shape contracts are those of kernels.h.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -50,11 +55,13 @@ class Backend {
   // region, so small matrices keep every core busy without a barrier per matrix.
   virtual void linear_many(const LinearJob* jobs, size_t n) const;
   // Lightning-indexer scores of one query token over n_keys keys (see index_scores_ref);
-  // equal to the referee bit for bit when round_bf16 (reference numerics), within double
-  // reassociation otherwise. Split over pool() by the caller's backend.
+  // equal to the referee bit for bit, with round_bf16 (reference numerics) or without: the
+  // fast backend's dots are the referee's in-order double sums, or exact fp32 sums where the
+  // values make them so. Split over pool() by the caller's backend.
   virtual void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                             int64_t n_keys, bool round_bf16, float* scores) const;
-  // One head of sink attention over a key list (see sink_attention_ref).
+  // One head of sink attention over a key list (see sink_attention_ref). The fast backend
+  // accumulates in fp32 (cpu/attention_cpu.h): within fp32 reassociation of the referee.
   virtual void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                               float sink, bool round_probs, float* out) const = 0;
   // n_heads heads over one shared key list (V4 attention has one KV head): q and out are

@@ -1,11 +1,13 @@
-// The kernel layer's compute ops, with their shape contracts: the GEMMs, activation
-// quantisation and QDQ, the Hadamard transform, sink attention, the indexer scores,
-// hyper-connection expand / collapse and SwiGLU (the backends of backend.h run the GEMMs and
-// the ops from sink attention on; the model calls the quantisation, QDQ and Hadamard ops
-// here directly). Not every op of DeepInfer: the light per-token ones live with the model in
-// src/model/deepseek_v4 (RMSNorm and the elementwise math in numerics.h, RoPE in rope.h,
-// the Sinkhorn mixing in hyper_connections.h, the indexer's top-k in top_k.h, the router's
-// scores in moe.cpp).
+// The referees of the kernel layer's compute ops, with their shape contracts: the GEMMs,
+// activation quantisation and QDQ, the Hadamard transform, sink attention, the indexer
+// scores, hyper-connection expand / collapse and SwiGLU (the backends of backend.h run the
+// GEMMs and the ops from sink attention on; the model calls the quantisation, QDQ and
+// Hadamard ops here directly). The light per-token ops (RMSNorm, RoPE, the Sinkhorn mixing,
+// top-k, the router's scores) are in light_ops.h.
+// The op registry (ops.h) lists every op once: its referee here, its shape contract, its bit
+// contract (bits, units in the last place or fp32 reassociation: how a fast backend's result
+// may differ from the referee's) and which ISA implements it; test_op_registry.cpp checks each
+// op on every ISA against these.
 // `ref/` holds the plain scalar version of each op here; it defines the numerics (docs/model/
 // formats.md, numerics.md §1.2): dot products accumulate in double and round once to fp32,
 // transcendentals are evaluated in double and rounded once, so results do not depend on

@@ -7,6 +7,19 @@
 
 namespace deepinfer::kernels::cpu {
 
+// One ISA's sink attention, as the cpu backend calls it: registered per Isa next to its
+// IsaKernels (isa_attention() in cpu_backend.cpp, isa_attention_table() in cpu_backend.h), so
+// the backend never picks kernels by name. Dims that are not a multiple of dim_align go to
+// sink_attention_fast (one head) and Backend::sink_attention_heads' loop over it (several).
+struct AttentionKernels {
+  const char* name;  // for logs and tests only; nothing dispatches on it
+  void (*sink_attention)(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
+                         float sink, bool round_probs, float* out);
+  void (*sink_attention_heads)(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
+                               int64_t dim, float scale, const float* sinks, bool round_probs, float* out);
+  int64_t dim_align;  // the kernels take dim % dim_align == 0
+};
+
 // Portable version (any dim).
 void sink_attention_fast(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,
                          float sink, bool round_probs, float* out);
@@ -15,7 +28,7 @@ void sink_attention_avx512(const float* q, const float* const* keys, int64_t n_k
                            float sink, bool round_probs, float* out);
 // n_heads heads of sink_attention_avx512 over one key list, bit for bit the same per head:
 // tile by tile, every head's pass over the tile before the next tile, so a tile of keys is
-// read from memory once for all heads. dim as above and at most 1024.
+// read from memory once for all heads. dim as above.
 void sink_attention_heads_avx512(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys,
                                  int64_t dim, float scale, const float* sinks, bool round_probs, float* out);
 

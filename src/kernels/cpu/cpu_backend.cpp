@@ -11,13 +11,15 @@
 //            bit-identically to act_quant_ref) into per-thread scratch, then output rows are
 //            split over the pool. No allocation once the scratch has grown to the shapes in
 //            use, no thread creation, no cpuid per call. Each architecture compiles and
-//            registers only its own ISA files (isa_kernels below); the others report
-//            unsupported.
+//            registers only its own ISA files (isa_kernels, isa_attention below); the
+//            others report unsupported.
 // Batch invariance: every output's arithmetic depends only on its activation row and weight
 // row (decode and prefill kernels run the same operation sequence, modes are chosen per
 // activation row and per weight row, and a call whose rows need different modes is split),
 // so a sequence's results do not depend on what shares its step, nor on the thread count.
-// Accumulation is fp32 everywhere, unlike the ref backend's double.
+// The GEMMs and sink attention accumulate in fp32, unlike the ref backend's double; the
+// indexer scores, linear_f32_exact and the hyper-connection mixes keep double sums. Each op's
+// bit contract against the referee is in the op registry (kernels/ops.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -291,9 +293,9 @@ enum RowClass : uint8_t { kBf16Row, kF32Row, kScalarRow };
 
 class SimdBackend final : public Backend {
  public:
-  SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k)
-      : pool_(pool), k_(k), scalar_(pool), avx512_attention_(std::strcmp(k.name, "avx512") == 0),
-        avx2_attention_(std::strcmp(k.name, "avx2") == 0), neon_attention_(std::strncmp(k.name, "neon", 4) == 0) {}
+  // attention may be null: then every dim takes the portable kernels.
+  SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k, const cpu::AttentionKernels* attention)
+      : pool_(pool), k_(k), attention_(attention), scalar_(pool) {}
   const char* name() const override { return "cpu"; }
   ThreadPool* pool() const override { return pool_; }
 
@@ -346,31 +348,19 @@ class SimdBackend final : public Backend {
     parallel_for(pool_, n_keys, 16, [&job](int64_t s0, int64_t s1, int) { job(s0, s1); });
   }
 
+  // The ISA's attention kernels (its AttentionKernels) where they take the dim, else the
+  // portable ones.
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,
                       bool round_probs, float* out) const override {
-#if defined(DI_KERNELS_X86)
-    if (avx512_attention_ && dim % 16 == 0)
-      return cpu::sink_attention_avx512(q, keys, n_keys, dim, scale, sink, round_probs, out);
-    if (avx2_attention_ && dim % 16 == 0)
-      return cpu::sink_attention_avx2(q, keys, n_keys, dim, scale, sink, round_probs, out);
-#elif defined(DI_KERNELS_ARM64)
-    if (neon_attention_ && dim % 16 == 0)
-      return cpu::sink_attention_neon(q, keys, n_keys, dim, scale, sink, round_probs, out);
-#endif
+    if (attention_takes(dim))
+      return attention_->sink_attention(q, keys, n_keys, dim, scale, sink, round_probs, out);
     cpu::sink_attention_fast(q, keys, n_keys, dim, scale, sink, round_probs, out);
   }
 
   void sink_attention_heads(const float* q, int64_t n_heads, const float* const* keys, int64_t n_keys, int64_t dim,
                             float scale, const float* sinks, bool round_probs, float* out) const override {
-#if defined(DI_KERNELS_X86)
-    if (avx512_attention_ && dim % 16 == 0)
-      return cpu::sink_attention_heads_avx512(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
-    if (avx2_attention_ && dim % 16 == 0)
-      return cpu::sink_attention_heads_avx2(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
-#elif defined(DI_KERNELS_ARM64)
-    if (neon_attention_ && dim % 16 == 0)
-      return cpu::sink_attention_heads_neon(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
-#endif
+    if (attention_takes(dim) && attention_->sink_attention_heads)
+      return attention_->sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
     Backend::sink_attention_heads(q, n_heads, keys, n_keys, dim, scale, sinks, round_probs, out);
   }
 
@@ -432,6 +422,10 @@ class SimdBackend final : public Backend {
   }
 
  private:
+  bool attention_takes(int64_t dim) const {
+    return attention_ && attention_->sink_attention && dim % attention_->dim_align == 0;
+  }
+
   bool supported(const WeightMatrix& W) const {
     switch (W.format) {
       case WeightFormat::F32:
@@ -723,14 +717,16 @@ class SimdBackend final : public Backend {
 
   ThreadPool* pool_;
   const cpu::IsaKernels& k_;
+  const cpu::AttentionKernels* attention_;
   ScalarBackend scalar_;
-  bool avx512_attention_, avx2_attention_, neon_attention_;
   mutable size_t work_hw_ = 0;  // work_bytes()
 };
 thread_local SimdBackend::ManyScratch SimdBackend::tl_many;
 
 // The one place the ISA files are registered: each architecture's own (the others are not
-// compiled there, and isa_supported() reports them absent).
+// compiled there, and isa_supported() reports them absent). Two tables per ISA, the kernels
+// (cpu_isa.h) and the attention (attention_cpu.h); the backend and the op registry
+// (kernels/ops.h) read only these, never an ISA's name.
 const cpu::IsaKernels* isa_kernels(Isa isa) {
   switch (isa) {
 #if defined(DI_KERNELS_X86)
@@ -739,6 +735,29 @@ const cpu::IsaKernels* isa_kernels(Isa isa) {
 #elif defined(DI_KERNELS_ARM64)
     case Isa::Neon: return &cpu::neon_kernels();
     case Isa::NeonBf16: return &cpu::neon_bf16_kernels();
+#endif
+    default: break;
+  }
+  return nullptr;
+}
+
+#if defined(DI_KERNELS_X86)
+constexpr cpu::AttentionKernels kAvx2Attention = {"avx2", cpu::sink_attention_avx2, cpu::sink_attention_heads_avx2, 16};
+constexpr cpu::AttentionKernels kAvx512Attention = {"avx512", cpu::sink_attention_avx512,
+                                                    cpu::sink_attention_heads_avx512, 16};
+#elif defined(DI_KERNELS_ARM64)
+// Both aarch64 variants run the NEON attention (Advanced SIMD only: the bits of the AVX-512 one).
+constexpr cpu::AttentionKernels kNeonAttention = {"neon", cpu::sink_attention_neon, cpu::sink_attention_heads_neon, 16};
+#endif
+
+const cpu::AttentionKernels* isa_attention(Isa isa) {
+  switch (isa) {
+#if defined(DI_KERNELS_X86)
+    case Isa::Avx2: return &kAvx2Attention;
+    case Isa::Avx512: return &kAvx512Attention;
+#elif defined(DI_KERNELS_ARM64)
+    case Isa::Neon:
+    case Isa::NeonBf16: return &kNeonAttention;
 #endif
     default: break;
   }
@@ -789,13 +808,13 @@ std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa) {
   if (!isa_supported(isa))
     throw std::invalid_argument(std::string("cpu backend: this CPU does not support ") + isa_name(isa));
   if (isa == Isa::Scalar) return std::make_unique<ScalarBackend>(pool);
-  return std::make_unique<SimdBackend>(pool, *isa_kernels(isa));
+  return std::make_unique<SimdBackend>(pool, *isa_kernels(isa), isa_attention(isa));
 }
 
 std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp_tiles) {
   if (!isa_supported(Isa::Avx512)) throw std::invalid_argument("cpu backend: this CPU does not support avx512");
 #if defined(DI_KERNELS_X86)
-  return std::make_unique<SimdBackend>(pool, cpu::avx512_kernels_with_tiles(dp_tiles));
+  return std::make_unique<SimdBackend>(pool, cpu::avx512_kernels_with_tiles(dp_tiles), isa_attention(Isa::Avx512));
 #else
   (void)pool;
   (void)dp_tiles;
@@ -804,6 +823,10 @@ std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp
 }
 
 const cpu::IsaKernels* isa_kernel_table(Isa isa) { return isa_supported(isa) ? isa_kernels(isa) : nullptr; }
+
+const cpu::AttentionKernels* isa_attention_table(Isa isa) {
+  return isa_supported(isa) ? isa_attention(isa) : nullptr;
+}
 
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return make_cpu_backend_isa(pool, cpu_dispatch_isa()); }
 

@@ -10,7 +10,8 @@
 namespace deepinfer::kernels {
 
 namespace cpu {
-struct IsaKernels;  // cpu_isa.h
+struct IsaKernels;        // cpu_isa.h
+struct AttentionKernels;  // attention_cpu.h
 }
 
 enum class Isa {
@@ -35,8 +36,10 @@ std::unique_ptr<Backend> make_cpu_backend_isa(ThreadPool* pool, Isa isa);
 std::unique_ptr<Backend> make_cpu_backend_avx512_tiles(ThreadPool* pool, bool dp_tiles);
 
 // The kernel table of a SIMD variant this CPU supports (null for Scalar and for a variant it
-// lacks), for the tests of the tables' own entry points.
+// lacks), for the tests of the tables' own entry points and the op registry (kernels/ops.h).
 const cpu::IsaKernels* isa_kernel_table(Isa isa);
+// The same for its attention kernels (null for Scalar, which runs sink_attention_ref).
+const cpu::AttentionKernels* isa_attention_table(Isa isa);
 
 // The act-quant of the given ISA's linear_act_quant, with act_quant_ref's interface
 // (n a multiple of block): must be bit-identical to act_quant_ref. Blocks the ISA does not
