@@ -4,14 +4,14 @@
 // speculative verify. Compiled with cpu_kernels_avx512.cpp's ISA flags (the rule of
 // cpu_isa.h: nothing here is shared with another file but the one entry point).
 //
-// Every output y[m, n] runs cpu_kernels_avx512.cpp's sequence (its "arithmetic" comment), so
+// Every output y[m, n] runs avx512_decoders.h's sequence (its "arithmetic" comment), so
 // the bits are the generic GEMV's, the tiles' and the AVX-512 / NEON-BF16 referees':
 //   fp32 mode: acc = 0; for each 32-column chunk j over [0, xs) (x in BF16 pair order, weights
 //     zero beyond K): acc = fma(x_even_j, w_even_j, acc); acc = fma(x_odd_j, w_odd_j, acc),
 //     the even columns being the low words moved up, the odd ones the high words masked;
 //   bf16 mode: acc = vdpbf16ps(acc, xb_j, w_j) over the same chunks; where the driver made the
 //     dot-product order x (xd: a CPU whose vdpbf16ps is slower than two FMAs) the two FMAs of
-//     the instruction instead, odd column first (bf16_to_dp in cpu_kernels_avx512.cpp). Weight
+//     the instruction instead, odd column first (bf16_to_dp in avx512_decoders.h). Weight
 //     rows with a value out of the exact range (NaN, inf, subnormal, beyond 2^+-40), or seen so
 //     in W->row_check, take the fp32 mode; rows seen in range skip the check;
 //   y = reduce4 lane sum of acc.

@@ -13,13 +13,13 @@ namespace deepinfer::kernels::cpu {
 
 // The row counts fp4_multirow_avx512 takes.
 constexpr int64_t kFp4MultiRowMinM = 3, kFp4MultiRowMaxM = 16;
-// Scale bytes of the weight rows it multiplies in bf16 mode (cpu_kernels_avx512.cpp's kScaleLo /
+// Scale bytes of the weight rows it multiplies in bf16 mode (avx512_decoders.h's kScaleLo /
 // kScaleHi, which decide the same for the one-row GEMV and the tiles; asserted equal there).
 constexpr int kFp4SafeScaleLo = 127 - 31, kFp4SafeScaleHi = 127 + 22;
 
 // y rows [n0, n1) of an FP4 call in bf16 mode (c.use_bf16, x in FP4 lane order) with
 // kFp4MultiRowMinM <= c.M <= kFp4MultiRowMaxM: every output has the bits of the one-row GEMV
-// (cpu_kernels_avx512.cpp's arithmetic comment). Weight rows whose scales leave the exact range
+// (avx512_decoders.h's arithmetic comment). Weight rows whose scales leave the exact range
 // are handed to f32_row(c, n), which writes weight row n's outputs for every activation row in
 // fp32 mode.
 // scratch: fp4_multirow_scratch_avx512(c) bytes, 64-byte aligned, the calling thread's own.

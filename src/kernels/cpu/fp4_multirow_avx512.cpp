@@ -4,7 +4,7 @@
 // fp4_multirow.h for the interface and cpu_isa.h for the rules (internal linkage throughout).
 //
 // Arithmetic: each output runs the one-row GEMV's sequence, instruction for instruction
-// (cpu_kernels_avx512.cpp, "arithmetic" and Fp4Dec): per lane, acc = 0; for each chunk of
+// (avx512_decoders.h, "arithmetic" and Fp4Dec): per lane, acc = 0; for each chunk of
 // kFp4Chunk columns (x and codes in FP4 lane order, the bare e2m1 codes as bf16 words) part = 0,
 // part = vdpbf16ps(part, x_v, code_v) for v = 0..3, acc = fma(part, 2^(s - 127) of the lane's
 // scale block, acc) (a beyond-K block of the last chunk: 0, as prep_scales leaves it); then
@@ -77,7 +77,7 @@ inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1u
 inline uint16_t mask16(int64_t n) { return n >= 16 ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : uint16_t((1u << n) - 1); }
 
 // The horizontal sums of four vectors, {sum a, sum b, sum c, sum d}, in the tree of
-// cpu_kernels_avx512.cpp's reduce4 (per 128-bit lane (l0 + l2) + (l1 + l3), then lanes
+// avx512_common.h's reduce4 (per 128-bit lane (l0 + l2) + (l1 + l3), then lanes
 // (L0 + L2) + (L1 + L3)): the last steps of the one-row sequence, so it must stay that tree.
 MR_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
@@ -87,7 +87,7 @@ MR_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// Whether every scale byte of a row keeps its products exact (cpu_kernels_avx512.cpp's
+// Whether every scale byte of a row keeps its products exact (avx512_decoders.h's
 // Fp4Dec::safe, which decides the one-row GEMV's mode: the same rows must leave bf16 mode).
 inline bool row_safe(const uint8_t* s, int64_t n) {
   for (int64_t i = 0; i < n; i += 64) {
