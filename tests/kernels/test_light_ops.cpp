@@ -167,6 +167,100 @@ TEST(LightOps, RmsNormNonFinite) {
   EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
 }
 
+// --- per-head query norm -----------------------------------------------------------------------
+
+namespace {
+
+// attention.md §2 as the header states it, one head at a time with one plain chain (no lanes).
+std::vector<float> head_norm_model(const std::vector<float>& x, int64_t heads, int64_t n, float eps, bool round) {
+  auto R = [&](float v) { return round ? round_bf16(v) : v; };
+  std::vector<float> y = x;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* row = &y[size_t(h * n)];
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(R(row[i] * row[i]));
+    const float mean = R(float(ss / double(n)));
+    const float r = R(float(1.0 / std::sqrt(double(R(mean + eps)))));
+    for (int64_t i = 0; i < n; ++i) row[i] = R(row[i] * r);
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST(LightOps, HeadRmsNormBitsAndLongDouble) {
+  std::mt19937 rng(21);
+  for (int64_t heads : {1, 3, 8, 9, 17})
+    for (int64_t n : {1, 3, 64, 129}) {
+      std::vector<float> x = normal(rng, heads * n, 2.0f);
+      for (int64_t h = 0; h < heads; ++h)  // heads of different scales: a mixed-up head shows
+        for (int64_t i = 0; i < n; ++i) x[size_t(h * n + i)] *= float(1 + h);
+      for (bool round : {false, true}) {
+        std::vector<float> y = x;
+        head_rms_norm_ref(y.data(), heads, n, 1e-6f, round);
+        const std::vector<float> want = head_norm_model(x, heads, n, 1e-6f, round);
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << heads << " " << n << " " << round;
+        for (int64_t h = 0; h < heads; ++h) {
+          long double ss = 0;
+          for (int64_t i = 0; i < n; ++i) ss += (long double)x[size_t(h * n + i)] * x[size_t(h * n + i)];
+          const long double r = 1.0L / std::sqrt(ss / n + 1e-6L);
+          for (int64_t i = 0; i < n; ++i) {
+            const float exact = float(x[size_t(h * n + i)] * r), got = y[size_t(h * n + i)];
+            if (round) {  // five bf16 roundings on the way: a few 2^-8 relative
+              EXPECT_NEAR(got, exact, 0.02f * std::fabs(exact) + 1e-30f) << heads << " " << n << " " << h << " " << i;
+            } else {
+              EXPECT_LE(ulps(got, exact), 3) << heads << " " << n << " " << h << " " << i;
+            }
+          }
+        }
+      }
+      // Without rounding: rms_norm_ref of every head, unweighted, bit for bit.
+      std::vector<float> y = x, z(x.size());
+      head_rms_norm_ref(y.data(), heads, n, 1e-6f, false);
+      for (int64_t h = 0; h < heads; ++h) rms_norm_ref(&x[size_t(h * n)], nullptr, n, 1e-6f, false, &z[size_t(h * n)]);
+      EXPECT_EQ(0, std::memcmp(y.data(), z.data(), y.size() * 4)) << heads << " " << n;
+    }
+}
+
+TEST(LightOps, HeadRmsNormRoundingPoints) {
+  // The squares are rounded to bf16 before the sum. 1.002^2 = 1.004004 rounds up to 1 + 2^-7:
+  // the head {1.002, 1.002, 1} (eps 0) has the mean R(3.015625 / 3) = 1 + 2^-7, so
+  // r = R(rsqrt(1 + 2^-7)) = 255 / 256; fp32 squares would give R(3.008008 / 3) = 1 and r = 1.
+  // The last entry, 1, shows r itself.
+  float x[3] = {1.002f, 1.002f, 1.0f};
+  ASSERT_EQ(round_bf16(1.002f * 1.002f), 1.0f + 0x1p-7f);
+  ASSERT_EQ(round_bf16(float((double(1.002f * 1.002f) * 2 + 1) / 3)), 1.0f);
+  head_rms_norm_ref(x, 1, 3, 0.0f, true);
+  EXPECT_EQ(x[2], 255.0f / 256.0f);
+  EXPECT_EQ(x[0], round_bf16(1.002f * (255.0f / 256.0f)));
+  // A constant head of 2 with eps 0: mean 4, r 0.5, exactly 1 either way; heads stay apart.
+  std::vector<float> c(9 * 5, 2.0f);
+  for (int64_t i = 0; i < 5; ++i) c[size_t(4 * 5 + i)] = -0.5f;  // head 4: -1 everywhere
+  for (bool round : {false, true}) {
+    std::vector<float> y = c;
+    head_rms_norm_ref(y.data(), 9, 5, 0.0f, round);
+    for (int64_t h = 0; h < 9; ++h)
+      for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(y[size_t(h * 5 + i)], h == 4 ? -1.0f : 1.0f) << h << " " << round;
+  }
+  // A NaN or an inf makes its own head NaN (inf * 0 or NaN), never its neighbours (eight heads
+  // share their sums' loop).
+  std::vector<float> y(8 * 3, 1.0f);
+  y[5 * 3 + 1] = kNaN;
+  y[2 * 3] = kInf;
+  head_rms_norm_ref(y.data(), 8, 3, 1e-6f, true);
+  for (int64_t h = 0; h < 8; ++h)
+    for (int64_t i = 0; i < 3; ++i) {
+      const float v = y[size_t(h * 3 + i)];
+      if (h == 5 || (h == 2 && i == 0)) {
+        EXPECT_TRUE(std::isnan(v)) << h << " " << i;
+      } else if (h == 2) {
+        EXPECT_EQ(v, 0.0f) << i;  // r = 1 / sqrt(inf) = 0
+      } else {
+        EXPECT_EQ(v, 1.0f) << h << " " << i;  // mean 1, R(1 + 1e-6) = 1, r = 1
+      }
+    }
+}
+
 // --- RoPE ------------------------------------------------------------------------------------
 
 TEST(LightOps, RopeAnglesOfTheFp32Product) {
@@ -324,6 +418,140 @@ TEST(LightOps, SinkhornExactCases) {
     EXPECT_TRUE(same_bits(v, u[0]));
     EXPECT_NEAR(v, 0.2f, 1e-5f);
   }
+}
+
+// --- mHC mixer norm and coefficients -----------------------------------------------------------
+
+TEST(LightOps, HcMixNormBitsAndLongDouble) {
+  std::mt19937 rng(22);
+  for (int64_t rows : {1, 7, 8, 9, 17})
+    for (int64_t width : {1, 5, 96})
+      for (int64_t n_mix : {1, 24}) {
+        std::vector<float> x = normal(rng, rows * width, 1.5f);
+        for (int64_t t = 0; t < rows; ++t)  // rows of different scales: a mixed-up row shows
+          for (int64_t i = 0; i < width; ++i) x[size_t(t * width + i)] *= float(1 + t);
+        const std::vector<float> mix0 = normal(rng, rows * n_mix, 3.0f);
+        std::vector<float> mix = mix0;
+        hc_mix_norm_ref(x.data(), rows, width, 1e-6f, mix.data(), n_mix);
+        for (int64_t t = 0; t < rows; ++t) {
+          double ss = 0;
+          long double lss = 0;
+          for (int64_t i = 0; i < width; ++i) {
+            const float v = x[size_t(t * width + i)];
+            ss += double(v * v);
+            lss += (long double)v * v;
+          }
+          const float r = float(1.0 / std::sqrt(double(float(ss / double(width)) + 1e-6f)));
+          const long double lr = 1.0L / std::sqrt(lss / width + 1e-6L);
+          for (int64_t k = 0; k < n_mix; ++k) {
+            const float m0 = mix0[size_t(t * n_mix + k)], got = mix[size_t(t * n_mix + k)];
+            EXPECT_TRUE(same_bits(got, m0 * r)) << rows << " " << width << " " << t << " " << k;
+            EXPECT_LE(ulps(got, float(m0 * lr)), 3) << rows << " " << width << " " << t << " " << k;
+          }
+        }
+        // The scale is RMSNorm's r: a row's mix of 1 becomes rms_norm_ref's output at an entry 1.
+        std::vector<float> row(x.begin(), x.begin() + width), y(static_cast<size_t>(width));
+        row[0] = 1.0f;
+        float one = 1.0f;
+        hc_mix_norm_ref(row.data(), 1, width, 1e-6f, &one, 1);
+        rms_norm_ref(row.data(), nullptr, width, 1e-6f, false, y.data());
+        EXPECT_TRUE(same_bits(one, y[0])) << width;
+      }
+}
+
+TEST(LightOps, HcMixNormExactCasesAndNonFinite) {
+  // Rows of a constant 4 with eps 0: r = 1/4 exactly; a zero row with eps 1/4: r = 2.
+  std::vector<float> x(9 * 3, 4.0f), mix(9 * 2, 3.0f);
+  for (int64_t i = 0; i < 3; ++i) x[size_t(6 * 3 + i)] = 0.0f;
+  x[size_t(2 * 3 + 1)] = kNaN;  // row 2: NaN, alone (nine rows: a full set of lanes and one)
+  hc_mix_norm_ref(x.data(), 9, 3, 0.0f, mix.data(), 2);
+  for (int64_t t = 0; t < 9; ++t)
+    for (int64_t k = 0; k < 2; ++k) {
+      const float v = mix[size_t(t * 2 + k)];
+      if (t == 2) {
+        EXPECT_TRUE(std::isnan(v));
+      } else if (t == 6) {
+        EXPECT_EQ(v, kInf);  // 3 * rsqrt(0)
+      } else {
+        EXPECT_EQ(v, 0.75f) << t;
+      }
+    }
+  std::vector<float> zero(3, 0.0f), m(1, -1.5f);
+  hc_mix_norm_ref(zero.data(), 1, 3, 0.25f, m.data(), 1);
+  EXPECT_EQ(m[0], -3.0f);
+}
+
+namespace {
+
+// hyper_connections.md §1 in long double: the coefficients' precise values.
+long double sigmoid_l(long double z) { return 1.0L / (1.0L + std::exp(-z)); }
+
+}  // namespace
+
+TEST(LightOps, HcCoeffsBitsAndLongDouble) {
+  std::mt19937 rng(23);
+  for (int64_t hc : {1, 2, 4, 7}) {
+    const int64_t n_mix = (2 + hc) * hc;
+    for (int rep = 0; rep < 20; ++rep) {
+      const std::vector<float> mix = normal(rng, n_mix, 2.0f), base = normal(rng, n_mix), scale = normal(rng, 3, 1.5f);
+      const float eps = rep % 2 ? 1e-6f : 0.125f;
+      const int64_t iters = 1 + rep % 5;
+      std::vector<float> pre(static_cast<size_t>(hc)), post(static_cast<size_t>(hc)), comb(size_t(hc * hc));
+      hc_coeffs_ref(mix.data(), base.data(), scale.data(), hc, eps, iters, pre.data(), post.data(), comb.data());
+      std::vector<float> logits(size_t(hc * hc));
+      for (int64_t i = 0; i < hc; ++i) {
+        const float zp = mix[size_t(i)] * scale[0] + base[size_t(i)];
+        const float zq = mix[size_t(hc + i)] * scale[1] + base[size_t(hc + i)];
+        // Bits: the fp32 logit, the sigmoid in double rounded once, then the fp32 eps / doubling.
+        EXPECT_TRUE(same_bits(pre[size_t(i)], float(1.0 / (1.0 + std::exp(-double(zp)))) + eps)) << hc << " " << i;
+        EXPECT_TRUE(same_bits(post[size_t(i)], 2.0f * float(1.0 / (1.0 + std::exp(-double(zq)))))) << hc << " " << i;
+        EXPECT_LE(ulps(pre[size_t(i)], float(sigmoid_l(zp) + eps)), 1) << hc << " " << i;
+        EXPECT_LE(ulps(post[size_t(i)], float(2 * sigmoid_l(zq))), 1) << hc << " " << i;
+      }
+      for (int64_t k = 0; k < hc * hc; ++k) logits[size_t(k)] = mix[size_t(2 * hc + k)] * scale[2] + base[size_t(2 * hc + k)];
+      // comb: the fp32 logits through hc_sinkhorn_ref (with the same eps and iterations).
+      hc_sinkhorn_ref(logits.data(), hc, iters, eps);
+      EXPECT_EQ(0, std::memcmp(comb.data(), logits.data(), size_t(hc * hc) * 4)) << hc << " " << rep;
+      // Pre only (the final collapse): the same pre from the first hc values alone.
+      std::vector<float> head_pre(size_t(hc) + 1, -7.0f);
+      const std::vector<float> head_mix(mix.begin(), mix.begin() + hc), head_base(base.begin(), base.begin() + hc);
+      hc_coeffs_ref(head_mix.data(), head_base.data(), scale.data(), hc, eps, 0, head_pre.data(), nullptr, nullptr);
+      EXPECT_EQ(0, std::memcmp(head_pre.data(), pre.data(), size_t(hc) * 4)) << hc;
+      EXPECT_EQ(head_pre[size_t(hc)], -7.0f) << "wrote past hc";
+    }
+  }
+}
+
+TEST(LightOps, HcCoeffsSaturationAndOrder) {
+  // Logits of -inf / +inf: pre eps / 1 + eps, post 0 / 2, exactly; a NaN logit stays NaN.
+  const int64_t hc = 3;
+  std::vector<float> mix((2 + hc) * hc, 0.0f), base((2 + hc) * hc, 0.0f);
+  const float scale[3] = {1.0f, 1.0f, 1.0f};
+  mix[0] = -kInf;
+  mix[1] = kInf;
+  mix[2] = kNaN;
+  mix[3] = 200.0f;   // sigmoid 1 in fp32
+  mix[4] = -200.0f;  // sigmoid ~1e-87: 0 in fp32
+  float pre[3], post[3], comb[9];
+  hc_coeffs_ref(mix.data(), base.data(), scale, hc, 0.25f, 3, pre, post, comb);
+  EXPECT_EQ(pre[0], 0.25f);
+  EXPECT_EQ(pre[1], 1.25f);
+  EXPECT_TRUE(std::isnan(pre[2]));
+  EXPECT_EQ(post[0], 2.0f);
+  EXPECT_EQ(post[1], 0.0f);
+  EXPECT_EQ(post[2], 1.0f);  // 2 * sigmoid(0)
+  // Zero logits: a uniform comb (Sinkhorn of a constant matrix).
+  for (float v : comb) EXPECT_TRUE(same_bits(v, comb[0]));
+  EXPECT_NEAR(comb[0], 0.25, 0.01);  // eps 1/4 pulls the entries below 1 / 3
+  // The scale multiplies the mix, then the base is added: mix 1, s 3, b 0.5 give sigmoid(3.5)
+  // (not (mix + b) * s = 4.5), for pre and post alike.
+  std::vector<float> m1((2 + 1) * 1, 1.0f), b1 = {0.5f, 0.5f, 0.0f};
+  const float s1[3] = {3.0f, 3.0f, 1.0f};
+  float p1, q1, c1;
+  hc_coeffs_ref(m1.data(), b1.data(), s1, 1, 0.0f, 1, &p1, &q1, &c1);
+  EXPECT_TRUE(same_bits(p1, float(1.0 / (1.0 + std::exp(-3.5)))));
+  EXPECT_TRUE(same_bits(q1, 2.0f * float(1.0 / (1.0 + std::exp(-3.5)))));
+  EXPECT_EQ(c1, 1.0f);  // hc 1: the softmax of one entry, then / (1 + 0)
 }
 
 // --- top-k -----------------------------------------------------------------------------------
@@ -571,4 +799,105 @@ TEST(LightOps, CompressorPoolExactCasesAndNonFinite) {
   EXPECT_TRUE(std::isnan(z[0]));
   EXPECT_TRUE(std::isnan(z[1]));
   EXPECT_EQ(z[2], 1.5f);
+}
+
+// --- Engram ------------------------------------------------------------------------------------
+
+namespace {
+
+// v41.md §6.4 as the header states it: the gate's bits (fp32 products, double sums, the
+// transcendentals in double rounded once), written without the op's helpers.
+float engram_gate_model(const std::vector<float>& h, const std::vector<float>& key, const std::vector<float>& qk,
+                        float eps) {
+  const int64_t d = int64_t(h.size());
+  auto r = [&](const std::vector<float>& v) {
+    double ss = 0;
+    for (float x : v) ss += double(x * x);
+    return float(1.0 / std::sqrt(double(float(ss / double(d)) + eps)));
+  };
+  const float rho = r(h) * r(key);
+  double acc = 0;
+  for (int64_t j = 0; j < d; ++j) acc += double(h[size_t(j)] * qk[size_t(j)] * key[size_t(j)]);
+  const float dot = float(acc) * rho * float(1.0 / std::sqrt(double(d)));
+  const float mag = float(std::sqrt(double(std::fabs(dot) < 1e-6f ? 1e-6f : std::fabs(dot))));
+  return float(1.0 / (1.0 + std::exp(-double(dot < 0 ? -mag : mag))));
+}
+
+// The precise gate in long double, and a bound on how far the fp32 products can move the dot
+// (a few fp32 roundings of each |h qk key| term, normalised as the dot is): near the 1e-6
+// floor the square root magnifies that error.
+struct PreciseGate {
+  long double gate, tol;
+};
+PreciseGate engram_gate_l(const std::vector<float>& h, const std::vector<float>& key, const std::vector<float>& qk,
+                          long double eps) {
+  const int64_t d = int64_t(h.size());
+  long double hs = 0, ks = 0, acc = 0, mag_sum = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    const long double t = (long double)h[size_t(j)] * qk[size_t(j)] * key[size_t(j)];
+    hs += (long double)h[size_t(j)] * h[size_t(j)];
+    ks += (long double)key[size_t(j)] * key[size_t(j)];
+    acc += t;
+    mag_sum += std::fabs(t);
+  }
+  const long double norm = 1 / std::sqrt(hs / d + eps) / std::sqrt(ks / d + eps) / std::sqrt((long double)d);
+  const long double dot = acc * norm, floored = std::max(std::fabs(dot), 1e-6L), mag = std::sqrt(floored);
+  const long double dot_err = 8 * 0x1p-24L * (mag_sum * norm + std::fabs(dot));
+  return {sigmoid_l(dot < 0 ? -mag : mag), 4e-7L + 0.25L * dot_err / (2 * mag)};
+}
+
+}  // namespace
+
+TEST(LightOps, EngramUpdateBitsAndLongDouble) {
+  std::mt19937 rng(24);
+  for (int64_t d : {1, 3, 64, 257})
+    for (int rep = 0; rep < 8; ++rep) {
+      const std::vector<float> h0 = normal(rng, d, 0.5f + float(rep)), key = normal(rng, d, 2.0f),
+                               qk = normal(rng, d, 1.0f + 2.0f * float(rep)), value = normal(rng, d);
+      const float eps = rep % 2 ? 1e-20f : 1e-6f;
+      const float want_gate = engram_gate_model(h0, key, qk, eps);
+      for (bool round : {false, true}) {
+        std::vector<float> h = h0;
+        const float gate = engram_update_ref(h.data(), key.data(), qk.data(), value.data(), d, eps, round);
+        EXPECT_TRUE(same_bits(gate, want_gate)) << d << " " << rep;
+        // The long double gate: within a few ulps, more where the dot's rounding is magnified.
+        const PreciseGate precise = engram_gate_l(h0, key, qk, eps);
+        EXPECT_NEAR(gate, double(precise.gate), double(precise.tol)) << d << " " << rep;
+        for (int64_t j = 0; j < d; ++j) {
+          const float v = h0[size_t(j)] + want_gate * value[size_t(j)];  // fp32 product and sum, one rounding
+          EXPECT_TRUE(same_bits(h[size_t(j)], round ? round_bf16(v) : v)) << d << " " << rep << " " << j;
+        }
+      }
+    }
+}
+
+TEST(LightOps, EngramUpdateExactCasesAndNonFinite) {
+  // d 1, eps 0: rho = 1/2 * 1/4, dot = 2 * 9 * 4 / 8 = 9 exactly, gate sigmoid(3).
+  float h[1] = {2.0f};
+  const float key[1] = {4.0f}, qk[1] = {9.0f}, value[1] = {-1.0f};
+  const float g3 = float(1.0 / (1.0 + std::exp(-3.0)));
+  EXPECT_TRUE(same_bits(engram_update_ref(h, key, qk, value, 1, 0.0f, false), g3));
+  EXPECT_TRUE(same_bits(h[0], 2.0f - g3));
+  // The signed root: qk -9 gives dot -9 and the gate sigmoid(-3).
+  h[0] = 2.0f;
+  const float qk_neg[1] = {-9.0f};
+  EXPECT_TRUE(same_bits(engram_update_ref(h, key, qk_neg, value, 1, 0.0f, true), float(1.0 / (1.0 + std::exp(3.0)))));
+  EXPECT_TRUE(same_bits(h[0], round_bf16(2.0f + float(1.0 / (1.0 + std::exp(3.0))) * -1.0f)));
+  // Below the floor: |dot| < 1e-6 takes sqrt(1e-6) with the dot's sign; a zero dot (qk 0) the
+  // positive one.
+  const float floor_mag = float(std::sqrt(double(1e-6f)));
+  const float up = float(1.0 / (1.0 + std::exp(-double(floor_mag)))), down = float(1.0 / (1.0 + std::exp(double(floor_mag))));
+  ASSERT_GT(up, 0.5f);
+  ASSERT_LT(down, 0.5f);
+  std::vector<float> hs(5, 1.0f), ks(5, 1.0f), vs(5, 0.0f), tiny(5, -1e-9f), zero(5, 0.0f);
+  EXPECT_TRUE(same_bits(engram_update_ref(hs.data(), ks.data(), tiny.data(), vs.data(), 5, 0.0f, false), down));
+  EXPECT_TRUE(same_bits(engram_update_ref(hs.data(), ks.data(), zero.data(), vs.data(), 5, 0.0f, false), up));
+  for (float v : hs) EXPECT_EQ(v, 1.0f);  // value 0: the stream unchanged
+  // A NaN in the stream: NaN gate, the whole stream NaN; a zero key with eps 0: rho inf, 0 * inf.
+  std::vector<float> hn = {1.0f, kNaN, 2.0f};
+  const std::vector<float> k3(3, 1.0f), q3(3, 1.0f), v3(3, 1.0f), k0(3, 0.0f);
+  EXPECT_TRUE(std::isnan(engram_update_ref(hn.data(), k3.data(), q3.data(), v3.data(), 3, 1e-20f, true)));
+  for (float v : hn) EXPECT_TRUE(std::isnan(v));
+  std::vector<float> hz = {1.0f, 2.0f, 3.0f};
+  EXPECT_TRUE(std::isnan(engram_update_ref(hz.data(), k0.data(), q3.data(), v3.data(), 3, 0.0f, false)));
 }

@@ -10,15 +10,66 @@
 
 namespace deepinfer::kernels {
 
-void rms_norm_ref(const float* x, const float* w, int64_t n, float eps, bool round, float* y) {
+namespace {
+
+// RMSNorm's r of a row from its double sum of squares: the mean rounded to fp32, + eps in fp32.
+float rms_scale(double ss, int64_t n, float eps) { return rsqrt_f(float(ss / double(n)) + eps); }
+
+// r of one row x [n]: fp32 squares, their double sum in index order.
+float rms_scale(const float* x, int64_t n, float eps) {
   double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += double(x[i] * x[i]);  // fp32 squares, exact-order sum
-  const float mean = float(ss / double(n));
-  const float r = rsqrt_f(mean + eps);
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i] * x[i]);
+  return rms_scale(ss, n, eps);
+}
+
+// ss[j] = sum_i double(sq(x[j * n + i])) over i < n for nr <= kRmsLanes rows, sq the fp32
+// square (bf16-rounded with kRound). Every row is one in-order chain of double adds; a full
+// set of rows advances its chains together, so their adds overlap instead of waiting on each
+// other (the same bits as one row after another).
+template <bool kRound>
+void sums_of_squares(const float* x, int64_t nr, int64_t n, double* ss) {
+  auto sq = [](float v) { return kRound ? round_bf16(v * v) : v * v; };
+  std::fill_n(ss, nr, 0.0);
+  if (nr < kRmsLanes) {
+    for (int64_t j = 0; j < nr; ++j)
+      for (int64_t i = 0; i < n; ++i) ss[j] += double(sq(x[j * n + i]));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < kRmsLanes; ++j) ss[j] += double(sq(x[j * n + i]));
+}
+
+}  // namespace
+
+void rms_norm_ref(const float* x, const float* w, int64_t n, float eps, bool round, float* y) {
+  const float r = rms_scale(x, n, eps);
   for (int64_t i = 0; i < n; ++i) {
     const float t = x[i] * r;
     const float v = w ? w[i] * t : t;
     y[i] = round ? round_bf16(v) : v;
+  }
+}
+
+void head_rms_norm_ref(float* x, int64_t heads, int64_t n, float eps, bool round) {
+  for (int64_t h0 = 0; h0 < heads; h0 += kRmsLanes) {
+    const int64_t nh = std::min(kRmsLanes, heads - h0);
+    double ss[kRmsLanes];
+    if (round)
+      sums_of_squares<true>(x + h0 * n, nh, n, ss);
+    else
+      sums_of_squares<false>(x + h0 * n, nh, n, ss);
+    for (int64_t j = 0; j < nh; ++j) {
+      float* row = x + (h0 + j) * n;
+      if (!round) {
+        const float r = rms_scale(ss[j], n, eps);
+        for (int64_t i = 0; i < n; ++i) row[i] = row[i] * r;
+        continue;
+      }
+      // The reference's bf16 tensor ops: the mean, mean + eps and its rsqrt each rounded.
+      const float mean = round_bf16(float(ss[j] / double(n)));
+      const float r = round_bf16(rsqrt_f(round_bf16(mean + eps)));
+      for (int64_t i = 0; i < n; ++i) row[i] = round_bf16(row[i] * r);
+    }
   }
 }
 
@@ -65,6 +116,29 @@ void hc_sinkhorn_ref(float* c, int64_t n, int64_t iters, float eps) {
     normalise(1, n);  // the rows
     normalise(n, 1);  // the columns
   }
+}
+
+void hc_mix_norm_ref(const float* x, int64_t rows, int64_t width, float eps, float* mix, int64_t n_mix) {
+  for (int64_t t0 = 0; t0 < rows; t0 += kRmsLanes) {
+    const int64_t nt = std::min(kRmsLanes, rows - t0);
+    double ss[kRmsLanes];
+    sums_of_squares<false>(x + t0 * width, nt, width, ss);
+    for (int64_t j = 0; j < nt; ++j) {
+      const float r = rms_scale(ss[j], width, eps);
+      float* m = mix + (t0 + j) * n_mix;
+      for (int64_t k = 0; k < n_mix; ++k) m[k] *= r;
+    }
+  }
+}
+
+void hc_coeffs_ref(const float* mix, const float* base, const float* scale, int64_t hc, float eps,
+                   int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
+  for (int64_t i = 0; i < hc; ++i) pre[i] = sigmoid_f(mix[i] * scale[0] + base[i]) + eps;
+  if (post)
+    for (int64_t i = 0; i < hc; ++i) post[i] = 2.0f * sigmoid_f(mix[hc + i] * scale[1] + base[hc + i]);
+  if (!comb) return;
+  for (int64_t k = 0; k < hc * hc; ++k) comb[k] = mix[2 * hc + k] * scale[2] + base[2 * hc + k];
+  hc_sinkhorn_ref(comb, hc, sinkhorn_iters, eps);
 }
 
 namespace {
@@ -205,6 +279,24 @@ void compressor_pool_ref(const float* const* kv, const float* const* sc, int64_t
     }
     z[c] = float(acc);
   }
+}
+
+float engram_update_ref(float* h, const float* key, const float* qk, const float* value, int64_t d, float eps,
+                        bool round) {
+  const float inv_sqrt_dim = float(1.0 / std::sqrt(double(d)));
+  // The stream and the key are normalised separately (per stream, not jointly).
+  const float rho = rms_scale(h, d, eps) * rms_scale(key, d, eps);
+  double acc = 0.0;
+  for (int64_t j = 0; j < d; ++j) acc += double(h[j] * qk[j] * key[j]);
+  const float dot = float(acc) * rho * inv_sqrt_dim;
+  // Signed square root before the sigmoid (the training kernel's gate).
+  const float mag = float(std::sqrt(double(std::max(std::fabs(dot), 1e-6f))));
+  const float gate = sigmoid_f(std::copysign(mag, dot));
+  if (round)
+    for (int64_t j = 0; j < d; ++j) h[j] = round_bf16(h[j] + gate * value[j]);
+  else
+    for (int64_t j = 0; j < d; ++j) h[j] = h[j] + gate * value[j];
+  return gate;
 }
 
 }  // namespace deepinfer::kernels

@@ -9,6 +9,7 @@
 
 #include "core/profile.h"
 #include "kernels/kernels.h"
+#include "kernels/light_ops.h"
 #include "model/deepseek_v4/compressor.h"
 #include "model/deepseek_v4/layer_ops.h"
 #include "model/deepseek_v4/release.h"
@@ -75,30 +76,6 @@ class ProductBatch {
   LayerProduct products_[kMax] = {};
   size_t n_ = 0;
 };
-
-// Unweighted per-head RMS of the queries. The reference writes it as bf16 tensor ops,
-// each rounded to bf16 (docs/model/attention.md §2).
-// All H heads of one token (q: [H, n]); the heads' sums of squares through serial_sums.
-void query_head_norms(float* q, int64_t H, int64_t n, float eps, const Numerics& num) {
-  if (!num.reference()) {
-    for (int64_t h = 0; h < H; ++h) rms_norm(&q[h * n], nullptr, n, eps, num, &q[h * n]);
-    return;
-  }
-  constexpr int64_t kLanes = kSerialSumLanes;
-  for (int64_t h0 = 0; h0 < H; h0 += kLanes) {
-    const int64_t nh = std::min(kLanes, H - h0);
-    double ss[kLanes];
-    const float* qh[kLanes];
-    for (int64_t j = 0; j < nh; ++j) qh[j] = &q[(h0 + j) * n];
-    serial_sums(qh, nh, n, [](float v) { return round_bf16(v * v); }, ss);
-    for (int64_t j = 0; j < nh; ++j) {
-      float* x = &q[(h0 + j) * n];
-      const float mean = round_bf16(float(ss[j] / double(n)));
-      const float r = round_bf16(rsqrt_f(round_bf16(mean + eps)));
-      for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i] * r);
-    }
-  }
-}
 
 // FP8 QDQ of a window key, as the release's window_key_qdq says: V4 the non-rope dims in
 // blocks of 64 (also its compressed entries), V4.1 the whole vector in blocks of 32.
@@ -242,7 +219,9 @@ void attention_forward(const Config& cfg, const Numerics& num, const LayerWeight
   section.start(DI_PROFILE_SECTION("attn.query_rope"));
   // Token rows over the pool (each row's own arithmetic, so any split gives the same bits).
   for_each_row(num, S, [&](int64_t t) {
-    if (rules.query_head_norm) query_head_norms(&q[t * H * Dh], H, Dh, eps, num);
+    // V4's unweighted per-head RMS, each step rounded to bf16 as the reference's bf16 tensor
+    // ops (docs/model/attention.md §2); float numerics: RMSNorm without rounding.
+    if (rules.query_head_norm) kernels::head_rms_norm_ref(&q[t * H * Dh], H, Dh, eps, num.reference());
     for (int64_t h = 0; h < H; ++h) rope.apply(&q[(t * H + h) * Dh], Dh, pos[t], false, num);
     // ---- window keys (K = V): kv_norm -> RoPE -> FP8 QDQ (kv_qdq)
     float* k = &kv[t * Dh];

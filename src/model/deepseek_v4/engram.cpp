@@ -1,7 +1,6 @@
 #include "model/deepseek_v4/engram.h"
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -9,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/formats.h"
+#include "kernels/light_ops.h"
 #include "loader/safetensors.h"
 #include "model/deepseek_v4/layer_ops.h"
 
@@ -303,28 +303,13 @@ void engram_forward(const Config& cfg, const Numerics& num, const EngramWeights&
       for (int64_t k = 0; k < hd; ++k) dst[k] = e4m3_to_f32(code[k]) * e8m0_to_f32(scale[k / 32]);
     }
   linear_quantized(cfg, num, e.data(), rows, w.wkv, kv.data());
-  const float eps = float(cfg.norm_eps), inv_sqrt_dim = float(1.0 / std::sqrt(double(d)));
-  auto rsqrt_mean_square = [&](const float* v) {
-    double ss = 0.0;
-    for (int64_t j = 0; j < d; ++j) ss += double(v[j] * v[j]);
-    return rsqrt_f(float(ss / double(d)) + eps);
-  };
+  // Each stream's gate and gated update (docs/model/v41.md §6.4).
+  const float eps = float(cfg.norm_eps);
   for (int64_t t = 0; t < rows; ++t) {
     const float* value = &kv[t * w.wkv.rows + hc * d];
-    for (int64_t i = 0; i < hc; ++i) {
-      float* h = X + (t * hc + i) * d;
-      const float* key = &kv[t * w.wkv.rows + i * d];
-      const float* qk = &w.qk[size_t(i * d)];
-      // The stream and the key are normalised separately (per stream, not jointly).
-      const float rstd = rsqrt_mean_square(h) * rsqrt_mean_square(key);
-      double acc = 0.0;
-      for (int64_t j = 0; j < d; ++j) acc += double(h[j] * qk[j] * key[j]);
-      const float dot = float(acc) * rstd * inv_sqrt_dim;
-      // Signed square root before the sigmoid (the training kernel's gate).
-      const float mag = float(std::sqrt(double(std::max(std::fabs(dot), 1e-6f))));
-      const float gate = sigmoid_f(std::copysign(mag, dot));
-      for (int64_t j = 0; j < d; ++j) h[j] = num.bf16(h[j] + gate * value[j]);
-    }
+    for (int64_t i = 0; i < hc; ++i)
+      kernels::engram_update_ref(X + (t * hc + i) * d, &kv[t * w.wkv.rows + i * d], &w.qk[size_t(i * d)], value, d,
+                                 eps, num.reference());
   }
 }
 

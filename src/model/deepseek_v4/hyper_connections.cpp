@@ -24,20 +24,11 @@ static void hc_raw_mix(const float* X, int64_t rows, const HcWeights& w, int64_t
   else
     num.backend->linear_f32(X, rows, w.fn, mix);
   section.start(DI_PROFILE_SECTION("hc.mixer_norm"));
-  // Each row's sum of squares: serial_sums, kSerialSumLanes rows at a time.
-  constexpr int64_t kLanes = kSerialSumLanes;
+  // Pieces of kernels::kRmsLanes rows, whose sums of squares run side by side.
+  constexpr int64_t kLanes = kernels::kRmsLanes;
   auto blocks = [&](int64_t b0, int64_t b1) {
-    for (int64_t t0 = b0 * kLanes; t0 < std::min(rows, b1 * kLanes); t0 += kLanes) {
-      const int64_t nt = std::min(kLanes, rows - t0);
-      double ss[kLanes];
-      const float* x[kLanes];
-      for (int64_t j = 0; j < nt; ++j) x[j] = X + (t0 + j) * width;
-      serial_sums(x, nt, width, [](float v) { return v * v; }, ss);
-      for (int64_t j = 0; j < nt; ++j) {
-        const float r = rsqrt_f(float(ss[j] / double(width)) + eps);
-        for (int64_t k = 0; k < n_mix; ++k) mix[(t0 + j) * n_mix + k] *= r;
-      }
-    }
+    const int64_t t0 = b0 * kLanes;
+    kernels::hc_mix_norm_ref(X + t0 * width, std::min(rows, b1 * kLanes) - t0, width, eps, mix + t0 * n_mix, n_mix);
   };
   // Captured by one reference, so the std::function of parallel_for stays off the heap.
   parallel_for(num.backend->pool(), (rows + kLanes - 1) / kLanes, 1,
@@ -50,18 +41,11 @@ void hc_site_mix(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
   ScratchArena::Scope scope(step_scratch());
   std::span<float> mixes = step_scratch().take<float>(rows * n_mix);
   hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
-  const float eps = float(cfg.hc_eps);
-  const float s0 = w.scale[0], s1 = w.scale[1], s2 = w.scale[2];
   DI_PROFILE("hc.sinkhorn");
   for_each_row(num, rows, [&](int64_t t) {
-    const float* mix = &mixes[t * n_mix];
     HcMix& m = out[t];
-    for (int64_t i = 0; i < hc; ++i) {
-      m.pre[i] = sigmoid_f(mix[i] * s0 + w.base[i]) + eps;
-      m.post[i] = 2.0f * sigmoid_f(mix[hc + i] * s1 + w.base[hc + i]);
-    }
-    for (int64_t k = 0; k < hc * hc; ++k) m.comb[k] = mix[2 * hc + k] * s2 + w.base[2 * hc + k];
-    kernels::hc_sinkhorn_ref(m.comb, hc, cfg.hc_sinkhorn_iters, eps);
+    kernels::hc_coeffs_ref(&mixes[t * n_mix], w.base.data(), w.scale.data(), hc, float(cfg.hc_eps),
+                           cfg.hc_sinkhorn_iters, m.pre, m.post, m.comb);
   });
 }
 
@@ -71,8 +55,8 @@ void hc_head_pre(const float* X, int64_t rows, const HcWeights& w, int64_t hc, i
   std::span<float> mixes = step_scratch().take<float>(rows * hc);
   hc_raw_mix(X, rows, w, hc * dim, float(cfg.norm_eps), num, mixes.data());
   for (int64_t t = 0; t < rows; ++t)
-    for (int64_t i = 0; i < hc; ++i)
-      pre[t * hc + i] = sigmoid_f(mixes[t * hc + i] * w.scale[0] + w.base[i]) + float(cfg.hc_eps);
+    kernels::hc_coeffs_ref(&mixes[t * hc], w.base.data(), w.scale.data(), hc, float(cfg.hc_eps), 0, &pre[t * hc],
+                           nullptr, nullptr);
 }
 
 void hc_collapse(const float* X, const float* pre, int64_t hc, int64_t dim, const Numerics& num, float* out) {

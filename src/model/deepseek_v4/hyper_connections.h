@@ -2,8 +2,9 @@
 // The residual is hc streams [hc, dim] per token. Each sublayer site computes
 //   pre  [hc]      weights collapsing the streams into the sublayer input,
 //   post [hc]      weights spreading the sublayer output back onto the streams,
-//   comb [hc][hc]  doubly-stochastic stream mixing (Sinkhorn: kernels::hc_sinkhorn_ref in
-//                  kernels/light_ops.h), contracted over its FIRST index.
+//   comb [hc][hc]  doubly-stochastic stream mixing (Sinkhorn), contracted over its FIRST index.
+// The mixer's norm and the coefficients are kernels::hc_mix_norm_ref and hc_coeffs_ref
+// (kernels/light_ops.h, Sinkhorn included).
 #pragma once
 #include <cstdint>
 

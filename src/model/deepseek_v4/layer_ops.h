@@ -37,22 +37,6 @@ void for_each_row(const Numerics& num, int64_t rows, F&& f) {
   });
 }
 
-// ss[j] = sum over i < n of double(term(rows[j][i])), j < nr <= kSerialSumLanes, each one
-// in-order chain of double adds (the reference's order). A full set of rows runs its chains
-// side by side, so the adds overlap instead of waiting on each other; fewer run one by one.
-constexpr int64_t kSerialSumLanes = 8;
-template <class F>
-void serial_sums(const float* const* rows, int64_t nr, int64_t n, F&& term, double* ss) {
-  for (int64_t j = 0; j < nr; ++j) ss[j] = 0.0;
-  if (nr == kSerialSumLanes) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < kSerialSumLanes; ++j) ss[j] += double(term(rows[j][i]));
-  } else {
-    for (int64_t j = 0; j < nr; ++j)
-      for (int64_t i = 0; i < n; ++i) ss[j] += double(term(rows[j][i]));
-  }
-}
-
 // The greedy choice of a drafter: the largest logit, ties to the lower id.
 inline int32_t greedy_token(const float* logits, int64_t n) {
   int64_t best = 0;
