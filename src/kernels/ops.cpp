@@ -56,6 +56,15 @@ constexpr const char* kAttentionBasis =
     "value (2^-8 relative): CpuAttention.MatchesReferenceOverAwkwardShapes. Isa::Scalar runs the referee (its "
     "bits)";
 
+// A light op (light_ops.h): one scalar implementation, its referee, which the model calls itself
+// whatever the backend (no ISA table has an entry for it), so its contract is bits; basis: what
+// that implementation computes, and the tests that pin it (LightOps.*).
+constexpr OpSpec light_op(Op op, const char* name, const char* referee, const char* call, const char* shapes,
+                          uint8_t specials, const char* basis) {
+  return {op, name, referee, call, shapes, bits_contract(specials), basis, "none (scalar only: the referee runs)",
+          referee_only};
+}
+
 constexpr const char* kLinearCall = "Backend::linear_f32, Backend::linear_many (act_block 0)";
 constexpr const char* kActQuantCall = "Backend::linear_act_quant, Backend::linear_many (act_block > 0)";
 constexpr const char* kActQuantReferee = "linear_act_quant_ref (with the call's BlockSum)";
@@ -177,6 +186,109 @@ constexpr OpSpec kCatalogue[] = {
      "Isa::Scalar runs the referee (its bits)",
      "IsaKernels::swiglu",
      [](const IsaKernels* k, const AttentionKernels*) { return k && k->swiglu ? Impl::kIsa : Impl::kReferee; }},
+    // The light per-token ops (light_ops.h), each called by the model itself, no backend between.
+    light_op(Op::rms_norm, "rms_norm", "rms_norm_ref",
+             "rms_norm_ref directly, no backend (model/deepseek_v4/numerics.h: rms_norm, every norm of the forward "
+             "pass)",
+             "x, y [n] (y may alias x), w [n] or null; n >= 1; R: bf16 rounding (reference numerics) or none; writes "
+             "y only",
+             kNaN | kInf | kSub,
+             "fp32 squares summed in double in index order, the mean rounded to fp32, rsqrt_f of it + eps, then "
+             "w * (x * r) in fp32: LightOps.RmsNormMatchesLongDoubleFormula / RmsNormExactCases / RmsNormScaleBits / "
+             "RmsNormNonFinite"),
+    light_op(Op::head_rms_norm, "head_rms_norm", "head_rms_norm_ref",
+             "head_rms_norm_ref directly, no backend (model/deepseek_v4/attention.cpp: V4's per-head query norm)",
+             "x [heads, n] in place; heads, n >= 1; writes x only",
+             kNaN | kInf | kSub,
+             "kRmsLanes heads' sums side by side, each its own in-order double chain (one head's bits); with R every "
+             "step at the reference's bf16 points (the squares, the mean, mean + eps, its rsqrt, the product), "
+             "without R rms_norm_ref's bits: LightOps.HeadRmsNormBitsAndLongDouble / HeadRmsNormRoundingPoints"),
+    light_op(Op::rope_angles, "rope_angles", "rope_angles_ref",
+             "rope_angles_ref directly, no backend (model/deepseek_v4/rope.cpp: RopeTable::apply, cached per thread "
+             "and position)",
+             "inv_freq, cos_out, sin_out [half]; half >= 1, any pos >= 0 (float(pos): exact below 2^24); writes "
+             "cos_out and sin_out only",
+             0,
+             "theta = float(pos) * inv_freq[i] in fp32, cos / sin in double rounded once: "
+             "LightOps.RopeAnglesOfTheFp32Product. The inverse frequencies are the model's finite constants"),
+    light_op(Op::rope_rotate, "rope_rotate", "rope_rotate_ref",
+             "rope_rotate_ref directly, no backend (model/deepseek_v4/rope.cpp: RopeTable::apply, forward and "
+             "inverse)",
+             "pairs [2 * half] in place (interleaved: the rotated tail of a vector), cos_t, sin_t [half]; half >= 1; "
+             "inverse negates sin; writes pairs only",
+             kNaN | kInf | kSub,
+             "u * c - v * s and u * s + v * c, fp32 products and sums (the build keeps -ffp-contract=off: no fused "
+             "multiply-add), one R per component: LightOps.RopeRotationComponents / RopeQuarterTurnAndInverse"),
+    light_op(Op::hc_mix_norm, "hc_mix_norm", "hc_mix_norm_ref",
+             "hc_mix_norm_ref directly, no backend (model/deepseek_v4/hyper_connections.cpp: the mixer's norm, rows "
+             "split over threads in multiples of kRmsLanes)",
+             "x [rows, width], mix [rows, n_mix] scaled in place; rows, width, n_mix >= 1; writes mix only",
+             kNaN | kInf | kSub,
+             "rms_norm_ref's r of each row of x (fp32 squares, double sum in index order, kRmsLanes rows' chains "
+             "side by side), one fp32 product per mix: LightOps.HcMixNormBitsAndLongDouble / "
+             "HcMixNormExactCasesAndNonFinite"),
+    light_op(Op::hc_coeffs, "hc_coeffs", "hc_coeffs_ref",
+             "hc_coeffs_ref directly, no backend (model/deepseek_v4/hyper_connections.cpp: each site's pre / post / "
+             "comb, and hc_head's pre alone)",
+             "mix, base [(2 + hc) * hc] (hc values when post and comb are null), scale [3] (or 1); pre [hc], post "
+             "[hc] or null, comb [hc, hc] or null; hc >= 1; comb's entries finite (hc_sinkhorn); writes pre, post "
+             "and comb only",
+             kSub,
+             "fp32 affine maps of the mix, sigmoid_f (double, rounded once) + eps or * 2, comb through "
+             "hc_sinkhorn_ref: LightOps.HcCoeffsBitsAndLongDouble / HcCoeffsSaturationAndOrder"),
+    light_op(Op::hc_sinkhorn, "hc_sinkhorn", "hc_sinkhorn_ref",
+             "hc_sinkhorn_ref directly, no backend (model/deepseek_v4/hyper_connections.cpp: the mHC mixing "
+             "matrix)",
+             "comb [n, n] in place, finite entries; n >= 1, iters >= 1 (0 acts as 1), the last pass over columns; "
+             "writes comb only",
+             kSub,
+             "the row softmax with exp in double over the row's double sum, then rows / columns divided by their "
+             "double sums (index order) rounded to fp32, + eps: LightOps.SinkhornBitsAndLongDouble / "
+             "SinkhornExactCases"),
+    light_op(Op::top_k, "top_k", "top_k_ref",
+             "top_k_ref directly, no backend (model/deepseek_v4/top_k.h: the indexer's choice of compressed entries)",
+             "score [n], out [k] (int64 indices, best first); k <= n, k <= 0 writes nothing; order, spare: n scratch "
+             "slots each; writes out[0, k) (and the scratch) only",
+             kNaN | kInf | kSub,
+             "without a NaN a radix selection whose result is exactly std::partial_sort's with the comparator (larger "
+             "first, ties and -0 / +0 to the lower index); with a NaN std::nth_element then std::sort with it, the "
+             "standard library's order: LightOps.TopKEqualsRepeatedScans / TopKZerosTieAndKZeroWritesNothing / "
+             "TopKWithNaNIsTheComparatorSort"),
+    light_op(Op::router_scores, "router_scores", "router_scores_ref",
+             "router_scores_ref directly, no backend (model/deepseek_v4/moe.cpp: the router, per token)",
+             "logits, score [n]; n >= 1; tempered: logits / temp first (fp32); writes score only", kNaN | kInf | kSub,
+             "std::sqrt (fp32, correctly rounded) of softplus_f (double, rounded once; its input above 20): "
+             "LightOps.RouterScoresSqrtSoftplus"),
+    light_op(Op::router_select, "router_select", "router_select_ref",
+             "router_select_ref directly, no backend (model/deepseek_v4/moe.cpp: the biased choice)",
+             "score, bias [n], experts [k] (int32, best first), k <= n; biased, order [n] scratch; writes "
+             "experts[0, k) (and the scratch) only. No NaN score or bias: the comparator needs a total order",
+             kInf | kSub,
+             "biased = score + bias in fp32, std::partial_sort with the comparator (larger first, ties to the lower "
+             "id): LightOps.RouterSelectByBiasedScore"),
+    light_op(Op::router_weights, "router_weights", "router_weights_ref",
+             "router_weights_ref directly, no backend (model/deepseek_v4/moe.cpp: the chosen experts' weights)",
+             "score [> every chosen id], experts, weights [k]; k >= 1; renorm: / (float(double sum) + renorm_eps), "
+             "then * route_scale (fp32); writes weights only",
+             kNaN | kInf | kSub,
+             "the chosen scores' double sum in order, rounded once, + eps; an fp32 division and product: "
+             "LightOps.RouterWeights"),
+    light_op(Op::compressor_pool, "compressor_pool", "compressor_pool_ref",
+             "compressor_pool_ref directly, no backend (model/deepseek_v4/compressor.cpp: one compressed entry)",
+             "kv, sc [n_slots] rows of >= width floats, z [width]; n_slots >= 1; e: n_slots scratch doubles; a "
+             "score -inf weighs 0, a NaN or +inf score (or every score -inf) makes its column NaN; writes z (and "
+             "e) only",
+             kNaN | kInf | kSub,
+             "the column's fp32 max (NaN skipped), exp in double, the double sum, fp32 weights and products summed "
+             "in double in slot order, rounded once: LightOps.CompressorPoolBitsAndLongDouble / "
+             "CompressorPoolExactCasesAndNonFinite"),
+    light_op(Op::engram_update, "engram_update", "engram_update_ref",
+             "engram_update_ref directly, no backend (model/deepseek_v4/engram.cpp: each stream of V4.1's Engram)",
+             "h [d] in place, key, qk, value [d]; d >= 1; returns the gate; writes h only",
+             kNaN | kInf | kSub,
+             "rms_norm_ref's r of the stream and of the key, the triple products' double sum in index order, fp32 "
+             "products after, the signed square root (floor 1e-6) and sigmoid_f, then R(h + gate * value): "
+             "LightOps.EngramUpdateBitsAndLongDouble / EngramUpdateExactCasesAndNonFinite"),
 };
 
 static_assert(std::size(kCatalogue) == size_t(Op::count), "one OpSpec per Op");

@@ -1,22 +1,23 @@
 // The op registry: every compute op of the kernel layer, declared once, with its referee, its
 // shape contract and its bit contract, and a lookup of which implementation each ISA runs.
 // A description and a lookup only: the model calls ops through the Backend interface
-// (backend.h) and the free functions of kernels.h, never an ISA; the cpu backend finds an
-// ISA's kernels in the tables registered per Isa (isa_kernels() / isa_attention() in
-// cpu/cpu_backend.cpp), never by name. tests/kernels/test_op_registry.cpp runs every op of the
+// (backend.h) and the free functions of kernels.h and light_ops.h, never an ISA; the cpu
+// backend finds an ISA's kernels in the tables registered per Isa (isa_kernels() /
+// isa_attention() in cpu/cpu_backend.cpp), never by name. tests/kernels/test_op_registry.cpp runs every op of the
 // catalogue on every ISA this machine has, over awkward shapes, against its referee, as the
 // contract here says (bits, units in the last place, or fp32 reassociation's bound), with
 // NaN / inf / subnormal inputs where the contract covers them.
 //
 // Adding an op:
-//   1. the referee in kernels.h / ref/ (scalar, the canonical numerics) and, where the model
-//      reaches it through a backend, a Backend method (backend.h) whose base or ref version
-//      is the referee;
+//   1. the referee in kernels.h / ref/ (scalar, the canonical numerics; a light per-token op
+//      with no other implementation: light_ops.h) and, where the model reaches it through a
+//      backend, a Backend method (backend.h) whose base or ref version is the referee;
 //   2. an Op value below and its OpSpec in ops.cpp's catalogue, at the same position (a
 //      static_assert checks the order and the count): the contract as the code keeps it, not
 //      stronger; `basis` names what makes it hold and the test that checked it before;
 //   3. its case generator in test_op_registry.cpp (OpRegistry.EveryOpHasACaseGenerator fails
-//      until there is one).
+//      until there is one; an op with no implementation but its referee checks that, its
+//      determinism and the test's own evaluation of its formula: light_case there).
 // Adding an ISA:
 //   1. an Isa value (cpu/cpu_backend.h: kAllIsas, isa_name, isa_supported), its kernel files
 //      (*_<isa>.cpp, flags in src/kernels/CMakeLists.txt) filling an IsaKernels (cpu/cpu_isa.h;
@@ -59,8 +60,23 @@ enum class Op : uint8_t {
   hc_expand,             // Backend::hc_expand
   hc_collapse,           // Backend::hc_collapse
   swiglu,                // Backend::swiglu
-  // The light per-token ops of light_ops.h (RMSNorm, RoPE, Sinkhorn, top-k, the router's
-  // scores) join here, each with its OpSpec.
+  // The light per-token ops of light_ops.h: one scalar function each (its referee), which the
+  // model calls directly on every backend, so no ISA implements them (Impl::kReferee).
+  // Their building blocks exp_f / sigmoid_f / rsqrt_f / softplus_f are scalar functions of
+  // one value, no ops: their numerics are part of the contracts of the ops that use them.
+  rms_norm,              // rms_norm_ref
+  head_rms_norm,         // head_rms_norm_ref (V4's query heads)
+  rope_angles,           // rope_angles_ref
+  rope_rotate,           // rope_rotate_ref
+  hc_mix_norm,           // hc_mix_norm_ref
+  hc_coeffs,             // hc_coeffs_ref (its comb through hc_sinkhorn_ref)
+  hc_sinkhorn,           // hc_sinkhorn_ref
+  top_k,                 // top_k_ref (the indexer's choice)
+  router_scores,         // router_scores_ref
+  router_select,         // router_select_ref
+  router_weights,        // router_weights_ref
+  compressor_pool,       // compressor_pool_ref
+  engram_update,         // engram_update_ref (V4.1)
   count  // not an op: the number of ops
 };
 
