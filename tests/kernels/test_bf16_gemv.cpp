@@ -1,6 +1,6 @@
 // BF16 products over 1-8 activation rows on AVX-512 (bf16_gemv_avx512.cpp: the output head at
 // decode, decode batches, speculative verify) against a scalar referee of the AVX-512 kernels'
-// exact operation sequence (cpu_kernels_avx512.cpp, "arithmetic"), bit for bit, and against
+// exact operation sequence (avx512_decoders.h, "arithmetic"), bit for bit, and against
 // one-row calls and 9-row calls (the tiled path): K with tails (not a multiple of 32, of 64:
 // the padding chunk up to the stride), N not a multiple of the row groups (the last rows one
 // at a time), weight rows with NaN / inf / subnormal / out-of-range (2^-41, 2^41) / signed-zero

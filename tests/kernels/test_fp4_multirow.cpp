@@ -1,6 +1,6 @@
 // FP4 products over 1-16 activation rows on AVX-512 (the multi-row kernel of
 // fp4_multirow_avx512.cpp from 3 rows, the one- and two-row GEMV below) against a scalar
-// referee of the AVX-512 kernels' exact operation sequence (cpu_kernels_avx512.cpp,
+// referee of the AVX-512 kernels' exact operation sequence (avx512_decoders.h,
 // "arithmetic"), bit for bit, and against one-row calls: awkward K (tails of 32, 64 and 96
 // columns past the last whole 128-column chunk, K split into several blocks), odd N (a last
 // weight row without a partner), scales at both edges of the exact range and just outside it

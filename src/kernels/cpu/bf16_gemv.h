@@ -1,6 +1,6 @@
 // BF16 weights over 1-8 activation rows on AVX-512 (decode, decode batches, speculative
 // verify: above all the output head, 129280 x 4096 BF16 read once a token):
-// bf16_gemv_avx512.cpp, compiled with cpu_kernels_avx512.cpp's ISA flags and called from the
+// bf16_gemv_avx512.cpp, compiled with the AVX-512 files' ISA flags and called from the
 // GEMV's row dispatch only (gemv_avx512.cpp, after the dispatcher's CPU check). A plain
 // function with external linkage under a name no other file defines: no templates or inline
 // code are shared across the ISA boundary (the rule of cpu_isa.h).

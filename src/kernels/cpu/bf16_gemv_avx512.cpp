@@ -1,7 +1,7 @@
 // BF16 GEMV over 1-8 activation rows on AVX-512 (see bf16_gemv.h): above all the output head
 // at decode (129280 x 4096 BF16, 1.06 GB read once a token, 69% of a token's bytes on the
 // 2-layer release-shape model), and the same at the row counts of decode batches and
-// speculative verify. Compiled with cpu_kernels_avx512.cpp's ISA flags (the rule of
+// speculative verify. Compiled with the AVX-512 files' ISA flags (the rule of
 // cpu_isa.h: nothing here is shared with another file but the one entry point).
 //
 // Every output y[m, n] runs avx512_decoders.h's sequence (its "arithmetic" comment), so

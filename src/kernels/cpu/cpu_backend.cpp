@@ -6,7 +6,7 @@
 //            >= 2^120), act blocks whose weight-scale indexing differs from per-element
 //            scaling, and act-quant rows whose scales exceed 2^31 (huge activations).
 //   Avx2 / Avx512 (x86-64), Neon / NeonBf16 (aarch64) - the kernels of cpu_kernels_avx2.cpp /
-//            cpu_kernels_avx512.cpp / cpu_kernels_neon.cpp / cpu_kernels_neon_bf16.cpp behind the
+//            the *_avx512.cpp files / cpu_kernels_neon.cpp / cpu_kernels_neon_bf16.cpp behind the
 //            driver below: activations are prepared once per call (copied, or act-quantised
 //            bit-identically to act_quant_ref) into per-thread scratch, then output rows are
 //            split over the pool. No allocation once the scratch has grown to the shapes in

@@ -1,12 +1,14 @@
 // Internal interface between the generic cpu backend driver (cpu_backend.cpp: threading,
-// scratch, fallbacks) and the ISA-specific kernel files (cpu_kernels_avx2.cpp,
-// cpu_kernels_avx512.cpp on x86-64, cpu_kernels_neon.cpp, cpu_kernels_neon_bf16.cpp on
-// aarch64, compiled with their ISA flags).
+// scratch, fallbacks) and the ISA-specific kernel files (cpu_kernels_avx2.cpp and the
+// *_avx512.cpp files on x86-64, their table in cpu_kernels_avx512.cpp; cpu_kernels_neon.cpp,
+// cpu_kernels_neon_bf16.cpp on aarch64), each compiled with its ISA flags.
 //
 // The ISA files see only plain structs and raw pointers: they must not instantiate C++
 // library templates or call inline functions shared with generic code, because the linker
 // could pick their ISA-compiled copy for a generic caller. Everything in them has internal
-// linkage except the kernel table getters below, and nothing runs at static-init time.
+// linkage except the kernel table getters below and the entry points the AVX-512 files call
+// in one another (avx512_kernels.h: names in cpu::avx512 that only those files use), and
+// nothing runs at static-init time.
 //
 // Algorithms that are the same on both ISAs are written once, as templates over a vector
 // operations struct (8 or 16 floats): cpu_kernels_isa_impl.h (act-quant, swiglu, the

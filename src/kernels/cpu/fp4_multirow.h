@@ -1,5 +1,5 @@
 // FP4 weights in bf16 mode over a few activation rows (decode batches, a prefill's share of a
-// routed expert): fp4_multirow_avx512.cpp, compiled with cpu_kernels_avx512.cpp's ISA flags and
+// routed expert): fp4_multirow_avx512.cpp, compiled with the AVX-512 files' ISA flags and
 // called from its row dispatch only (after the dispatcher's CPU check). A plain function with
 // external linkage under a name no other file defines: no templates or inline code are shared
 // across the ISA boundary (the rule of cpu_isa.h).

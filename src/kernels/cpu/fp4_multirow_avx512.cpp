@@ -1,6 +1,6 @@
 // FP4 weights (e2m1 codes, a ue8m0 scale per 32 columns) in bf16 mode over 3-16 activation
 // rows: a routed expert's rows in a batched decode step (1-4 a token of a 32-token batch) or in
-// a prefill (~12 a token of 512). Compiled with cpu_kernels_avx512.cpp's flags; see
+// a prefill (~12 a token of 512). Compiled with the AVX-512 files' flags; see
 // fp4_multirow.h for the interface and cpu_isa.h for the rules (internal linkage throughout).
 //
 // Arithmetic: each output runs the one-row GEMV's sequence, instruction for instruction
