@@ -170,3 +170,31 @@ DI_ISA_INLINE void sink_attention_heads(const float* q, int64_t n_heads, const f
     for (int64_t h = 0; h < nh; ++h) head_end<V>(st[h], dim, sinks[h0 + h], out + (h0 + h) * dim);
   }
 }
+
+// q . k in the AVX-512 kernel's order over vectors of 8 (V8 as lane8_kernels_impl.h lists it:
+// zero, load, fmadd, add, hsum), for the ISAs that reproduce its scores (AVX2, NEON): its two
+// 16-lane accumulators over 32 columns are g0 g1 and g2 g3 here (a dim that ends on 16 more
+// columns feeds g0 g1 alone), and its reduction adds the upper 8 lanes to the lower 8, then
+// sums them as hsum does.
+template <class V8>
+DI_ISA_INLINE float score_dot_avx512_order(const float* q, const float* k, int64_t dim) {
+  typename V8::F g[4] = {V8::zero(), V8::zero(), V8::zero(), V8::zero()};
+  int64_t c = 0;
+  for (; c + 32 <= dim; c += 32)
+    for (int v = 0; v < 4; ++v) g[v] = V8::fmadd(V8::load(q + c + 8 * v), V8::load(k + c + 8 * v), g[v]);
+  for (; c < dim; c += 16)
+    for (int v = 0; v < 2; ++v) g[v] = V8::fmadd(V8::load(q + c + 8 * v), V8::load(k + c + 8 * v), g[v]);
+  return V8::hsum(V8::add(V8::add(g[1], g[3]), V8::add(g[0], g[2])));
+}
+
+// V's operations with the scores in that order, one key at a time (an 8-lane ISA has no room
+// for four keys' accumulators): the attention of the ISAs that reproduce the AVX-512 kernel.
+template <class V, class V8>
+struct Avx512OrderOps : V {
+  static DI_ISA_INLINE float score_dot(const float* q, const float* k, int64_t dim) {
+    return score_dot_avx512_order<V8>(q, k, dim);
+  }
+  static DI_ISA_INLINE void score_dot4(const float* q, const float* const* k, int64_t dim, float* out) {
+    for (int j = 0; j < 4; ++j) out[j] = score_dot(q, k[j], dim);
+  }
+};

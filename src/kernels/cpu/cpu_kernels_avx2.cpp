@@ -1,8 +1,11 @@
 // AVX2 + FMA + F16C kernels, compiled with those ISA flags and called only after the
 // dispatcher's CPU check. See cpu_isa.h for the rules of this file (no templates or inline
-// functions shared with other files, no static initialisers that run code). The algorithms
-// both ISAs share are cpu_kernels_isa_impl.h's, instantiated over vectors of 8 in namespace
-// avx2 below ("shared algorithms"); this file holds its vector operations and the tuned loops.
+// functions shared with other files, no static initialisers that run code). Everything here
+// is in namespace avx2, where the shared algorithms are instantiated over this ISA's vectors
+// of 8 (avx2_ops_impl.h's Vec8): cpu_kernels_isa_impl.h's (act-quant, SwiGLU, the mixes, the
+// indexer's score combination), lane8_kernels_impl.h's (the prefill microkernel, the indexer's
+// dots, the double dot product, FP4 fp32 order: the NEON kernels run them too) and
+// isa_common_impl.h's (the prefill tile loop). This file holds the weight decoders and GEMV.
 //
 // Weight decoding:
 //   e4m3 byte b -> fp32 bits sign | (b & 0x7f) << 20 = e4m3 * 2^-120 exactly (the e4m3
@@ -38,15 +41,19 @@
 namespace deepinfer::kernels::cpu {
 
 namespace {
+namespace avx2 {
 
 // Hot per-chunk helpers must inline into the loops (they pass vectors around).
 #define DI_INLINE inline __attribute__((always_inline))
 
-inline float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+// The shared algorithms and their vector operations (see the head of each; cpu_isa.h: every
+// copy is this file's own, compiled with its flags).
+#include "kernels/cpu/avx2_ops_impl.h"
+#include "kernels/cpu/isa_common_impl.h"
+using Ops = BufferedParts<Vec8>;
+#include "kernels/cpu/cpu_kernels_isa_impl.h"
+#include "kernels/cpu/lane8_kernels_impl.h"
+
 // Block scales as broadcastable floats: e8m0(b) * 2^120 (e8m0(b) = 2^(b - 127); 255 is NaN)
 // for the FP8 decoder, whose codes come out times 2^-120 (the driver hands this file FP8
 // scale bytes <= 134 only, where that factor is a finite float).
@@ -65,71 +72,10 @@ constexpr ScaleTable make_scale_table(int extra_exp) {
 constexpr ScaleTable kE8m0x2p120 = make_scale_table(120);
 DI_INLINE __m256 scale_vec(const ScaleTable& t, uint8_t b) { return _mm256_broadcast_ss(&t.v[b]); }
 
-// FP4 weights under a scale byte b, as byte tables for _mm256_shuffle_epi8. A code times
-// e8m0(b) is exact and has at most two significant bits (a power of two times 0.5 ... 6), so
-// its fp32 bits end in 16 zero bits: it is a bf16 value, and its top two bytes, looked up by
-// the 4-bit code, rebuild it. Row b holds the low bytes of the 16 codes' bf16, then their high
-// bytes. As _mm256_mul_ps would give: 2^-128 stays a subnormal, 6 * 2^127 is inf, a NaN scale
-// (255) gives the quiet NaN with the code's sign.
-struct Fp4Tables {
-  alignas(32) uint8_t v[256][32];
-};
-constexpr uint32_t fp4_scaled_bits(int code, int b) {
-  const uint32_t sign = code & 8 ? 0x80000000u : 0u;
-  const int i = code & 7;
-  if (b == 255) return sign | 0x7fc00000u;
-  if (i == 0) return sign;
-  // Magnitude i is 0.5 for i = 1, else (1 or 1.5) * 2^(i / 2 - 1): mantissa 1 + half / 2 times
-  // 2^e, e the unbiased exponent of the product.
-  const int e = (i == 1 ? -1 : i / 2 - 1) + (b - 127);
-  const uint32_t half = (i >= 2 && (i & 1)) ? 1u : 0u;
-  if (e > 127) return sign | 0x7f800000u;
-  if (e >= -126) return sign | uint32_t(e + 127) << 23 | half << 22;
-  return sign | (2u + half) << (e - 1 + 149);  // subnormal: (2 + half) * 2^(e - 1), in units of 2^-149
-}
-constexpr Fp4Tables make_fp4_tables() {
-  Fp4Tables t{};
-  for (int b = 0; b < 256; ++b)
-    for (int code = 0; code < 16; ++code) {
-      const uint32_t bits = fp4_scaled_bits(code, b);
-      t.v[b][code] = uint8_t(bits >> 16);
-      t.v[b][16 + code] = uint8_t(bits >> 24);
-    }
-  return t;
-}
-constexpr Fp4Tables kFp4Tables = make_fp4_tables();
-static_assert(fp4_scaled_bits(1, 0) == 0x00200000u && fp4_scaled_bits(15, 127) == 0xc0c00000u &&
-                  fp4_scaled_bits(7, 254) == 0x7f800000u && fp4_scaled_bits(3, 127) == 0x3fc00000u,
-              "FP4 table: 0.5 * 2^-127, -6, 6 * 2^127 (inf), 1.5");
-
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-
 // Lanes i < n all ones.
 inline __m256i lane_mask(int64_t n) {
   const int c = n < 0 ? 0 : n > 8 ? 8 : int(n);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hmax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Bytes [p, p + nbytes) into a zeroed 128-byte buffer (partial chunks).
-inline const uint8_t* staged(const uint8_t* p, int64_t nbytes, uint8_t* buf) {
-  std::memset(buf, 0, 128);
-  std::memcpy(buf, p, size_t(nbytes));
-  return buf;
 }
 
 // The GEMV streams groups of contiguous weight rows; rows are often short (1-2 KB for the
@@ -466,7 +412,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
   for (int r = 0; r < NRW; ++r) {
     const bool has_nan = any && d.row_nan(row[r]);
     nan_rows |= uint32_t(has_nan) << r;
-    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
+    for (int m = 0; m < MR; ++m) c.y[m * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : Ops::hsum(acc[m][r]);
   }
   return nan_rows;
 }
@@ -622,7 +568,7 @@ uint32_t interleaved_group(const LinearCall& c, const D& d, int64_t n, int m0, c
   for (int r = 0; r < NRW; ++r) {
     const bool has_nan = any && d.row_nan(row[r]);
     nan_rows |= uint32_t(has_nan) << r;
-    for (int m = 0; m < MR; ++m) c.y[(m0 + m) * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : hsum(acc[m][r]);
+    for (int m = 0; m < MR; ++m) c.y[(m0 + m) * c.N + n + r] = has_nan ? f32_of(0x7fc00000u) : Ops::hsum(acc[m][r]);
   }
   return nan_rows;
 }
@@ -674,9 +620,10 @@ bool gemv_interleaved_rows(const LinearCall& c, const D& d, int64_t n0, int64_t 
 
 constexpr int kMR = 3, kNR = 4;
 
-// Exact fp32 weights of row n (a row with a NaN code: all NaN, as its outputs), zero to Kp.
+// Exact fp32 weights of row n, zero to c.xs; returns whether the row holds a NaN code (its
+// outputs are then NaN, as in the GEMV).
 template <class D>
-void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int64_t Kp) {
+bool decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst) {
   const typename D::Row r = d.row(n);
   const int64_t K = c.K;
   __m256i nan = _mm256_setzero_si256();
@@ -688,59 +635,17 @@ void decode_row_f32(const LinearCall& c, const D& d, int64_t n, float* dst, int6
     // of 32, has room): in the FP4 / FP8 fp32 orders its columns past K are not at its end.
     for (int v = 0; v < D::NF; ++v) _mm256_storeu_ps(dst + k + 8 * v, w[v]);
   }
-  const int64_t Kc = (K + D::CH - 1) / D::CH * D::CH;
-  if (any_nan(nan))
-    for (int64_t k = 0; k < Kc; ++k) dst[k] = f32_of(0x7fc00000u);
-  for (int64_t k = Kc; k < Kp; ++k) dst[k] = 0.0f;
+  for (int64_t k = round_up(K, D::CH); k < c.xs; ++k) dst[k] = 0.0f;
+  return any_nan(nan);
 }
 
-template <int MR, int NR>
-void micro_f32(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) {
-  __m256 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < Kp; k += 8) {
-    __m256 xv[MR];
-    for (int m = 0; m < MR; ++m) xv[m] = _mm256_loadu_ps(x + m * xs + k);
-    for (int r = 0; r < NR; ++r) {
-      const __m256 wv = _mm256_loadu_ps(w + r * ws + k);
-      for (int m = 0; m < MR; ++m) acc[m][r] = _mm256_fmadd_ps(xv[m], wv, acc[m][r]);
-    }
-  }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * NR + r] = hsum(acc[m][r]);
-}
-
-int64_t tile_rows(int64_t Kp) {
-  int64_t nt = (int64_t(256) * 1024 / (Kp * 4)) / kNR * kNR;
-  return nt < kNR ? kNR : nt > 48 ? 48 : nt;
-}
+// Tiles of ~256 KiB of decoded rows (L2), micro_f32's 3 x 4 blocks over them.
+int64_t tile_rows(int64_t Kp) { return tile_rows_for(Kp, 256 * 1024, 4, kNR, 48); }
 
 template <class D>
 void gemm_rows(const LinearCall& c, const D& d, int64_t n0, int64_t n1, void* scratch) {
-  const int64_t Kp = c.xs, NT = tile_rows(Kp), N = c.N, M = c.M;
-  float* tile = static_cast<float*>(scratch);
-  alignas(32) float out[kMR * kNR];
-  for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
-    const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
-    for (int64_t r = 0; r < rows; ++r) decode_row_f32(c, d, nt0 + r, tile + r * Kp, Kp);
-    std::memset(tile + rows * Kp, 0, size_t(rows_p - rows) * Kp * sizeof(float));
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int64_t mv = min64(kMR, M - m0);
-      for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-        static_assert(kMR == 3, "row-count dispatch below");
-        if (mv == 3)
-          micro_f32<3, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
-        else if (mv == 2)
-          micro_f32<2, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
-        else
-          micro_f32<1, kNR>(c.xf + m0 * c.xs, c.xs, tile + r0 * Kp, Kp, Kp, out);
-        const int64_t rv = min64(kNR, rows - r0);
-        for (int64_t m = 0; m < mv; ++m)
-          for (int64_t r = 0; r < rv; ++r) c.y[(m0 + m) * N + nt0 + r0 + r] = out[m * kNR + r];
-      }
-    }
-  }
+  f32_tiles<kMR, kNR>(c, n0, n1, tile_rows(c.xs), static_cast<float*>(scratch),
+                      [&](int64_t n, float* dst) { return decode_row_f32(c, d, n, dst); }, MicroF32<Ops, kNR>{});
 }
 
 // ------------------------------------------------------------------------------ entry points
@@ -783,330 +688,6 @@ size_t scratch_bytes(const LinearCall& c) {
   return c.M <= kGemvMaxM ? interleaved_scratch_bytes(c.M, c.xs) : size_t(tile_rows(c.xs) * c.xs) * sizeof(float);
 }
 
-// ------------------------------------------------------------------------------ activations
-
-void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t*,
-                uint8_t* bf16_ok) {
-  for (int64_t m = m0; m < m1; ++m) {
-    const float* src = x + m * K;
-    float* df = xf + m * xs;
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(df + k, _mm256_loadu_ps(src + k));
-    for (; k < xs; k += 8) _mm256_storeu_ps(df + k, _mm256_maskload_ps(src + k, lane_mask(K - k)));
-    bf16_ok[m] = 0;  // no bf16 kernels here
-  }
-}
-
-// Rows [m0, m1) of xf (stride xs, a multiple of 32) into FP4 fp32 order, in place: each 16
-// columns become their 8 even ones, then their 8 odd ones (the vectors Fp4Dec decodes).
-void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
-  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  for (int64_t m = m0; m < m1; ++m)
-    for (int64_t k = 0; k < xs; k += 16) {
-      float* p = xf + m * xs + k;
-      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), split);      // evens, odds of 0-7
-      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8), split);  // of 8-15
-      _mm256_storeu_ps(p, _mm256_permute2f128_ps(a, b, 0x20));
-      _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(a, b, 0x31));
-    }
-}
-
-// FP8 fp32 order (Fp8Dec::codes): each 32 columns c become [c0 c4 .. c28, c1 c5 .. c29, c2 ..,
-// c3 .. c31]: a transpose of the chunk seen as 8 rows of 4.
-void fp8_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
-  for (int64_t m = m0; m < m1; ++m)
-    for (int64_t k = 0; k < xs; k += 32) {
-      float* p = xf + m * xs + k;
-      float t[32];
-      for (int j = 0; j < 4; ++j)
-        for (int i = 0; i < 8; ++i) t[8 * j + i] = p[4 * i + j];
-      std::memcpy(p, t, sizeof t);
-    }
-}
-
-// ------------------------------------------------------------------------------ shared algorithms
-// act-quant, swiglu, the hyper-connection mixes and the indexer's score combination are
-// cpu_kernels_isa_impl.h's templates, instantiated here over vectors of 8 in this file's own
-// namespace (cpu_isa.h: no code shared with other files). Bit for bit with their referees
-// (swiglu: within a unit of exp). A partial vector runs the same code on a zero-padded copy.
-
-namespace avx2 {
-
-struct Ops {
-  using F = __m256;
-  using I = __m256i;
-  using D = __m256d;
-  static constexpr int64_t kLanes = 8;
-  static constexpr bool kBf16 = false;  // no bf16 kernels here
-
-  static DI_INLINE F zero() { return _mm256_setzero_ps(); }
-  static DI_INLINE F set1(float f) { return _mm256_set1_ps(f); }
-  static DI_INLINE F load(const float* p) { return _mm256_loadu_ps(p); }
-  static DI_INLINE void store(float* p, F v) { _mm256_storeu_ps(p, v); }
-  static DI_INLINE F add(F a, F b) { return _mm256_add_ps(a, b); }
-  static DI_INLINE F sub(F a, F b) { return _mm256_sub_ps(a, b); }
-  static DI_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static DI_INLINE F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static DI_INLINE F min(F a, F b) { return _mm256_min_ps(a, b); }
-  static DI_INLINE F max(F a, F b) { return _mm256_max_ps(a, b); }
-  static DI_INLINE F abs(F v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
-  static DI_INLINE float hmax(F v) { return cpu::hmax(v); }
-  static DI_INLINE float first(F v) { return _mm256_cvtss_f32(v); }
-
-  static DI_INLINE I bits(F v) { return _mm256_castps_si256(v); }
-  static DI_INLINE F from_bits(I v) { return _mm256_castsi256_ps(v); }
-  static DI_INLINE I set1_i(int v) { return _mm256_set1_epi32(v); }
-  static DI_INLINE I and_i(I a, I b) { return _mm256_and_si256(a, b); }
-  static DI_INLINE I or_i(I a, I b) { return _mm256_or_si256(a, b); }
-  static DI_INLINE I andnot_i(I a, I b) { return _mm256_andnot_si256(a, b); }
-  static DI_INLINE I add_i32(I a, I b) { return _mm256_add_epi32(a, b); }
-  static DI_INLINE I max_i32(I a, I b) { return _mm256_max_epi32(a, b); }
-  template <int N>
-  static DI_INLINE I shr_i32(I v) { return _mm256_srli_epi32(v, N); }
-  template <int N>
-  static DI_INLINE I shl_i32(I v) { return _mm256_slli_epi32(v, N); }
-  static DI_INLINE I where_nan(F h, I a, I b) {
-    return _mm256_castps_si256(
-        _mm256_blendv_ps(_mm256_castsi256_ps(b), _mm256_castsi256_ps(a), _mm256_cmp_ps(h, h, _CMP_UNORD_Q)));
-  }
-
-  static DI_INLINE D zero_d() { return _mm256_setzero_pd(); }
-  static DI_INLINE D set1_d(double v) { return _mm256_set1_pd(v); }
-  static DI_INLINE D add_d(D a, D b) { return _mm256_add_pd(a, b); }
-  static DI_INLINE D sub_d(D a, D b) { return _mm256_sub_pd(a, b); }
-  static DI_INLINE D mul_d(D a, D b) { return _mm256_mul_pd(a, b); }
-  static DI_INLINE D div_d(D a, D b) { return _mm256_div_pd(a, b); }
-  static DI_INLINE D min_d(D a, D b) { return _mm256_min_pd(a, b); }
-  static DI_INLINE D max_d(D a, D b) { return _mm256_max_pd(a, b); }
-  static DI_INLINE D fmadd_d(D a, D b, D c) { return _mm256_fmadd_pd(a, b, c); }
-  static DI_INLINE D fnmadd_d(D a, D b, D c) { return _mm256_fnmadd_pd(a, b, c); }
-  static DI_INLINE D round_d(D v) { return _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static DI_INLINE void store_d(double* p, D v) { _mm256_store_pd(p, v); }
-  // 2^n for integral doubles n in [-1022, 1023].
-  static DI_INLINE D pow2(D n) {
-    const D magic = _mm256_set1_pd(6755399441055744.0);  // 1.5 * 2^52: n lands in the low bits
-    const I i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)), _mm256_castpd_si256(magic));
-    return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(i, _mm256_set1_epi64x(1023)), 52));
-  }
-  // No vscalefpd: 2^n in two halves, each a normal power of two, so the first product is exact
-  // and the second rounds once, with gradual underflow like a single scaling. A NaN n gives
-  // halves of garbage bits, but p is NaN already.
-  static DI_INLINE D times_pow2_d(D p, D n) {
-    const D n1 = _mm256_floor_pd(_mm256_mul_pd(n, _mm256_set1_pd(0.5)));
-    return _mm256_mul_pd(_mm256_mul_pd(p, pow2(n1)), pow2(_mm256_sub_pd(n, n1)));
-  }
-  static DI_INLINE void widen(F v, D& lo, D& hi) {
-    lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-    hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-  }
-  static DI_INLINE F narrow(D lo, D hi) {
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
-  }
-
-  using Part = int64_t;  // lanes in use, 1..8
-  template <class Body>
-  static DI_INLINE void for_parts(int64_t n, Body&& body) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) body(i, 8);
-    if (i < n) body(i, n - i);
-  }
-  static DI_INLINE F load_part(const float* p, Part nv) {
-    if (nv == 8) return _mm256_loadu_ps(p);
-    alignas(32) float buf[8] = {};
-    std::memcpy(buf, p, size_t(nv) * sizeof(float));
-    return _mm256_load_ps(buf);
-  }
-  static DI_INLINE void store_part(float* p, Part nv, F v) {
-    if (nv == 8) return _mm256_storeu_ps(p, v);
-    alignas(32) float buf[8];
-    _mm256_store_ps(buf, v);
-    std::memcpy(p, buf, size_t(nv) * sizeof(float));
-  }
-  static DI_INLINE F load_narrowed(const double* p, Part nv) {
-    alignas(32) double buf[8];
-    if (nv < 8) {
-      for (int64_t t = 0; t < 8; ++t) buf[t] = t < nv ? p[t] : 0.0;
-      p = buf;
-    }
-    return narrow(_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4));
-  }
-};
-
-#include "kernels/cpu/cpu_kernels_isa_impl.h"
-
-}  // namespace avx2
-// ------------------------------------------------------------------------------ indexer dots
-
-void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
-                double* out) {
-  constexpr int kKeys = 2;  // keys side by side: 2 x 4 vectors of 4 heads
-  for (int64_t h0 = 0; h0 < n_heads; h0 += 16) {
-    const int64_t nh = n_heads - h0 < 16 ? n_heads - h0 : 16;
-    for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
-      const int64_t nk = n_keys - s0 < kKeys ? n_keys - s0 : kKeys;
-      __m256d acc[kKeys][4];
-      for (int j = 0; j < kKeys; ++j)
-        for (int v = 0; v < 4; ++v) acc[j][v] = _mm256_setzero_pd();
-      alignas(32) double qbuf[16] = {};
-      for (int64_t c = 0; c < dim; ++c) {
-        const double* q = qT + c * n_heads + h0;
-        if (nh < 16) {  // a partial head block: lanes beyond n_heads read zeros
-          for (int64_t h = 0; h < nh; ++h) qbuf[h] = q[h];
-          q = qbuf;
-        }
-        __m256d qv[4];
-        for (int v = 0; v < 4; ++v) qv[v] = _mm256_loadu_pd(q + 4 * v);
-        for (int j = 0; j < kKeys; ++j) {
-          const __m256d kv = _mm256_set1_pd(j < nk ? double(keys[s0 + j][c]) : 0.0);
-          for (int v = 0; v < 4; ++v) acc[j][v] = _mm256_fmadd_pd(qv[v], kv, acc[j][v]);
-        }
-      }
-      for (int64_t j = 0; j < nk; ++j) {
-        alignas(32) double lanes[16];
-        for (int v = 0; v < 4; ++v) _mm256_store_pd(lanes + 4 * v, acc[j][v]);
-        for (int64_t h = 0; h < nh; ++h) out[(s0 + j) * n_heads + h0 + h] = lanes[h];
-      }
-    }
-  }
-}
-
-// ------------------------------------------------------------------------------ exact indexer dots
-
-// The exponents of 8 values at a time folded into running lanes (avx2::VecBits' inputs).
-struct VecBitsLanes {
-  __m256i bits_or = _mm256_setzero_si256();   // mantissa bits below the top one: refused
-  __m256i e_max = _mm256_setzero_si256();     // top exponent (zeros have 0: no effect)
-  __m256i e_min = _mm256_set1_epi32(255);     // least exponent of nonzero values
-  DI_INLINE void add(__m256i b) {
-    bits_or = _mm256_or_si256(bits_or, b);
-    const __m256i a = _mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff));
-    const __m256i e = _mm256_srli_epi32(a, 23);
-    e_max = _mm256_max_epu32(e_max, e);
-    const __m256i zero = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
-    e_min = _mm256_min_epu32(e_min, _mm256_or_si256(e, _mm256_and_si256(zero, _mm256_set1_epi32(255))));
-  }
-  DI_INLINE avx2::VecBits get() const {
-    alignas(32) uint32_t o[8], hi[8], lo[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(o), bits_or);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hi), e_max);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lo), e_min);
-    uint32_t all = 0, top = 0, least = 255;
-    for (int i = 0; i < 8; ++i) {
-      all |= o[i];
-      top = hi[i] > top ? hi[i] : top;
-      least = lo[i] < least ? lo[i] : least;
-    }
-    avx2::VecBits v;
-    v.e_max = int(top);
-    v.any = top > 0 || least < 255;
-    if (!v.any) return v;
-    v.low_min = int(least) - 1;
-    v.ok = (all & 0x3fffff) == 0 && least >= 1 && top <= 254;
-    return v;
-  }
-};
-
-// One vector of n values (a query head or a key) folded into lanes; lanes of columns beyond n
-// read zeros.
-DI_INLINE void vec_bits(const float* v, int64_t n, VecBitsLanes& lanes) {
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) lanes.add(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
-  if (c < n) {
-    alignas(32) float tail[8] = {};
-    for (int64_t i = c; i < n; ++i) tail[i - c] = v[i];
-    lanes.add(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)));
-  }
-}
-
-// Heads in groups of 16 (two vectors of 8 lanes): data [dim, heads_pad] as fp32.
-void index_query_exact(const float* q, int64_t n_heads, int64_t dim, uint32_t* data, IndexQueryExact* info) {
-  *info = IndexQueryExact{};
-  if (dim > kIndexExactMaxDim || n_heads <= 0 || dim <= 0) return;
-  const int64_t heads_pad = (n_heads + 15) / 16 * 16;
-  float* qT = reinterpret_cast<float*>(data);
-  info->ok = true;
-  for (int64_t h = 0; h < heads_pad; ++h) {
-    if (h >= n_heads) {
-      for (int64_t c = 0; c < dim; ++c) qT[c * heads_pad + h] = 0.0f;
-      continue;
-    }
-    VecBitsLanes lanes;
-    vec_bits(q + h * dim, dim, lanes);
-    for (int64_t c = 0; c < dim; ++c) qT[c * heads_pad + h] = q[h * dim + c];
-    avx2::index_query_add(*info, lanes.get());
-  }
-  info->data = data;
-  info->heads_pad = heads_pad;
-  info->vectors = 2;
-}
-
-// Every head against four keys at a time in fp32 FMAs (8 chains: 2 head vectors x 4 keys),
-// for the keys index_key_exact accepts.
-void index_dots_exact(const IndexQueryExact& q, int64_t n_heads, int64_t dim, const float* const* keys,
-                      int64_t n_keys, double* out, uint8_t* exact) {
-  if (!q.data || dim > kIndexExactMaxDim) {
-    for (int64_t s = 0; s < n_keys; ++s) exact[s] = 0;
-    return;
-  }
-  constexpr int kKeys = 4;
-  const int lg = avx2::ceil_log2(dim);
-  const float* qT = reinterpret_cast<const float*>(q.data);
-  static const float zeros[kIndexExactMaxDim] = {};
-  for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
-    const int64_t nk = min64(kKeys, n_keys - s0);
-    // The next group's rows, while this one computes (a decode step finds them out of cache).
-    for (int64_t j = s0 + kKeys; j < min64(s0 + 2 * kKeys, n_keys); ++j)
-      for (int64_t c = 0; c < dim; c += 16) _mm_prefetch(reinterpret_cast<const char*>(keys[j] + c), _MM_HINT_T0);
-    const float* k[kKeys];
-    for (int j = 0; j < kKeys; ++j) {
-      k[j] = j < nk ? keys[s0 + j] : zeros;
-      if (j >= nk) continue;
-      VecBitsLanes lanes;
-      vec_bits(k[j], dim, lanes);
-      exact[s0 + j] = uint8_t(avx2::index_key_exact(q, lanes.get(), lg));
-    }
-    for (int64_t h0 = 0; h0 < n_heads; h0 += 16) {
-      __m256 acc[kKeys][2];
-      for (int j = 0; j < kKeys; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-      const float* qc = qT + h0;
-      for (int64_t c = 0; c < dim; ++c, qc += q.heads_pad) {
-        const __m256 q0 = _mm256_loadu_ps(qc), q1 = _mm256_loadu_ps(qc + 8);
-        for (int j = 0; j < kKeys; ++j) {
-          const __m256 kv = _mm256_broadcast_ss(k[j] + c);
-          acc[j][0] = _mm256_fmadd_ps(q0, kv, acc[j][0]);
-          acc[j][1] = _mm256_fmadd_ps(q1, kv, acc[j][1]);
-        }
-      }
-      const int64_t nh = min64(16, n_heads - h0);
-      for (int64_t j = 0; j < nk; ++j) {
-        alignas(32) float lanes[16];
-        _mm256_store_ps(lanes, acc[j][0]);
-        _mm256_store_ps(lanes + 8, acc[j][1]);
-        for (int64_t h = 0; h < nh; ++h) out[(s0 + j) * n_heads + h0 + h] = double(lanes[h]);
-      }
-    }
-  }
-}
-
-// sum a[i] * b[i] in double: 4 lanes x 4 accumulators of exact products, then the lanes and
-// a scalar tail.
-double dot_f64(const float* a, const float* b, int64_t n) {
-  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int u = 0; u < 4; ++u) {
-      const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(a + i + 4 * u));
-      const __m256d y = _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * u));
-      acc[u] = _mm256_fmadd_pd(x, y, acc[u]);
-    }
-  const __m256d sum = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
-  alignas(32) double lanes[4];
-  _mm256_store_pd(lanes, sum);
-  double total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; i < n; ++i) total += double(a[i]) * double(b[i]);
-  return total;
-}
-
 constexpr IsaKernels kKernels = {
     .name = "avx2",
     .bf16 = false,
@@ -1119,26 +700,27 @@ constexpr IsaKernels kKernels = {
     .plain_m1_rowwise = false,
     .gemm_grain = kNR,
     .prep_float = prep_float,
-    .prep_act_quant = avx2::prep_act_quant<avx2::Ops>,
-    .act_quant = avx2::act_quant<avx2::Ops>,
+    .prep_act_quant = prep_act_quant<Ops>,
+    .act_quant = act_quant<Ops>,
     .scratch_bytes = scratch_bytes,
     .rows = rows,
-    .index_dots = index_dots,
-    .fp4_f32_order = fp4_f32_order,
+    .index_dots = index_dots<Ops>,
+    .fp4_f32_order = fp4_f32_order<Ops>,
     .fp8_f32_order = fp8_f32_order,
-    .index_query_exact = index_query_exact,
-    .index_dots_exact = index_dots_exact,
-    .index_combine = avx2::index_combine<avx2::Ops>,
-    .hc_expand = avx2::hc_expand<avx2::Ops>,
-    .hc_collapse = avx2::hc_collapse<avx2::Ops>,
-    .dot_f64 = dot_f64,
-    .swiglu = avx2::swiglu<avx2::Ops>,
+    .index_query_exact = index_query_exact<Ops>,
+    .index_dots_exact = index_dots_exact<Ops>,
+    .index_combine = index_combine<Ops>,
+    .hc_expand = hc_expand<Ops>,
+    .hc_collapse = hc_collapse<Ops>,
+    .dot_f64 = dot_f64<Ops>,
+    .swiglu = swiglu<Ops>,
     .call_setup = call_setup,
-    .fma_chains = avx2::fma_chains<avx2::Ops>,
+    .fma_chains = fma_chains<Ops>,
 };
 
+}  // namespace avx2
 }  // namespace
 
-const IsaKernels& avx2_kernels() { return kKernels; }
+const IsaKernels& avx2_kernels() { return avx2::kKernels; }
 
 }  // namespace deepinfer::kernels::cpu

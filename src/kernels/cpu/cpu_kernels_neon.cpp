@@ -1,9 +1,13 @@
 // aarch64 Advanced SIMD kernels (neon_kernels(), and everything of neon_bf16_kernels() but its
 // bf16-mode products: neon_kernels.h). Compiled for the base architecture only: NEON is part
 // of every aarch64 CPU Linux runs on. See cpu_isa.h for the rules of this file (no templates
-// or inline functions shared with other files, no static initialisers that run code). The
-// algorithms every ISA shares (act-quant, SwiGLU, the hyper-connection mixes, the indexer's
-// score combination) are cpu_kernels_isa_impl.h's, instantiated below over vectors of 4.
+// or inline functions shared with other files, no static initialisers that run code).
+// Everything here is in namespace neon, where the shared algorithms are instantiated over
+// neon_ops_impl.h's vectors: cpu_kernels_isa_impl.h's (act-quant, SwiGLU, the mixes, the
+// indexer's score combination) over vectors of 4; lane8_kernels_impl.h's (the prefill
+// microkernel, the indexer's dots, the double dot product, FP4 fp32 order: the AVX2 kernels'
+// own code) over pairs of them; isa_common_impl.h's prefill tile loop. This file holds the
+// weight decoders and the AVX-512 fp32 mode's kernels.
 //
 // Arithmetic: the fp32 products run the x86 kernels' operation sequences lane for lane, so
 // every output has the bits an x86 machine gives (tests/kernels/test_cross_isa_bits.cpp):
@@ -35,58 +39,17 @@
 namespace deepinfer::kernels::cpu {
 
 namespace {
+namespace neon {
 
 #define DI_INLINE inline __attribute__((always_inline))
 
-inline float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-
-constexpr uint32_t kQuietNan = 0x7fc00000u;
-
-// ------------------------------------------------------------------------------ FP4 tables
-
-// fp32 bits of e2m1 code `code` times 2^(b - 127) (b = 255: a NaN with the code's sign), as
-// an fp32 multiplication gives it: subnormal products exact (a code has at most two significant
-// bits), overflow to inf. Every such value is a bf16 value (its low 16 bits are zero).
-constexpr uint32_t e2m1_times_e8m0_bits(int code, int b) {
-  const uint32_t sign = (code & 8) ? 0x80000000u : 0u;
-  const int mag = code & 7;
-  if (b == 255) return sign | kQuietNan;
-  if (mag == 0) return sign;
-  // magnitude = m2 * 2^e2 with m2 in {2, 3}: 0.5 1 1.5 2 3 4 6 for mag 1..7
-  const int m2 = (mag >= 2 && (mag & 1)) ? 3 : 2;
-  const int e2 = mag == 1 ? -2 : mag / 2 - 2;
-  const int e = e2 + 1 + b - 127;  // the value is (m2 / 2) * 2^e, m2 / 2 in {1, 1.5}
-  if (e > 127) return sign | 0x7f800000u;
-  if (e >= -126) return sign | uint32_t(e + 127) << 23 | (m2 == 3 ? 0x00400000u : 0u);
-  return sign | uint32_t(m2) << (e2 + b + 22);  // subnormal: m2 * 2^(e2 + b - 127) in units of 2^-149
-}
-static_assert(e2m1_times_e8m0_bits(1, 0) == 0x00200000u && e2m1_times_e8m0_bits(15, 127) == 0xc0c00000u &&
-                  e2m1_times_e8m0_bits(7, 254) == 0x7f800000u && e2m1_times_e8m0_bits(3, 127) == 0x3fc00000u &&
-                  e2m1_times_e8m0_bits(5, 0) == 0x00c00000u && e2m1_times_e8m0_bits(2, 254) == 0x7f000000u,
-              "FP4 table: 0.5 * 2^-127, -6, 6 * 2^127 (inf), 1.5, 3 * 2^-127, 2^127");
-
-// For each scale byte: the low bytes of the 16 codes' values' top halves, then their high bytes
-// (byte-table lookups by the 4-bit code rebuild the bf16 word, i.e. the fp32 value).
-struct Fp4Tables {
-  alignas(16) uint8_t v[256][32];
-};
-constexpr Fp4Tables make_fp4_tables() {
-  Fp4Tables t{};
-  for (int b = 0; b < 256; ++b)
-    for (int code = 0; code < 16; ++code) {
-      const uint32_t bits = e2m1_times_e8m0_bits(code, b);
-      t.v[b][code] = uint8_t(bits >> 16);
-      t.v[b][16 + code] = uint8_t(bits >> 24);
-    }
-  return t;
-}
-constexpr Fp4Tables kFp4Tables = make_fp4_tables();
+// The shared algorithms and their vector operations (see the head of each; cpu_isa.h: every
+// copy is this file's own).
+#include "kernels/cpu/neon_ops_impl.h"
+#include "kernels/cpu/isa_common_impl.h"
+using Ops = BufferedParts<Vec4>;
+#include "kernels/cpu/cpu_kernels_isa_impl.h"
+#include "kernels/cpu/lane8_kernels_impl.h"
 
 // ------------------------------------------------------------------------------ weight rows
 // Each decoder writes weight row n as Kp fp32 values in the order the prepared x has for its
@@ -138,12 +101,7 @@ bool decode_fp8_row(const LinearCall& c, int64_t n, float* dst) {
   int64_t k = 0;
   for (; k < K; k += 32) {
     alignas(16) uint8_t buf[32];
-    const uint8_t* src = p + k;
-    if (K - k < 32) {
-      std::memset(buf, 0, sizeof buf);
-      std::memcpy(buf, src, size_t(K - k));
-      src = buf;
-    }
+    const uint8_t* src = K - k < 32 ? staged(p + k, K - k, buf) : p + k;
     const uint8x16_t b0 = vld1q_u8(src), b1 = vld1q_u8(src + 16);
     nan = vorrq_u8(nan, vceqq_u8(vorrq_u8(b0, top_bit), all));  // 0x7f / 0xff: NaN codes
     nan = vorrq_u8(nan, vceqq_u8(vorrq_u8(b1, top_bit), all));
@@ -196,86 +154,30 @@ bool decode_fp4_row(const LinearCall& c, int64_t n, float* dst) {
 
 // ------------------------------------------------------------------------------ products
 
-// AVX2's hsum of the 8 lanes (lo: lanes 0-3, hi: 4-7).
-DI_INLINE float sum8(float32x4_t lo, float32x4_t hi) {
-  const float32x4_t s = vaddq_f32(lo, hi);                             // l0+l4 l1+l5 l2+l6 l3+l7
-  const float32x2_t t = vadd_f32(vget_low_f32(s), vget_high_f32(s));  // s0+s2 s1+s3
-  return vget_lane_f32(t, 0) + vget_lane_f32(t, 1);
-}
-
 constexpr int kMR = 3, kNR = 4;
-constexpr int64_t kMaxTileRows = 64;
-
-// MR activation rows (stride xs) times NR decoded weight rows (stride ws) over Kp columns:
-// every output one 8-lane FMA chain over the columns in order (24 accumulator registers).
-template <int MR, int NR>
-void micro_f32(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) {
-  float32x4_t acc[MR][NR][2];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r][0] = acc[m][r][1] = vdupq_n_f32(0.0f);
-  for (int64_t k = 0; k < Kp; k += 8)
-    for (int q = 0; q < 2; ++q) {
-      float32x4_t xv[MR];
-      for (int m = 0; m < MR; ++m) xv[m] = vld1q_f32(x + m * xs + k + 4 * q);
-      for (int r = 0; r < NR; ++r) {
-        const float32x4_t wv = vld1q_f32(w + r * ws + k + 4 * q);
-        for (int m = 0; m < MR; ++m) acc[m][r][q] = vfmaq_f32(acc[m][r][q], xv[m], wv);
-      }
-    }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * NR + r] = sum8(acc[m][r][0], acc[m][r][1]);
-}
 
 // Weight rows per tile: ~96 KiB of decoded rows (L2), a multiple of kNR.
-int64_t tile_rows(int64_t Kp) {
-  const int64_t nt = (int64_t(96) * 1024 / (Kp * 4)) / kNR * kNR;
-  return nt < kNR ? kNR : nt > kMaxTileRows ? kMaxTileRows : nt;
-}
+int64_t tile_rows(int64_t Kp) { return tile_rows_for(Kp, 96 * 1024, 4, kNR, kMaxTileRows); }
 
 size_t f32_scratch_bytes(const LinearCall& c) { return size_t(tile_rows(c.xs) * c.xs) * sizeof(float); }
 
-// A kernel of MR activation rows (stride xs) times kNR decoded weight rows (stride ws).
-using MicroFn = void (*)(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out);
-
-// Weight rows [n0, n1) a tile at a time: Decode each row into the tile, then the kernel of
-// 3 / 2 / 1 activation rows (Micro3 / Micro2 / Micro1) over every activation row.
-template <bool (*Decode)(const LinearCall&, int64_t, float*), MicroFn Micro3, MicroFn Micro2, MicroFn Micro1>
-void f32_rows_tiles(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
-  const int64_t Kp = c.xs, NT = tile_rows(Kp), N = c.N, M = c.M;
-  float* tile = static_cast<float*>(scratch);
-  bool nan_row[kMaxTileRows];
-  alignas(16) float out[kMR * kNR];
-  for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
-    const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
-    for (int64_t r = 0; r < rows; ++r) nan_row[r] = Decode(c, nt0 + r, tile + r * Kp);
-    std::memset(tile + rows * Kp, 0, size_t((rows_p - rows) * Kp) * sizeof(float));
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int64_t mv = min64(kMR, M - m0);
-      const float* x = c.xf + m0 * c.xs;
-      for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-        static_assert(kMR == 3, "row-count dispatch below");
-        (mv == 3 ? Micro3 : mv == 2 ? Micro2 : Micro1)(x, c.xs, tile + r0 * Kp, Kp, Kp, out);
-        const int64_t rv = min64(kNR, rows - r0);
-        for (int64_t m = 0; m < mv; ++m)
-          for (int64_t r = 0; r < rv; ++r)
-            c.y[(m0 + m) * N + nt0 + r0 + r] = nan_row[r0 + r] ? f32_of(kQuietNan) : out[m * kNR + r];
-      }
-    }
-  }
+// Weight rows [n0, n1) a tile at a time (f32_tiles): Decode each row into the tile, then the
+// register-blocked kernel Micro over every activation row.
+template <bool (*Decode)(const LinearCall&, int64_t, float*), class Micro>
+void f32_rows_tiled(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  f32_tiles<kMR, kNR>(c, n0, n1, tile_rows(c.xs), static_cast<float*>(scratch),
+                      [&](int64_t n, float* dst) { return Decode(c, n, dst); }, Micro{});
 }
 
-template <bool (*Decode)(const LinearCall&, int64_t, float*)>
-void f32_rows_avx2(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
-  f32_rows_tiles<Decode, micro_f32<3, kNR>, micro_f32<2, kNR>, micro_f32<1, kNR>>(c, n0, n1, scratch);
-}
-
-// neon_kernels()' products: the AVX2 arithmetic.
+// neon_kernels()' products: the AVX2 arithmetic (the AVX2 kernels' own microkernel over Lane8:
+// every output one 8-lane FMA chain over the columns in order, then AVX2's hsum).
+using MicroAvx2 = MicroF32<Lane8, kNR>;
 void f32_rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   switch (c.W->format) {
-    case WeightFormat::F32: return f32_rows_avx2<decode_f32_row>(c, n0, n1, scratch);
-    case WeightFormat::BF16: return f32_rows_avx2<decode_bf16_row>(c, n0, n1, scratch);
-    case WeightFormat::FP8_BLOCK: return f32_rows_avx2<decode_fp8_row>(c, n0, n1, scratch);
-    case WeightFormat::FP4_BLOCK: return f32_rows_avx2<decode_fp4_row>(c, n0, n1, scratch);
+    case WeightFormat::F32: return f32_rows_tiled<decode_f32_row, MicroAvx2>(c, n0, n1, scratch);
+    case WeightFormat::BF16: return f32_rows_tiled<decode_bf16_row, MicroAvx2>(c, n0, n1, scratch);
+    case WeightFormat::FP8_BLOCK: return f32_rows_tiled<decode_fp8_row, MicroAvx2>(c, n0, n1, scratch);
+    case WeightFormat::FP4_BLOCK: return f32_rows_tiled<decode_fp4_row, MicroAvx2>(c, n0, n1, scratch);
   }
 }
 
@@ -375,62 +277,39 @@ bool decode_fp4_row_512(const LinearCall& c, int64_t n, float* dst) {
   return false;
 }
 
-// (l0 + l2) + (l1 + l3) of one register: its group's share of the AVX-512 reduce4.
-DI_INLINE float group_sum(float32x4_t v) {
-  const float32x2_t t = vadd_f32(vget_low_f32(v), vget_high_f32(v));
-  return vget_lane_f32(t, 0) + vget_lane_f32(t, 1);
-}
-
-// MR activation rows times NR decoded weight rows, 16 lanes: the four lane groups are
-// independent, so each runs over all of Kp on its own (12 accumulator registers), then the
-// AVX-512 reduce4 tree combines the groups' sums.
-template <int MR, int NR>
+// The AVX-512 fp32 mode's kernel: MR activation rows times kNR decoded weight rows, 16 lanes
+// as four independent groups (lane_groups), 12 accumulator registers a group.
+template <int MR>
 void micro_f32_512(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) {
-  float sums[MR][NR][4];
-  for (int g = 0; g < 4; ++g) {
-    float32x4_t acc[MR][NR];
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r) acc[m][r] = vdupq_n_f32(0.0f);
+  lane_groups<MR, kNR>(out, [&](int g, float32x4_t (&acc)[MR][kNR]) {
     for (int64_t k = 4 * g; k < Kp; k += 16) {
       float32x4_t xv[MR];
       for (int m = 0; m < MR; ++m) xv[m] = vld1q_f32(x + m * xs + k);
-      for (int r = 0; r < NR; ++r) {
+      for (int r = 0; r < kNR; ++r) {
         const float32x4_t wv = vld1q_f32(w + r * ws + k);
         for (int m = 0; m < MR; ++m) acc[m][r] = vfmaq_f32(acc[m][r], xv[m], wv);
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r) sums[m][r][g] = group_sum(acc[m][r]);
+  });
+}
+struct Micro512 {
+  template <int MR>
+  DI_INLINE void operator()(const float* x, int64_t xs, const float* w, int64_t ws, int64_t Kp, float* out) const {
+    micro_f32_512<MR>(x, xs, w, ws, Kp, out);
   }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * NR + r] = (sums[m][r][0] + sums[m][r][2]) + (sums[m][r][1] + sums[m][r][3]);
-}
-
-template <bool (*Decode)(const LinearCall&, int64_t, float*)>
-void f32_rows_avx512(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
-  f32_rows_tiles<Decode, micro_f32_512<3, kNR>, micro_f32_512<2, kNR>, micro_f32_512<1, kNR>>(c, n0, n1, scratch);
-}
+};
 
 // neon_bf16_kernels()' fp32 mode: the AVX-512 arithmetic.
 void f32_rows_512(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
   switch (c.W->format) {
-    case WeightFormat::F32: return f32_rows_avx512<decode_f32_row>(c, n0, n1, scratch);
-    case WeightFormat::BF16: return f32_rows_avx512<decode_bf16_row_pairs>(c, n0, n1, scratch);
-    case WeightFormat::FP8_BLOCK: return f32_rows_avx512<decode_fp8_row_natural>(c, n0, n1, scratch);
-    case WeightFormat::FP4_BLOCK: return f32_rows_avx512<decode_fp4_row_512>(c, n0, n1, scratch);
+    case WeightFormat::F32: return f32_rows_tiled<decode_f32_row, Micro512>(c, n0, n1, scratch);
+    case WeightFormat::BF16: return f32_rows_tiled<decode_bf16_row_pairs, Micro512>(c, n0, n1, scratch);
+    case WeightFormat::FP8_BLOCK: return f32_rows_tiled<decode_fp8_row_natural, Micro512>(c, n0, n1, scratch);
+    case WeightFormat::FP4_BLOCK: return f32_rows_tiled<decode_fp4_row_512, Micro512>(c, n0, n1, scratch);
   }
 }
 
 // ------------------------------------------------------------------------------ activations
-
-void prep_float(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t xs, float* xf, uint16_t*,
-                uint8_t* bf16_ok) {
-  for (int64_t m = m0; m < m1; ++m) {
-    std::memcpy(xf + m * xs, x + m * K, size_t(K) * sizeof(float));
-    std::memset(xf + m * xs + K, 0, size_t(xs - K) * sizeof(float));
-    bf16_ok[m] = 0;  // no bf16 kernels here
-  }
-}
 
 // As avx512_kernels()' prep_float: xb the top halves of the values; a row qualifies for bf16
 // mode when every value is exactly a bf16 and 0 or of magnitude in [2^-40, 2^40].
@@ -454,33 +333,6 @@ void prep_float_bf16(const float* x, int64_t K, int64_t m0, int64_t m1, int64_t 
     }
     bf16_ok[m] = vmaxvq_u32(bad) == 0;
   }
-}
-
-// Rows [m0, m1) of xf (stride a multiple of 32) into FP4 fp32 order, in place: each 16
-// columns become their 8 even ones, then their 8 odd ones.
-void fp4_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
-  for (int64_t m = m0; m < m1; ++m)
-    for (int64_t k = 0; k < xs; k += 16) {
-      float* p = xf + m * xs + k;
-      const float32x4_t a = vld1q_f32(p), b = vld1q_f32(p + 4), c = vld1q_f32(p + 8), d = vld1q_f32(p + 12);
-      vst1q_f32(p, vuzp1q_f32(a, b));
-      vst1q_f32(p + 4, vuzp1q_f32(c, d));
-      vst1q_f32(p + 8, vuzp2q_f32(a, b));
-      vst1q_f32(p + 12, vuzp2q_f32(c, d));
-    }
-}
-
-// FP8 fp32 order: each 32 columns, position 8v + l takes column 4l + v (a transpose of the
-// chunk seen as 8 rows of 4).
-void fp8_f32_order(float* xf, int64_t m0, int64_t m1, int64_t xs) {
-  for (int64_t m = m0; m < m1; ++m)
-    for (int64_t k = 0; k < xs; k += 32) {
-      float* p = xf + m * xs + k;
-      float t[32];
-      for (int v = 0; v < 4; ++v)
-        for (int l = 0; l < 8; ++l) t[8 * v + l] = p[4 * l + v];
-      std::memcpy(p, t, sizeof t);
-    }
 }
 
 // Rows [m0, m1) of xb (stride a multiple of kFp4Chunk) into FP4 lane order, in place: in each
@@ -525,271 +377,14 @@ void fp4_f32_order_512(float* xf, int64_t m0, int64_t m1, int64_t xs) {
     }
 }
 
-// ------------------------------------------------------------------------------ shared algorithms
-// cpu_kernels_isa_impl.h over NEON vectors of 4 (its min / max are the x86 instructions' rules,
-// a NaN in either operand giving the second; 2^n in two halves as the AVX2 file does).
-
-namespace neon {
-
-struct Ops {
-  using F = float32x4_t;
-  using I = int32x4_t;
-  using D = float64x2_t;
-  static constexpr int64_t kLanes = 4;
-  static constexpr bool kBf16 = false;
-
-  static DI_INLINE F zero() { return vdupq_n_f32(0.0f); }
-  static DI_INLINE F set1(float f) { return vdupq_n_f32(f); }
-  static DI_INLINE F load(const float* p) { return vld1q_f32(p); }
-  static DI_INLINE void store(float* p, F v) { vst1q_f32(p, v); }
-  static DI_INLINE F add(F a, F b) { return vaddq_f32(a, b); }
-  static DI_INLINE F sub(F a, F b) { return vsubq_f32(a, b); }
-  static DI_INLINE F mul(F a, F b) { return vmulq_f32(a, b); }
-  static DI_INLINE F fmadd(F a, F b, F c) { return vfmaq_f32(c, a, b); }
-  static DI_INLINE F min(F a, F b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
-  static DI_INLINE F max(F a, F b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
-  static DI_INLINE F abs(F v) { return vabsq_f32(v); }
-  static DI_INLINE float hmax(F v) { return vmaxvq_f32(v); }  // of amax lanes: never NaN
-  static DI_INLINE float first(F v) { return vgetq_lane_f32(v, 0); }
-
-  static DI_INLINE I bits(F v) { return vreinterpretq_s32_f32(v); }
-  static DI_INLINE F from_bits(I v) { return vreinterpretq_f32_s32(v); }
-  static DI_INLINE I set1_i(int v) { return vdupq_n_s32(v); }
-  static DI_INLINE I and_i(I a, I b) { return vandq_s32(a, b); }
-  static DI_INLINE I or_i(I a, I b) { return vorrq_s32(a, b); }
-  static DI_INLINE I andnot_i(I a, I b) { return vbicq_s32(b, a); }
-  static DI_INLINE I add_i32(I a, I b) { return vaddq_s32(a, b); }
-  static DI_INLINE I max_i32(I a, I b) { return vmaxq_s32(a, b); }
-  template <int N>
-  static DI_INLINE I shr_i32(I v) {
-    return vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(v), N));
-  }
-  template <int N>
-  static DI_INLINE I shl_i32(I v) {
-    return vshlq_n_s32(v, N);
-  }
-  static DI_INLINE I where_nan(F h, I a, I b) { return vbslq_s32(vmvnq_u32(vceqq_f32(h, h)), a, b); }
-
-  static DI_INLINE D zero_d() { return vdupq_n_f64(0.0); }
-  static DI_INLINE D set1_d(double v) { return vdupq_n_f64(v); }
-  static DI_INLINE D add_d(D a, D b) { return vaddq_f64(a, b); }
-  static DI_INLINE D sub_d(D a, D b) { return vsubq_f64(a, b); }
-  static DI_INLINE D mul_d(D a, D b) { return vmulq_f64(a, b); }
-  static DI_INLINE D div_d(D a, D b) { return vdivq_f64(a, b); }
-  static DI_INLINE D min_d(D a, D b) { return vbslq_f64(vcltq_f64(a, b), a, b); }
-  static DI_INLINE D max_d(D a, D b) { return vbslq_f64(vcgtq_f64(a, b), a, b); }
-  static DI_INLINE D fmadd_d(D a, D b, D c) { return vfmaq_f64(c, a, b); }
-  static DI_INLINE D fnmadd_d(D a, D b, D c) { return vfmsq_f64(c, a, b); }
-  static DI_INLINE D round_d(D v) { return vrndnq_f64(v); }
-  static DI_INLINE void store_d(double* p, D v) { vst1q_f64(p, v); }
-  // 2^n for integral doubles n in [-1022, 1023].
-  static DI_INLINE D pow2(D n) {
-    return vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(vcvtq_s64_f64(n), vdupq_n_s64(1023)), 52));
-  }
-  // p * 2^n in two normal halves: the first product exact, the second rounding once (gradual
-  // underflow, inf on overflow), as one scaling would.
-  static DI_INLINE D times_pow2_d(D p, D n) {
-    const D n1 = vrndmq_f64(vmulq_f64(n, vdupq_n_f64(0.5)));
-    return vmulq_f64(vmulq_f64(p, pow2(n1)), pow2(vsubq_f64(n, n1)));
-  }
-  static DI_INLINE void widen(F v, D& lo, D& hi) {
-    lo = vcvt_f64_f32(vget_low_f32(v));
-    hi = vcvt_high_f64_f32(v);
-  }
-  static DI_INLINE F narrow(D lo, D hi) { return vcvt_high_f32_f64(vcvt_f32_f64(lo), hi); }
-
-  using Part = int64_t;  // lanes in use, 1..4
-  template <class Body>
-  static DI_INLINE void for_parts(int64_t n, Body&& body) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) body(i, 4);
-    if (i < n) body(i, n - i);
-  }
-  static DI_INLINE F load_part(const float* p, Part nv) {
-    if (nv == 4) return vld1q_f32(p);
-    alignas(16) float buf[4] = {};
-    std::memcpy(buf, p, size_t(nv) * sizeof(float));
-    return vld1q_f32(buf);
-  }
-  static DI_INLINE void store_part(float* p, Part nv, F v) {
-    if (nv == 4) return vst1q_f32(p, v);
-    alignas(16) float buf[4];
-    vst1q_f32(buf, v);
-    std::memcpy(p, buf, size_t(nv) * sizeof(float));
-  }
-  static DI_INLINE F load_narrowed(const double* p, Part nv) {
-    alignas(16) double buf[4] = {};
-    if (nv < 4) {
-      for (int64_t t = 0; t < nv; ++t) buf[t] = p[t];
-      p = buf;
-    }
-    return narrow(vld1q_f64(p), vld1q_f64(p + 2));
-  }
-};
-
-// The same with bf16 copies of the prepared rows (act-quant writes xb: neon_bf16_kernels()).
+// cpu_kernels_isa_impl.h's Ops with bf16 copies of the prepared rows (act-quant writes xb:
+// neon_bf16_kernels()).
 struct OpsBf16 : Ops {
   static constexpr bool kBf16 = true;
   static DI_INLINE void store_bf16_bits(uint16_t* p, I v) { vst1_u16(p, vshrn_n_u32(vreinterpretq_u32_s32(v), 16)); }
 };
 
-#include "kernels/cpu/cpu_kernels_isa_impl.h"
-
-}  // namespace neon
-
-// ------------------------------------------------------------------------------ indexer dots
-
-// Every head against two keys at a time, 8 heads in four double vectors: each dot the in-order
-// double sum (an FMA of two floats' exact product is the referee's multiply, then add).
-void index_dots(const double* qT, int64_t n_heads, int64_t dim, const float* const* keys, int64_t n_keys,
-                double* out) {
-  constexpr int kKeys = 2;
-  for (int64_t h0 = 0; h0 < n_heads; h0 += 8) {
-    const int64_t nh = min64(8, n_heads - h0);
-    for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
-      const int64_t nk = min64(kKeys, n_keys - s0);
-      float64x2_t acc[kKeys][4];
-      for (int j = 0; j < kKeys; ++j)
-        for (int v = 0; v < 4; ++v) acc[j][v] = vdupq_n_f64(0.0);
-      alignas(16) double qbuf[8] = {};
-      for (int64_t c = 0; c < dim; ++c) {
-        const double* q = qT + c * n_heads + h0;
-        if (nh < 8) {  // a partial head block: lanes beyond n_heads read zeros
-          for (int64_t h = 0; h < nh; ++h) qbuf[h] = q[h];
-          q = qbuf;
-        }
-        float64x2_t qv[4];
-        for (int v = 0; v < 4; ++v) qv[v] = vld1q_f64(q + 2 * v);
-        for (int j = 0; j < kKeys; ++j) {
-          const float64x2_t kv = vdupq_n_f64(j < nk ? double(keys[s0 + j][c]) : 0.0);
-          for (int v = 0; v < 4; ++v) acc[j][v] = vfmaq_f64(acc[j][v], qv[v], kv);
-        }
-      }
-      for (int64_t j = 0; j < nk; ++j) {
-        alignas(16) double lanes[8];
-        for (int v = 0; v < 4; ++v) vst1q_f64(lanes + 2 * v, acc[j][v]);
-        for (int64_t h = 0; h < nh; ++h) out[(s0 + j) * n_heads + h0 + h] = lanes[h];
-      }
-    }
-  }
-}
-
-// ------------------------------------------------------------------------------ exact indexer dots
-
-// What IndexQueryExact needs of one vector (a query head or a key): the bits below each value's
-// top two significant bits (refused when set), its top exponent and its least nonzero one.
-struct VecBitsAcc {
-  uint32_t bits_or = 0, e_max = 0, e_min = 255;
-  void add(const float* v, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      uint32_t b;
-      std::memcpy(&b, &v[i], 4);
-      bits_or |= b;
-      const uint32_t a = b & 0x7fffffffu;
-      if (a == 0) continue;
-      const uint32_t e = a >> 23;
-      e_max = e > e_max ? e : e_max;
-      e_min = e < e_min ? e : e_min;
-    }
-  }
-  neon::VecBits get() const {
-    neon::VecBits v;
-    v.e_max = int(e_max);
-    v.any = e_max > 0 || e_min < 255;
-    if (!v.any) return v;
-    v.low_min = int(e_min) - 1;
-    v.ok = (bits_or & 0x3fffff) == 0 && e_min >= 1 && e_max <= 254;
-    return v;
-  }
-};
-
-// The heads transposed as fp32, [dim, heads_pad] with heads_pad a multiple of 8.
-void index_query_exact(const float* q, int64_t n_heads, int64_t dim, uint32_t* data, IndexQueryExact* info) {
-  *info = IndexQueryExact{};
-  if (dim > kIndexExactMaxDim || n_heads <= 0 || dim <= 0) return;
-  const int64_t heads_pad = round_up(n_heads, 8);
-  float* qT = reinterpret_cast<float*>(data);
-  info->ok = true;
-  for (int64_t h = 0; h < heads_pad; ++h) {
-    if (h >= n_heads) {
-      for (int64_t c = 0; c < dim; ++c) qT[c * heads_pad + h] = 0.0f;
-      continue;
-    }
-    VecBitsAcc acc;
-    acc.add(q + h * dim, dim);
-    for (int64_t c = 0; c < dim; ++c) qT[c * heads_pad + h] = q[h * dim + c];
-    neon::index_query_add(*info, acc.get());
-  }
-  info->data = data;
-  info->heads_pad = heads_pad;
-  info->vectors = 2;
-}
-
-// Every head against four keys at a time in fp32 FMAs (8 heads in two vectors per key): exact
-// sums for the keys index_key_exact accepts, so their order is free.
-void index_dots_exact(const IndexQueryExact& q, int64_t n_heads, int64_t dim, const float* const* keys,
-                      int64_t n_keys, double* out, uint8_t* exact) {
-  if (!q.data || dim > kIndexExactMaxDim) {
-    for (int64_t s = 0; s < n_keys; ++s) exact[s] = 0;
-    return;
-  }
-  constexpr int kKeys = 4;
-  const int lg = neon::ceil_log2(dim);
-  const float* qT = reinterpret_cast<const float*>(q.data);
-  static const float zeros[kIndexExactMaxDim] = {};
-  for (int64_t s0 = 0; s0 < n_keys; s0 += kKeys) {
-    const int64_t nk = min64(kKeys, n_keys - s0);
-    const float* k[kKeys];
-    for (int j = 0; j < kKeys; ++j) {
-      k[j] = j < nk ? keys[s0 + j] : zeros;
-      if (j >= nk) continue;
-      VecBitsAcc acc;
-      acc.add(k[j], dim);
-      exact[s0 + j] = uint8_t(neon::index_key_exact(q, acc.get(), lg));
-    }
-    for (int64_t h0 = 0; h0 < n_heads; h0 += 8) {
-      float32x4_t acc[kKeys][2];
-      for (int j = 0; j < kKeys; ++j) acc[j][0] = acc[j][1] = vdupq_n_f32(0.0f);
-      const float* qc = qT + h0;
-      for (int64_t c = 0; c < dim; ++c, qc += q.heads_pad) {
-        const float32x4_t q0 = vld1q_f32(qc), q1 = vld1q_f32(qc + 4);
-        for (int j = 0; j < kKeys; ++j) {
-          const float32x4_t kv = vdupq_n_f32(k[j][c]);
-          acc[j][0] = vfmaq_f32(acc[j][0], q0, kv);
-          acc[j][1] = vfmaq_f32(acc[j][1], q1, kv);
-        }
-      }
-      const int64_t nh = min64(8, n_heads - h0);
-      for (int64_t j = 0; j < nk; ++j) {
-        alignas(16) float lanes[8];
-        vst1q_f32(lanes, acc[j][0]);
-        vst1q_f32(lanes + 4, acc[j][1]);
-        for (int64_t h = 0; h < nh; ++h) out[(s0 + j) * n_heads + h0 + h] = double(lanes[h]);
-      }
-    }
-  }
-}
-
-// sum a[i] * b[i] in double, as the AVX2 kernel sums it: 4 accumulators of 4 lanes (here pairs
-// of 2) over 16 columns a step, then (acc0 + acc1) + (acc2 + acc3), the lanes as (l0 + l1) +
-// (l2 + l3), and a scalar tail in order.
-double dot_f64(const float* a, const float* b, int64_t n) {
-  float64x2_t acc[4][2];
-  for (int u = 0; u < 4; ++u) acc[u][0] = acc[u][1] = vdupq_n_f64(0.0);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int u = 0; u < 4; ++u)
-      for (int h = 0; h < 2; ++h) {
-        const float64x2_t x = vcvt_f64_f32(vld1_f32(a + i + 4 * u + 2 * h));
-        const float64x2_t y = vcvt_f64_f32(vld1_f32(b + i + 4 * u + 2 * h));
-        acc[u][h] = vfmaq_f64(acc[u][h], x, y);
-      }
-  const float64x2_t s0 = vaddq_f64(vaddq_f64(acc[0][0], acc[1][0]), vaddq_f64(acc[2][0], acc[3][0]));
-  const float64x2_t s1 = vaddq_f64(vaddq_f64(acc[0][1], acc[1][1]), vaddq_f64(acc[2][1], acc[3][1]));
-  double total = (vgetq_lane_f64(s0, 0) + vgetq_lane_f64(s0, 1)) + (vgetq_lane_f64(s1, 0) + vgetq_lane_f64(s1, 1));
-  for (; i < n; ++i) total += double(a[i]) * double(b[i]);
-  return total;
-}
+// ------------------------------------------------------------------------------ double dots
 
 // The AVX-512 kernels' double dots (neon_bf16_kernels()): 4 accumulators of 8 lanes (here
 // four registers of 2) over 32 columns a step, then 8 a step into the first, (acc0 + acc1) +
@@ -872,21 +467,21 @@ constexpr IsaKernels kKernels = {
     .plain_m1_rowwise = false,
     .gemm_grain = kNR,
     .prep_float = prep_float,
-    .prep_act_quant = neon::prep_act_quant<neon::Ops>,
-    .act_quant = neon::act_quant<neon::Ops>,
+    .prep_act_quant = prep_act_quant<Ops>,
+    .act_quant = act_quant<Ops>,
     .scratch_bytes = f32_scratch_bytes,
     .rows = f32_rows,
-    .index_dots = index_dots,
-    .fp4_f32_order = fp4_f32_order,
+    .index_dots = index_dots<Lane8>,
+    .fp4_f32_order = fp4_f32_order<Lane8>,
     .fp8_f32_order = fp8_f32_order,
-    .index_query_exact = index_query_exact,
-    .index_dots_exact = index_dots_exact,
-    .index_combine = neon::index_combine<neon::Ops>,
-    .hc_expand = neon::hc_expand<neon::Ops>,
-    .hc_collapse = neon::hc_collapse<neon::Ops>,
-    .dot_f64 = dot_f64,
-    .swiglu = neon::swiglu<neon::Ops>,
-    .fma_chains = neon::fma_chains<neon::Ops>,
+    .index_query_exact = index_query_exact<Lane8>,
+    .index_dots_exact = index_dots_exact<Lane8>,
+    .index_combine = index_combine<Ops>,
+    .hc_expand = hc_expand<Ops>,
+    .hc_collapse = hc_collapse<Ops>,
+    .dot_f64 = dot_f64<Lane8>,
+    .swiglu = swiglu<Ops>,
+    .fma_chains = fma_chains<Ops>,
 };
 
 // neon_bf16_kernels() but its bf16-mode products (neon_kernels.h): bf16 copies of the rows and
@@ -899,8 +494,8 @@ constexpr IsaKernels with_bf16_prep(IsaKernels k) {
   k.act_align = 16;
   k.fp8_max_scale = 255;
   k.prep_float = prep_float_bf16;
-  k.prep_act_quant = neon::prep_act_quant<neon::OpsBf16>;
-  k.act_quant = neon::act_quant<neon::OpsBf16>;
+  k.prep_act_quant = prep_act_quant<OpsBf16>;
+  k.act_quant = act_quant<OpsBf16>;
   k.rows = f32_rows_512;
   k.fp4_lane_order = fp4_lane_order;
   k.bf16_pair_order = bf16_pair_order;
@@ -912,11 +507,14 @@ constexpr IsaKernels with_bf16_prep(IsaKernels k) {
 }
 constexpr IsaKernels kBf16Base = with_bf16_prep(kKernels);
 
+}  // namespace neon
 }  // namespace
 
-const IsaKernels& neon_kernels() { return kKernels; }
-const IsaKernels& neon_bf16_base_kernels() { return kBf16Base; }
-void neon_bf16_f32_rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) { f32_rows_512(c, n0, n1, scratch); }
-size_t neon_f32_scratch_bytes(const LinearCall& c) { return f32_scratch_bytes(c); }
+const IsaKernels& neon_kernels() { return neon::kKernels; }
+const IsaKernels& neon_bf16_base_kernels() { return neon::kBf16Base; }
+void neon_bf16_f32_rows(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
+  neon::f32_rows_512(c, n0, n1, scratch);
+}
+size_t neon_f32_scratch_bytes(const LinearCall& c) { return neon::f32_scratch_bytes(c); }
 
 }  // namespace deepinfer::kernels::cpu

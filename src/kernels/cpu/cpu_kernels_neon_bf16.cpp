@@ -31,16 +31,14 @@
 namespace deepinfer::kernels::cpu {
 
 namespace {
+namespace neon {
 
 #define DI_INLINE inline __attribute__((always_inline))
 
-inline float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+// The lane groups, bit helpers and the prefill tile loop (see the head of each; cpu_isa.h:
+// every copy is this file's own, compiled with its flags).
+#include "kernels/cpu/neon_ops_impl.h"
+#include "kernels/cpu/isa_common_impl.h"
 
 // Scale bytes whose power of two keeps every nonzero code times the scale (codes in [2^-9,
 // 448]) inside the exact-product range [2^-40, 2^40] (the AVX-512 kernels' kScaleLo / kScaleHi).
@@ -132,12 +130,7 @@ bool decode_fp8_row(const LinearCall& c, int64_t n, uint16_t* dst, float*) {
   int64_t k = 0;
   for (; k < K; k += 32) {  // B is a multiple of 32: a chunk lies in one scale block
     alignas(16) uint8_t buf[32];
-    const uint8_t* src = p + k;
-    if (K - k < 32) {
-      std::memset(buf, 0, sizeof buf);
-      std::memcpy(buf, src, size_t(K - k));
-      src = buf;
-    }
+    const uint8_t* src = K - k < 32 ? staged(p + k, K - k, buf) : p + k;
     const uint16x8_t add = vdupq_n_u16(uint16_t((s[k / B] - 127) * 128));
     for (int h = 0; h < 2; ++h) {
       const uint8x16_t b = vld1q_u8(src + 16 * h);
@@ -172,13 +165,8 @@ bool decode_fp4_row(const LinearCall& c, int64_t n, uint16_t* dst, float* sf) {
   const uint8x16_t tlo = vld1q_u8(kT.e2m1_lo), thi = vld1q_u8(kT.e2m1_hi);
   const uint16x8_t low4 = vdupq_n_u16(0x0f);
   for (int64_t k = 0; k < Kp; k += kFp4Chunk) {
-    alignas(16) uint8_t buf[kFp4Chunk / 2];
-    const uint8_t* src = p + k / 2;
-    if (K - k < kFp4Chunk) {  // the last chunk: columns beyond K are zero codes
-      std::memset(buf, 0, sizeof buf);
-      if (K > k) std::memcpy(buf, src, size_t((K - k) / 2));
-      src = buf;
-    }
+    alignas(16) uint8_t buf[kFp4Chunk / 2];  // the last chunk: columns beyond K are zero codes
+    const uint8_t* src = K - k < kFp4Chunk ? staged(p + k / 2, (K - k) / 2, buf) : p + k / 2;
     uint16_t* d = dst + k;
     for (int g = 0; g < 4; g += 2) {  // words 8g .. 8g + 15 of each vector
       const uint16x8_t w0 = vreinterpretq_u16_u8(vld1q_u8(src + 16 * g));
@@ -205,69 +193,46 @@ DI_INLINE float32x4_t dot2(float32x4_t acc, bfloat16x8_t x, bfloat16x8_t w) {
   return vbfmlalbq_f32(vbfmlaltq_f32(acc, x, w), x, w);
 }
 
-// (l0 + l2) + (l1 + l3) of one register: its group's share of reduce4.
-DI_INLINE float group_sum(float32x4_t v) {
-  const float32x2_t t = vadd_f32(vget_low_f32(v), vget_high_f32(v));
-  return vget_lane_f32(t, 0) + vget_lane_f32(t, 1);
+constexpr int kMR = 3, kNR = 4;
+
+// acc[m][r] = dot2(acc[m][r], x row m, w row r) for the 8 words at o of each row.
+template <int MR, int NR>
+DI_INLINE void dot2_block(float32x4_t (&acc)[MR][NR], const uint16_t* x, int64_t xs, const uint16_t* w, int64_t ws,
+                          int64_t o) {
+  bfloat16x8_t xv[MR];
+  for (int m = 0; m < MR; ++m) xv[m] = load_bf16(x + m * xs + o);
+  for (int r = 0; r < NR; ++r) {
+    const bfloat16x8_t wv = load_bf16(w + r * ws + o);
+    for (int m = 0; m < MR; ++m) acc[m][r] = dot2(acc[m][r], xv[m], wv);
+  }
 }
 
-constexpr int kMR = 3, kNR = 4;
-constexpr int64_t kMaxTileRows = 64;
-
-// MR activation rows (xb, stride xs) times NR decoded rows (stride ws) over Kp columns. The
-// four lane groups are independent, so each runs over all of K on its own (12 accumulator
-// registers), its sums kept in g_sums[m][r][g]. FP4 (Parts): per chunk a fresh part, then
-// acc = fma(part, the group's block scale, acc).
+// MR activation rows (xb, stride xs) times NR decoded rows (stride Kp) over Kp columns, 16
+// lanes as four independent groups (lane_groups: 12 accumulator registers a group). FP4
+// (Parts): per chunk a fresh part, then acc = fma(part, the group's block scale, acc).
 template <bool Parts, int MR, int NR>
 void micro_bf16(const uint16_t* x, int64_t xs, const uint16_t* w, const float* sf, int64_t nsf, int64_t Kp,
                 float* out) {
-  float sums[MR][NR][4];
-  for (int g = 0; g < 4; ++g) {
-    float32x4_t acc[MR][NR];
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r) acc[m][r] = vdupq_n_f32(0.0f);
+  lane_groups<MR, NR>(out, [&](int g, float32x4_t (&acc)[MR][NR]) {
     if constexpr (Parts) {
       for (int64_t k = 0; k < Kp; k += kFp4Chunk) {
         float32x4_t part[MR][NR];
         for (int m = 0; m < MR; ++m)
           for (int r = 0; r < NR; ++r) part[m][r] = vdupq_n_f32(0.0f);
-        for (int v = 0; v < 4; ++v) {
-          const int64_t o = k + 32 * v + 8 * g;
-          bfloat16x8_t xv[MR];
-          for (int m = 0; m < MR; ++m) xv[m] = load_bf16(x + m * xs + o);
-          for (int r = 0; r < NR; ++r) {
-            const bfloat16x8_t wv = load_bf16(w + r * Kp + o);
-            for (int m = 0; m < MR; ++m) part[m][r] = dot2(part[m][r], xv[m], wv);
-          }
-        }
+        for (int v = 0; v < 4; ++v) dot2_block(part, x, xs, w, Kp, k + 32 * v + 8 * g);
         for (int r = 0; r < NR; ++r) {
           const float32x4_t scale = vdupq_n_f32(sf[r * nsf + k / 32 + g]);
           for (int m = 0; m < MR; ++m) acc[m][r] = vfmaq_f32(acc[m][r], part[m][r], scale);
         }
       }
     } else {
-      for (int64_t k = 8 * g; k < Kp; k += 32) {
-        bfloat16x8_t xv[MR];
-        for (int m = 0; m < MR; ++m) xv[m] = load_bf16(x + m * xs + k);
-        for (int r = 0; r < NR; ++r) {
-          const bfloat16x8_t wv = load_bf16(w + r * Kp + k);
-          for (int m = 0; m < MR; ++m) acc[m][r] = dot2(acc[m][r], xv[m], wv);
-        }
-      }
+      for (int64_t k = 8 * g; k < Kp; k += 32) dot2_block(acc, x, xs, w, Kp, k);
     }
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r) sums[m][r][g] = group_sum(acc[m][r]);
-  }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r)
-      out[m * NR + r] = (sums[m][r][0] + sums[m][r][2]) + (sums[m][r][1] + sums[m][r][3]);
+  });
 }
 
 // Weight rows per tile: ~64 KiB of bf16 words, a multiple of kNR.
-int64_t tile_rows(int64_t Kp) {
-  const int64_t nt = (int64_t(64) * 1024 / (Kp * 2)) / kNR * kNR;
-  return nt < kNR ? kNR : nt > kMaxTileRows ? kMaxTileRows : nt;
-}
+int64_t tile_rows(int64_t Kp) { return tile_rows_for(Kp, 64 * 1024, 2, kNR, kMaxTileRows); }
 
 // The thread's scratch: the bf16 tile, FP4's scale floats, then what the fp32 mode takes for
 // the rows handed back to it.
@@ -281,38 +246,26 @@ size_t scratch_bytes(const LinearCall& c) {
   return c.use_bf16 ? round_up(int64_t(bf16_tile_bytes(c)), 64) + f32 : f32;
 }
 
+// Weight rows [n0, n1) a tile at a time: Decode each into the tile (the rows it hands back go
+// to the fp32 mode), micro_bf16 over every activation row (tile_blocks).
 template <bool (*Decode)(const LinearCall&, int64_t, uint16_t*, float*), bool Parts>
 void bf16_rows_for(const LinearCall& c, int64_t n0, int64_t n1, void* scratch) {
-  const int64_t Kp = c.xs, NT = tile_rows(Kp), N = c.N, M = c.M, nsf = Kp / 32;
+  const int64_t Kp = c.xs, NT = tile_rows(Kp), nsf = Kp / 32;
   uint16_t* tile = static_cast<uint16_t*>(scratch);
   float* sf = reinterpret_cast<float*>(tile + NT * Kp);
   void* f32_scratch = static_cast<char*>(scratch) + round_up(int64_t(bf16_tile_bytes(c)), 64);
   bool ok[kMaxTileRows];
-  alignas(16) float out[kMR * kNR];
   for (int64_t nt0 = n0; nt0 < n1; nt0 += NT) {
-    const int64_t rows = min64(NT, n1 - nt0), rows_p = round_up(rows, kNR);
+    const int64_t rows = min64(NT, n1 - nt0), pad = round_up(rows, kNR) - rows;
     for (int64_t r = 0; r < rows; ++r) ok[r] = Decode(c, nt0 + r, tile + r * Kp, sf + r * nsf);
-    std::memset(tile + rows * Kp, 0, size_t((rows_p - rows) * Kp) * 2);
-    std::memset(sf + rows * nsf, 0, size_t((rows_p - rows) * nsf) * sizeof(float));
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int64_t mv = min64(kMR, M - m0);
-      const uint16_t* x = c.xb + m0 * c.xs;
-      for (int64_t r0 = 0; r0 < rows_p; r0 += kNR) {
-        static_assert(kMR == 3, "row-count dispatch below");
-        const uint16_t* w = tile + r0 * Kp;
-        const float* s = sf + r0 * nsf;
-        if (mv == 3)
-          micro_bf16<Parts, 3, kNR>(x, c.xs, w, s, nsf, Kp, out);
-        else if (mv == 2)
-          micro_bf16<Parts, 2, kNR>(x, c.xs, w, s, nsf, Kp, out);
-        else
-          micro_bf16<Parts, 1, kNR>(x, c.xs, w, s, nsf, Kp, out);
-        const int64_t rv = min64(kNR, rows - r0);
-        for (int64_t m = 0; m < mv; ++m)
-          for (int64_t r = 0; r < rv; ++r)
-            if (ok[r0 + r]) c.y[(m0 + m) * N + nt0 + r0 + r] = out[m * kNR + r];
-      }
-    }
+    std::memset(tile + rows * Kp, 0, size_t(pad * Kp) * 2);
+    std::memset(sf + rows * nsf, 0, size_t(pad * nsf) * sizeof(float));
+    auto kernel = [&]<int R>(int64_t m0, int64_t r0, float* out) {
+      micro_bf16<Parts, R, kNR>(c.xb + m0 * Kp, Kp, tile + r0 * Kp, sf + r0 * nsf, nsf, Kp, out);
+    };
+    tile_blocks<kMR, kNR>(c.M, rows, kernel, [&](int64_t m, int64_t r, float v) {
+      if (ok[r]) c.y[m * c.N + nt0 + r] = v;
+    });
     for (int64_t r = 0; r < rows; ++r)
       if (!ok[r]) neon_bf16_f32_rows(c, nt0 + r, nt0 + r + 1, f32_scratch);
   }
@@ -396,10 +349,11 @@ IsaKernels make_kernels() {
   return k;
 }
 
+}  // namespace neon
 }  // namespace
 
 const IsaKernels& neon_bf16_kernels() {
-  static const IsaKernels k = make_kernels();
+  static const IsaKernels k = neon::make_kernels();
   return k;
 }
 
