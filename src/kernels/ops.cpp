@@ -32,8 +32,8 @@ constexpr Contract bits_contract(uint8_t specials) {
 // The GEMMs: fp32 accumulation against the referee's double, relative to sum |x * w|.
 constexpr Contract kLinearF32{BitContract::kFp32Reassoc, 1e-5, 1e-5, Magnitude::kSumAbsTerms, 1.0, kNaN | kSub, kNaN,
                               false};
-constexpr Contract kLinearActQuant{BitContract::kFp32Reassoc, 2e-5, 2e-5, Magnitude::kSumAbsTerms, 1.0, kSub, kNaN,
-                                   false};
+constexpr Contract kLinearActQuant{BitContract::kFp32Reassoc, 2e-5, 2e-5, Magnitude::kSumAbsTerms, 1.0, kNaN | kSub,
+                                   kNaN, false};
 constexpr Contract kLinearMany{BitContract::kFp32Reassoc, 2e-5, 2e-5, Magnitude::kSumAbsTerms, 1.0, 0, 0, false};
 // Sink attention: a weighted mean of values, relative to 1 + |out|; bf16 probabilities 8e-3.
 constexpr Contract kAttention{BitContract::kFp32Reassoc, 2e-5, 8e-3, Magnitude::kOnePlusAbs, 1.0, 0, 0, false};
@@ -47,9 +47,9 @@ constexpr const char* kLinearActQuantBasis =
     "the activations act-quantised bit for bit (IsaKernels::prep_act_quant = act_quant_ref), their products with "
     "the codes summed in fp32 and the K blocks combined in fp32 whatever BlockSum says (backend.h); the referee's "
     "blocks are exact in double: CpuIsa.LinearActQuant, NanPropagation. NaN weight codes and scale bytes give NaN "
-    "where the referee does; a NaN activation need not: act-quant keeps it as a NaN value in a row that stays in "
-    "bf16 mode (its act scale is finite), and AVX-512's FP8 GEMV (one or two rows) then gives finite values where "
-    "the referee has NaN";
+    "where the referee does; a row holding a NaN activation (act-quant keeps it, with a finite act scale) goes to "
+    "the portable kernels (prep_act_quant's max_scale is NaN), which carry it to NaN as the referee does: the "
+    "vector kernels' modes need not (AVX-512's FP8 GEMV at one or two rows gave finite values)";
 constexpr const char* kAttentionBasis =
     "the referee's tiles and online softmax accumulated in fp32 instead of double, exp in fp32 "
     "(cpu/attention_cpu.h); with bf16 probabilities one ulp of exp can move a probability to the neighbouring bf16 "

@@ -516,7 +516,8 @@ class SimdBackend final : public Backend {
     else
       prep(0, M);
 
-    // Row classes: act-quant rows whose scales leave the exact-product range go to Scalar;
+    // Row classes: act-quant rows whose scales leave the exact-product range, or that hold a
+    // NaN (max_scale NaN: the comparison fails), go to Scalar;
     // float rows use the bf16 kernels when exact bf16 in range (and the weights have them).
     const bool bf16_weights = k_.bf16 && W.format != WeightFormat::F32;
     auto row_class = [&](int64_t m) -> RowClass {

@@ -10,16 +10,21 @@
 // in one another (avx512_kernels.h: names in cpu::avx512 that only those files use), and
 // nothing runs at static-init time.
 //
-// Algorithms that are the same on both ISAs are written once, as templates over a vector
-// operations struct (8 or 16 floats): cpu_kernels_isa_impl.h (act-quant, swiglu, the
-// hyper-connection mixes, the indexer's score combination) and attention_isa_impl.h (sink
-// attention's tiles). Each ISA file includes them inside its own namespace (avx2 / avx512,
-// within an unnamed namespace), the way Highway instantiates per-target code: every copy is
-// compiled with that file's flags, has internal linkage and a name no other file shares, so
-// the rule above holds and the tests on either machine run the shared code. Those headers
-// have no include guard and no includes of their own (they are meant to be included once per
-// ISA file, after its own includes). The tuned inner loops (weight decoders, GEMV / GEMM
-// microkernels, bf16 dot products, the indexer dots, row orders) stay in the ISA files.
+// Algorithms are written once, as templates over a vector-operations struct, and each ISA
+// file instantiates them with its own struct: cpu_kernels_isa_impl.h (act-quant, swiglu, the
+// hyper-connection mixes, the indexer's score combination; 8 or 16 floats), attention_isa_impl.h
+// (sink attention's tiles), lane8_kernels_impl.h (over 8 floats: the AVX2 and NEON prefill
+// microkernel, FP4 fp32 order, the indexer dots, dot_f64) and isa_common_impl.h (activation
+// preparation, the FP8 order, the FP4 tables, the prefill tile loop). The structs are the only
+// per-ISA layer: avx2_ops_impl.h (Vec8 over __m256), neon_ops_impl.h (Vec4, and Lane8 over two
+// float32x4_t with AVX2's fused FMAs and reduction trees, so NEON gives AVX2's bits) and the
+// AVX-512 Ops in cpu_kernels_avx512.cpp. Each ISA file includes the templates inside its own
+// namespace with internal linkage, the way Highway instantiates per-target code: every copy is
+// compiled with that file's flags and has a name no other file shares, so the rule above holds
+// and the tests on either machine run the shared code. Those headers have no include guard
+// (they are meant to be included once per ISA file, after its own includes). What stays per ISA
+// is the innermost code: the weight decoders, the GEMV register blocking, the AVX-512 tiles
+// (avx512_decoders.h, gemv_avx512.cpp, gemm_avx512.cpp) and the bf16 dot products.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -134,7 +139,8 @@ struct IsaKernels {
                      uint8_t* bf16_ok);
   // Act-quant path: rows [m0, m1) act-quantised (act_quant_ref semantics, bit for bit) with
   // blocks of `block` (a multiple of act_align dividing K); xf/xb receive x_qdq = q * s;
-  // max_scale[m] = the largest block scale of row m (+inf possible).
+  // max_scale[m] = the largest block scale of row m (+inf possible), NaN when the row holds a
+  // NaN or an infinity (the driver sends such rows to the portable kernels).
   void (*prep_act_quant)(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
                          uint16_t* xb, float* max_scale);
   // act_quant_ref's interface for one vector (block a multiple of act_align).

@@ -50,12 +50,26 @@ DI_ISA_INLINE typename V::F round_bf16_ps(typename V::F h) {
 // pow2_ceil_scale, x * (1 / s) == x / s for a power of two s (both correctly rounded from
 // the same value; s = inf gives 1/s = 0 and the same zeros / NaN), clamp with NaN passing
 // through, and e4m3 round-to-nearest-even by adding and subtracting 2^(quantum exp + 23).
-template <class V>
-inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq_out, uint16_t* qdq_b16) {
+// With kSeeNan, *saw_nan is set when the block holds a NaN (or an infinity: x - x is NaN for
+// both), which the quantisation carries into x_qdq unchanged (see prep_act_quant).
+template <class V, bool kSeeNan = false>
+inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq_out, uint16_t* qdq_b16,
+                             bool* saw_nan = nullptr) {
   using F = typename V::F;
   using I = typename V::I;
   F amax = V::zero();
-  for (int64_t i = 0; i < n; i += V::kLanes) amax = V::max(V::abs(V::load(x + i)), amax);  // NaN: keeps amax
+  F nan_acc = V::zero();
+  for (int64_t i = 0; i < n; i += V::kLanes) {
+    const F v = V::load(x + i);
+    amax = V::max(V::abs(v), amax);  // NaN: keeps amax
+    if constexpr (kSeeNan) nan_acc = V::add(nan_acc, V::sub(v, v));
+  }
+  if constexpr (kSeeNan) {
+    float lanes[V::kLanes];
+    V::store(lanes, nan_acc);
+    for (int j = 0; j < V::kLanes; ++j)
+      if (lanes[j] != lanes[j]) *saw_nan = true;
+  }
   float am = V::hmax(amax);
   am = am < 1e-4f ? 1e-4f : am;
   const float inv448 = 1.0f / 448.0f;
@@ -84,7 +98,10 @@ inline float act_quant_block(const float* x, int64_t n, float* q_out, float* qdq
   return s;
 }
 
-// IsaKernels::prep_act_quant (xb written only when V::kBf16).
+// IsaKernels::prep_act_quant (xb written only when V::kBf16). A row holding a NaN (or an
+// infinity) gets a NaN max_scale, which sends it to the portable kernels: act-quant keeps the NaN in x_qdq while the
+// block's scale stays finite (amax ignores NaN), and the products of the vector kernels' modes
+// need not carry a NaN activation through (AVX-512's FP8 GEMV gave finite values).
 template <class V>
 void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_t m1, int64_t xs, float* xf,
                     uint16_t* xb, float* max_scale) {
@@ -92,10 +109,13 @@ void prep_act_quant(const float* x, int64_t K, int64_t block, int64_t m0, int64_
     float* df = xf + m * xs;
     uint16_t* db = V::kBf16 ? xb + m * xs : nullptr;
     float smax = 0.0f;
+    bool saw_nan = false;
     for (int64_t b0 = 0; b0 < K; b0 += block) {
-      const float s = act_quant_block<V>(x + m * K + b0, block, nullptr, df + b0, V::kBf16 ? db + b0 : nullptr);
+      const float s =
+          act_quant_block<V, true>(x + m * K + b0, block, nullptr, df + b0, V::kBf16 ? db + b0 : nullptr, &saw_nan);
       smax = s > smax ? s : smax;
     }
+    if (saw_nan) smax = __builtin_nanf("");  // (an infinity's scale is +inf: out of range already)
     for (int64_t k = K; k < xs; ++k) df[k] = 0.0f;
     if constexpr (V::kBf16)
       for (int64_t k = K; k < xs; ++k) db[k] = 0;
