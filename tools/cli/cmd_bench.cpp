@@ -21,8 +21,8 @@
 // accepted or rejected: the benchmarks' hooks of EngineCore replace the drafts).
 // --check-depth-logits: at each depth, the last decoded token's logits (from the engine) against
 // those of one prefill over the same tokens on a fresh sequence (a direct model call).
-#include <sys/resource.h>
-
+// The report: bench_report.cpp; the triad, the dispatch cost, the peak RSS and the KV bytes the
+// roofline counts: bench_machine.cpp.
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -33,14 +33,13 @@
 #include <random>
 #include <span>
 #include <sstream>
-#include <thread>
 
-#include "bench_per_core.h"
 #include "args.h"
+#include "bench_machine.h"
+#include "bench_per_core.h"
+#include "bench_report.h"
 #include "command.h"
-#include "core/cpu_features.h"
 #include "core/profile.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/log.h"
 #include "engine/engine_core.h"
 #include "engine/engine_impl.h"
@@ -58,104 +57,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Best-of-5 triad a = b + s*c over arrays far larger than the caches; counts 3 streams.
-// The cost of one empty parallel region on the pool (the caller's and the workers' hand-off
-// and the join), the median of a few rounds of many.
-double barrier_seconds(ThreadPool& pool) {
-  if (pool.size() <= 1) return 0.0;
-  std::vector<double> rounds;
-  for (int round = 0; round < 5; ++round) {
-    const int n = 2000;
-    const Clock::time_point t0 = Clock::now();
-    for (int i = 0; i < n; ++i) pool.run(pool.size(), 1, [](int64_t, int64_t, int) {});
-    rounds.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / n);
-  }
-  std::sort(rounds.begin(), rounds.end());
-  return rounds[rounds.size() / 2];
-}
-
-double triad_bandwidth_gb_s(ThreadPool* pool) {
-  const int64_t n = int64_t(1) << 25;  // 32 Mi floats = 128 MiB per array
-  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
-  const float s = 3.0f;
-  auto pass = [&] {
-    parallel_for(pool, n, 1 << 16, [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + s * c[i];
-    });
-  };
-  pass();  // first touch
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    auto t0 = Clock::now();
-    pass();
-    best = std::min(best, seconds_since(t0));
-  }
-  if (a[n / 2] != 7.0f) throw std::runtime_error("triad check failed");
-  return 3.0 * double(n) * sizeof(float) / best / 1e9;
-}
-
-// Peak resident set since start or the last reset_peak_rss(): VmHWM of /proc/self/status.
-int64_t peak_rss_bytes() {
-  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    long long kb = -1;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    std::fclose(f);
-    if (kb >= 0) return int64_t(kb) * 1024;
-  }
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return int64_t(ru.ru_maxrss) * 1024;
-}
-
-// Starts the peak over from the current resident set (Linux: "5" to /proc/self/clear_refs),
-// so the triad's 384 MB of arrays do not count as the model's memory. False if it cannot.
-bool reset_peak_rss() {
-  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
-  if (!f) return false;
-  const bool ok = std::fputs("5", f) >= 0;
-  return std::fclose(f) == 0 && ok;
-}
-
-// KV bytes a decode step at position p reads (window ring + visible compressed entries),
-// as DeepInfer stores them (fp32).
-int64_t kv_bytes_per_token(const v4::Config& c, int64_t p) {
-  int64_t bytes = 0;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    bytes += std::min(p + 1, c.window) * c.head_dim * 4;
-    const int64_t r = c.ratio(l);
-    if (c.v41()) {  // shared caches: a top-k of entries; index sources score keys (candidates only when restricted)
-      if (r == 0) continue;
-      const int64_t n = (p + 1) / r;
-      bytes += std::min(c.index_topk, n) * c.head_dim * 4;
-      if (c.is_index_source(l))
-        bytes += (c.uses_candidates(l) ? std::min(n, c.candidate_topk_blocks * c.candidate_block_size) : n) *
-                 c.index_head_dim * 4;
-    } else if (r == 4) {
-      bytes += std::min(c.index_topk, (p + 1) / 4) * c.head_dim * 4 + ((p + 1) / 4) * c.index_head_dim * 4;
-    } else if (r != 0) {
-      bytes += ((p + 1) / r) * c.head_dim * 4;
-    }
-  }
-  return bytes;
-}
-
-// KV bytes a sequence of n tokens holds by the KV spec (fp32 rows, no page rounding): per
-// layer its window ring, its compressed entries and the indexer keys of the layers that own
-// them. Excludes the MTP rings.
-double kv_spec_bytes(const v4::Config& c, int64_t n) {
-  double bytes = 0;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    bytes += double(std::min(n, c.window) * c.head_dim * 4);
-    const int64_t r = c.ratio(l);
-    if (r == 0) continue;
-    if (c.owns_compressor(l)) bytes += double((n / r) * c.head_dim * 4);
-    if (c.owns_index_keys(l)) bytes += double((n / r) * c.index_head_dim * 4);
-  }
-  return bytes;
-}
 
 // A comma-separated list of integers in [lo, hi] for `flag` ("--depths 0,2048,8192").
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag, long lo, long hi,
@@ -255,26 +156,6 @@ void expect_finished(const Recorder& r, const char* what) {
     throw std::runtime_error(std::string("bench: the ") + what + " request failed: " + r.error);
 }
 
-struct Run {
-  int64_t depth;
-  double prefill_tok_s, decode_tok_s, kv_bytes;
-  // The decode sequence's state after the depth's tokens: bytes held (pages, fixed rows, MTP
-  // rings included) and by the KV spec.
-  double kv_held_bytes = 0, kv_spec_held_bytes = 0;
-  // --check-depth-logits: max |decode - prefill| / std(prefill logits) of the last decoded
-  // token (-1: not checked).
-  double logits_diff_over_std = -1, logits_max_abs_diff = -1;
-  // Expert parallel: this rank's time in collectives and bytes received, per token.
-  double prefill_comm_s = 0, prefill_comm_bytes = 0, decode_comm_s = 0, decode_comm_bytes = 0;
-  // Thread-pool dispatches (fork / join barriers at the run's thread count) per decoded token
-  // and for the whole prefill step.
-  double decode_dispatches_per_token = 0, prefill_dispatches = 0;
-  // Streamed experts (--memory-limit below the weights): the cache's counts over the prefill
-  // step and over the timed decode steps.
-  bool streamed = false;
-  v4::ExpertCacheStats prefill_disk, decode_disk;
-};
-
 // The expert cache's counts between two snapshots.
 v4::ExpertCacheStats disk_delta(const v4::ExpertCacheStats& a, const v4::ExpertCacheStats& b) {
   v4::ExpertCacheStats d;
@@ -296,29 +177,6 @@ v4::ExpertCacheStats disk_delta(const v4::ExpertCacheStats& a, const v4::ExpertC
 v4::ExpertCacheStats disk_stats(const Bench& b) {
   const v4::ExpertCache* c = b.e.runner->model().expert_cache();
   return c ? c->stats() : v4::ExpertCacheStats{};
-}
-
-// The JSON of one phase's streaming counts; tokens: the phase's tokens.
-nlohmann::json disk_json(const v4::ExpertCacheStats& d, double tokens, double tok_s) {
-  const double bytes_per_token = double(d.bytes_read) / tokens;
-  const double disk_bw = d.read_busy_seconds > 0 ? double(d.bytes_read) / d.read_busy_seconds : 0.0;
-  nlohmann::json j = {{"disk_bytes_per_token", bytes_per_token},
-                      {"expert_lookups", d.lookups},
-                      {"cache_hit_rate", d.lookups ? double(d.hits) / double(d.lookups) : 0.0},
-                      {"expert_reads", d.reads},
-                      {"read_ahead", d.read_ahead},
-                      {"read_ahead_unused", d.read_ahead_unused},
-                      {"prediction_hit_rate",
-                       d.chosen_predicted_layers ? double(d.predicted_chosen) / double(d.chosen_predicted_layers) : 0.0},
-                      {"predicted_experts", d.predicted},
-                      {"wait_seconds_per_token", d.wait_seconds / tokens},
-                      {"disk_read_gb_s", disk_bw / 1e9}};
-  // What the disk alone allows at that read rate, and how close the run came to it.
-  if (bytes_per_token > 0 && disk_bw > 0) {
-    j["disk_bound_tok_s"] = disk_bw / bytes_per_token;
-    j["of_disk_bound"] = tok_s / (disk_bw / bytes_per_token);
-  }
-  return j;
 }
 
 // pp at `depth`: a first request (the depth's tokens, prompt only) leaves its state in the
@@ -480,27 +338,6 @@ Run measure_depth(Bench& b, int64_t depth, int64_t n_prefill, int64_t n_decode, 
   b.core().drop_prefix_cache();
   return r;
 }
-
-struct BatchRun {
-  int64_t batch = 0;
-  double tok_s = 0;
-  // Per step (one forward of `batch` tokens), means over the steps.
-  double weight_bytes = 0, kv_bytes = 0;
-  std::vector<double> distinct_experts;  // per layer
-  // expert_rows[l][r]: experts of layer l whose products had r rows (batch_step_bound's input).
-  std::vector<std::vector<double>> expert_rows;
-  // The step's least time at the run's bandwidth and FMA peak, its KV reads included (set
-  // once both are known; see v4::batch_step_bound).
-  v4::StepBound bound;
-  double roofline_tok_s() const { return double(batch) / bound.bound_s; }
-  double memory_roofline_tok_s() const { return double(batch) / bound.memory_s; }
-  double compute_roofline_tok_s() const { return bound.compute_s > 0 ? double(batch) / bound.compute_s : 0.0; }
-  double distinct_mean() const {
-    double s = 0;
-    for (double d : distinct_experts) s += d;
-    return distinct_experts.empty() ? 0.0 : s / double(distinct_experts.size());
-  }
-};
 
 // `batch` requests at once, each with its own n_prefill tokens and a first token; once all
 // of them decode, n_decode engine steps, each one forward of `batch` tokens (one per
@@ -708,293 +545,6 @@ nlohmann::json measure_speculative(Bench& b, const std::vector<int32_t>& prompt,
            "rejected %.2fx",
            base, plain_runs, mode.c_str(), own.tok_s, own_speedup, acc, wrong_speedup);
   return spec;
-}
-
-// Decode after depth tokens must give the logits one prefill gives (float numerics: within
-// 1e-4 of the logits' std).
-constexpr double kLogitsTolerance = 1e-4;
-// Where the attention cost per token is extrapolated to.
-const int64_t kExtrapolateTo[] = {131072, 1048576};
-
-// What one bench run measured, and what the report derives from it.
-struct Report {
-  std::vector<Run> runs;            // per depth
-  std::vector<BatchRun> batch_runs;  // per decode batch
-  nlohmann::json spec;              // the speculative variants (null: not asked for)
-  nlohmann::json synthetic;         // --synthetic: the config and seed of the random weights (null: a checkpoint)
-  int64_t max_drafts = 0, n_prefill = 0, n_decode = 0, wbytes = 0;
-  double prefill_flop = 0;
-  bool check_logits = false;
-  int64_t check_chunk = 0;
-  int threads = 1, ranks = 1;
-  std::string kernels_name, kernels_arg, numerics;
-  int64_t rss = 0;
-  std::vector<int64_t> rss_ranks;
-  double bw_before = 0, bw_after = 0, bw = 0;  // triad GB/s; the roofline uses their mean
-  double fma_peak = 0;  // multiply-adds / s of the products' FMA on every thread (0: not known)
-  double dot_peak = 0;  // the same for the bf16 dot-product instruction (0: none)
-  double quantized_peak = 0;  // the rate the roofline gives FP8 / FP4 / BF16 products (see run())
-  int64_t n_layers = 1;       // transformer layers a decoded token runs (the MTP module not counted)
-  std::vector<PerCoreRow> per_core;  // --per-core
-  double server_bw = 0, server_core_share = 0;  // GB/s of the stated server; bytes/s per core
-  int64_t server_cores = 0;
-  double barrier_s = 0;       // one empty dispatch (fork + join) on the run's threads
-  // From analyse_depths():
-  const Run* depth0 = nullptr;
-  bool have_slope = false;
-  double attention_slope = 0;  // seconds per decoded token per token of context
-  double worst_logits = -1;
-
-  double roofline(const Run& r) const { return bw * 1e9 / (double(wbytes) + r.kv_bytes); }
-  double prefill_gflop_s(const Run& r) const { return prefill_flop * r.prefill_tok_s / double(n_prefill) / 1e9; }
-  // Decode seconds per token at r's depth minus depth 0's.
-  double attention_cost(const Run& r) const { return 1.0 / r.decode_tok_s - 1.0 / depth0->decode_tok_s; }
-  bool logits_ok() const { return worst_logits <= kLogitsTolerance; }
-
-  // Attention cost per decoded token at each depth (when depth 0 was measured) and a line
-  // through the origin fitted to it (least squares) that extrapolates it; the worst logits check.
-  void analyse_depths() {
-    for (const Run& r : runs)
-      if (r.depth == 0) depth0 = &r;
-    double num = 0, den = 0;
-    if (depth0)
-      for (const Run& r : runs) {
-        num += double(r.depth) * attention_cost(r);
-        den += double(r.depth) * double(r.depth);
-      }
-    have_slope = depth0 && den > 0;
-    attention_slope = have_slope ? num / den : 0.0;
-    for (const Run& r : runs) worst_logits = std::max(worst_logits, r.logits_diff_over_std);
-  }
-};
-
-nlohmann::json report_json(const Report& R) {
-  nlohmann::json j;
-  const Run& f = R.runs.front();
-  j["prefill_tok_s"] = f.prefill_tok_s;
-  j["decode_tok_s"] = f.decode_tok_s;
-  j["decode_roofline_tok_s"] = R.roofline(f);
-  j["decode_roofline_fraction"] = f.decode_tok_s / R.roofline(f);
-  j["mem_bandwidth_gb_s"] = R.bw;
-  j["mem_bandwidth_samples_gb_s"] = {R.bw_before, R.bw_after};
-  if (R.fma_peak > 0) j["fma_peak_gflop_s"] = 2.0 * R.fma_peak / 1e9;
-  if (R.dot_peak > 0) j["bf16_dot_peak_gflop_s"] = 2.0 * R.dot_peak / 1e9;
-  if (R.quantized_peak > 0) j["fp8_fp4_product_peak_gflop_s"] = 2.0 * R.quantized_peak / 1e9;
-  j["peak_rss_bytes"] = R.rss;
-  j["ranks"] = R.ranks;
-  j["peak_rss_bytes_per_rank"] = R.rss_ranks;
-  j["prefill_comm_seconds_per_token"] = f.prefill_comm_s;
-  j["prefill_comm_bytes_per_token"] = f.prefill_comm_bytes;
-  j["decode_comm_seconds_per_token"] = f.decode_comm_s;
-  j["decode_comm_bytes_per_token"] = f.decode_comm_bytes;
-  j["weight_bytes_per_token"] = R.wbytes;
-  j["kv_bytes_per_token"] = f.kv_bytes;
-  j["prefill_gflop_s"] = R.prefill_gflop_s(f);
-  j["threads"] = R.threads;
-  j["barrier_seconds"] = R.barrier_s;
-  j["layers"] = R.n_layers;
-  j["kernels"] = R.kernels_name;
-  // Which machine the figures came from: an AVX2 and an AVX-512 CPU differ by far more
-  // than run-to-run noise (compute-bound drafter stages above all).
-  j["cpu"] = {{"model", cpu_model_name()},
-              {"kernel_isa", R.kernels_arg == "cpu" ? kernels::isa_name(kernels::cpu_dispatch_isa())
-                             : R.kernels_arg.rfind("cpu-", 0) == 0 ? R.kernels_arg.substr(4)
-                                                                  : R.kernels_arg},
-              {"features", cpu_features_description()},
-              {"hardware_threads", std::thread::hardware_concurrency()}};
-  j["numerics"] = R.numerics;
-  if (!R.synthetic.is_null()) j["synthetic_weights"] = R.synthetic;
-  j["n_prefill"] = R.n_prefill;
-  j["n_decode"] = R.n_decode;
-  j["runs"] = nlohmann::json::array();
-  if (!R.spec.is_null()) j["speculative"] = R.spec;
-  for (const Run& r : R.runs) {
-    nlohmann::json run = {{"depth", r.depth},
-                          {"prefill_tok_s", r.prefill_tok_s},
-                          {"decode_tok_s", r.decode_tok_s},
-                          {"decode_roofline_fraction", r.decode_tok_s / R.roofline(r)},
-                          {"kv_bytes_read_per_token", r.kv_bytes},
-                          {"kv_bytes_held", r.kv_held_bytes},
-                          {"kv_bytes_held_spec", r.kv_spec_held_bytes},
-                          {"decode_dispatches_per_token", r.decode_dispatches_per_token},
-                          {"decode_dispatches_per_layer", r.decode_dispatches_per_token / double(R.n_layers)},
-                          {"prefill_dispatches_per_layer", r.prefill_dispatches / double(R.n_layers)}};
-    if (r.depth > 0) {
-      run["kv_bytes_per_context_token"] = r.kv_held_bytes / double(r.depth);
-      run["kv_bytes_per_context_token_spec"] = r.kv_spec_held_bytes / double(r.depth);
-      run["kv_held_over_spec"] = r.kv_held_bytes / r.kv_spec_held_bytes;
-    }
-    if (R.depth0) {
-      run["attention_seconds_per_token"] = R.attention_cost(r);
-      run["decode_at_depth_over_depth0"] = r.decode_tok_s / R.depth0->decode_tok_s;
-    }
-    if (r.streamed) {
-      run["prefill_streaming"] = disk_json(r.prefill_disk, double(R.n_prefill), r.prefill_tok_s);
-      run["decode_streaming"] = disk_json(r.decode_disk, double(R.n_decode), r.decode_tok_s);
-    }
-    if (r.logits_diff_over_std >= 0) {
-      run["logits_max_diff_over_std"] = r.logits_diff_over_std;
-      run["logits_max_abs_diff"] = r.logits_max_abs_diff;  // 0: bit-identical
-    }
-    j["runs"].push_back(run);
-  }
-  if (R.have_slope) {
-    j["attention_cost_seconds_per_token_per_context_token"] = R.attention_slope;
-    for (int64_t d : kExtrapolateTo) j["attention_cost_extrapolated"][std::to_string(d)] = R.attention_slope * double(d);
-  }
-  if (R.check_logits)
-    j["depth_logits_check"] = {{"max_diff_over_std", R.worst_logits},
-                               {"tolerance", kLogitsTolerance},
-                               {"ok", R.logits_ok()},
-                               {"prefill_chunk", R.check_chunk}};
-  if (!R.per_core.empty()) {
-    j["per_core"] = {{"server_bandwidth_gb_s", R.server_bw},
-                     {"server_cores", R.server_cores},
-                     {"server_core_share_bytes_per_s", R.server_core_share},
-                     {"products", nlohmann::json::array()}};
-    for (const PerCoreRow& p : R.per_core)
-      j["per_core"]["products"].push_back({{"kind", p.kind},
-                                           {"rows", p.rows},
-                                           {"matrices", p.matrices},
-                                           {"working_set_bytes", p.working_set},
-                                           {"bytes_per_s", p.bytes_per_s},
-                                           {"over_server_core_share", p.bytes_per_s / R.server_core_share}});
-  }
-  if (!R.batch_runs.empty()) {
-    j["decode_batches"] = nlohmann::json::array();
-    for (const BatchRun& r : R.batch_runs) {
-      j["decode_batches"].push_back({{"batch", r.batch},
-                                     {"tok_s", r.tok_s},
-                                     {"bytes_per_step", r.weight_bytes + r.kv_bytes},
-                                     {"weight_bytes_per_step", r.weight_bytes},
-                                     {"kv_bytes_per_step", r.kv_bytes},
-                                     {"roofline_tok_s", r.roofline_tok_s()},
-                                     {"roofline_fraction", r.tok_s / r.roofline_tok_s()},
-                                     {"memory_roofline_tok_s", r.memory_roofline_tok_s()},
-                                     {"memory_roofline_fraction", r.tok_s / r.memory_roofline_tok_s()},
-                                     {"compute_roofline_tok_s", r.compute_roofline_tok_s()},
-                                     {"distinct_experts_per_layer_mean", r.distinct_mean()},
-                                     {"distinct_experts_per_layer", r.distinct_experts}});
-    }
-  }
-  return j;
-}
-
-// The depth table (KV held, attention cost, logits check) of print_report.
-void print_depth_table(const Report& R) {
-  std::printf("\n| depth | KV held MB | KV B/context token | by the KV spec | held / spec | decode / depth 0 | attention s/token | "
-              "logits max|diff| / std |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const Run& r : R.runs) {
-    std::printf("| %lld | %.2f | ", (long long)r.depth, r.kv_held_bytes / 1e6);
-    if (r.depth > 0)
-      std::printf("%.0f | %.0f | %.2f | ", r.kv_held_bytes / double(r.depth), r.kv_spec_held_bytes / double(r.depth),
-                  r.kv_held_bytes / r.kv_spec_held_bytes);
-    else
-      std::printf("- | - | - | ");
-    if (R.depth0)
-      std::printf("%.3f | %.3g | ", r.decode_tok_s / R.depth0->decode_tok_s, R.attention_cost(r));
-    else
-      std::printf("- | - | ");
-    if (r.logits_diff_over_std >= 0)
-      std::printf("%.3g |\n", r.logits_diff_over_std);
-    else
-      std::printf("- |\n");
-  }
-  if (R.have_slope) {
-    std::printf("attention cost extrapolated (a line through 0 fitted to these depths):");
-    for (int64_t d : kExtrapolateTo) std::printf(" %lld tokens: %.4g s/token;", (long long)d, R.attention_slope * double(d));
-    std::printf("\n");
-  }
-  if (R.check_logits)
-    std::printf("decode vs one prefill over the same tokens: max |diff| / std %.3g (tolerance %g): %s\n", R.worst_logits,
-                kLogitsTolerance, R.logits_ok() ? "ok" : "FAILED");
-}
-
-// The tables (or CSV rows) of a bench run.
-void print_report(const Report& R, bool csv) {
-  std::printf(csv ? "depth,prefill_tok_s,prefill_gflop_s,decode_tok_s,weight_mb_per_tok,kv_mb_per_tok,roofline_tok_s,roofline_fraction\n"
-                  : "| depth | pp%lld tok/s | prefill GFLOP/s | tg%lld tok/s | weights MB/tok | KV MB/tok | roofline tok/s | of roofline |\n"
-                    "|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-              (long long)R.n_prefill, (long long)R.n_decode);
-  for (const Run& r : R.runs)
-    std::printf(csv ? "%lld,%.3f,%.2f,%.3f,%.2f,%.2f,%.2f,%.3f\n" : "| %lld | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f%% |\n",
-                (long long)r.depth, r.prefill_tok_s, R.prefill_gflop_s(r), r.decode_tok_s, R.wbytes / 1e6,
-                r.kv_bytes / 1e6, R.roofline(r), (csv ? 1.0 : 100.0) * r.decode_tok_s / R.roofline(r));
-  if (csv) return;
-  if (!R.synthetic.is_null())
-    std::printf("\nweights: synthetic (random values in the official layout) from %s, seed %lld\n",
-                std::string(R.synthetic["config"]).c_str(), (long long)R.synthetic["seed"].get<int64_t>());
-  std::printf("\nmemory bandwidth (triad, %d threads): %.1f GB/s (%.1f before the runs, %.1f after); peak RSS %.1f MB\n",
-              R.threads, R.bw, R.bw_before, R.bw_after, R.rss / 1e6);
-  std::printf("thread-pool dispatches (fork / join barriers, %d threads, %.2f us each when empty):", R.threads,
-              R.barrier_s * 1e6);
-  for (const Run& r : R.runs)
-    std::printf(" depth %lld: decode %.1f a token (%.1f a layer of %lld), prefill %.1f a layer;", (long long)r.depth,
-                r.decode_dispatches_per_token, r.decode_dispatches_per_token / double(R.n_layers), (long long)R.n_layers,
-                r.prefill_dispatches / double(R.n_layers));
-  std::printf("\n");
-  for (const Run& r : R.runs) {
-    if (!r.streamed) continue;
-    for (int phase = 0; phase < 2; ++phase) {
-      const nlohmann::json j = phase == 0 ? disk_json(r.prefill_disk, double(R.n_prefill), r.prefill_tok_s)
-                                          : disk_json(r.decode_disk, double(R.n_decode), r.decode_tok_s);
-      std::printf("depth %lld %s, experts streamed from disk: %.1f MB a token, cache hits %.1f%%, next-layer "
-                  "predictions right %.1f%%, %.0f reads ahead (%.0f unused), waited %.1f ms a token; disk %.2f GB/s "
-                  "while reading",
-                  (long long)r.depth, phase == 0 ? "prefill" : "decode", j["disk_bytes_per_token"].get<double>() / 1e6,
-                  100.0 * j["cache_hit_rate"].get<double>(), 100.0 * j["prediction_hit_rate"].get<double>(),
-                  j["read_ahead"].get<double>(), j["read_ahead_unused"].get<double>(),
-                  1e3 * j["wait_seconds_per_token"].get<double>(), j["disk_read_gb_s"].get<double>());
-      if (j.contains("disk_bound_tok_s"))
-        std::printf(" (bound %.1f tok/s; %.0f%% of it)", j["disk_bound_tok_s"].get<double>(),
-                    100.0 * j["of_disk_bound"].get<double>());
-      std::printf("\n");
-    }
-  }
-  if (R.depth0 || R.check_logits) print_depth_table(R);
-  if (!R.batch_runs.empty()) {
-    if (R.fma_peak > 0)
-      std::printf("\nproduct peaks (%d threads): fp32 FMA %.1f GFLOP/s, bf16 dot product %.1f, FP8 / FP4 / BF16 "
-                  "products counted at %.1f; a batch's roofline counts each matrix at the slower of its bytes and its "
-                  "multiply-adds\n",
-                  R.threads, 2.0 * R.fma_peak / 1e9, 2.0 * R.dot_peak / 1e9, 2.0 * R.quantized_peak / 1e9);
-    std::printf("\n| decode batch | tok/s | distinct experts / layer | weights MB/step | KV MB/step | memory-bound tok/s | "
-                "compute-bound tok/s | roofline tok/s | of roofline |\n"
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const BatchRun& r : R.batch_runs)
-      std::printf("| %lld | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f | %.1f | %.1f%% |\n", (long long)r.batch, r.tok_s,
-                  r.distinct_mean(), r.weight_bytes / 1e6, r.kv_bytes / 1e6, r.memory_roofline_tok_s(),
-                  r.compute_roofline_tok_s(), r.roofline_tok_s(), 100.0 * r.tok_s / r.roofline_tok_s());
-  }
-  if (!R.per_core.empty()) {
-    std::printf("\nper core (one thread, weights cycled from DRAM) against a %.0f GB/s, %lld-core server's share of "
-                "%.1f GB/s a core:\n| product | rows | matrices | working set MB | GB/s a core | of the share |\n"
-                "|---|---:|---:|---:|---:|---:|\n",
-                R.server_bw, (long long)R.server_cores, R.server_core_share / 1e9);
-    for (const PerCoreRow& p : R.per_core)
-      std::printf("| %s | %lld | %lld | %.0f | %.2f | %.2fx |\n", p.kind.c_str(), (long long)p.rows,
-                  (long long)p.matrices, p.working_set / 1e6, p.bytes_per_s / 1e9, p.bytes_per_s / R.server_core_share);
-  }
-  if (R.ranks > 1) {
-    std::printf("expert parallel over %d ranks (%d threads each): peak RSS per rank", R.ranks, R.threads);
-    for (size_t i = 0; i < R.rss_ranks.size(); ++i) std::printf("%s %.1f MB", i ? "," : "", R.rss_ranks[i] / 1e6);
-    std::printf("\n");
-    for (const Run& r : R.runs)
-      std::printf("depth %lld: rank 0 in collectives: prefill %.3f ms/token (%.1f KB/token received), decode %.3f "
-                  "ms/token (%.1f KB/token received)\n",
-                  (long long)r.depth, r.prefill_comm_s * 1e3, r.prefill_comm_bytes / 1e3, r.decode_comm_s * 1e3,
-                  r.decode_comm_bytes / 1e3);
-  }
-  if (!R.spec.is_null()) {
-    const nlohmann::json& spec = R.spec;
-    std::printf("\nspeculative (%s, up to %lld drafts): plain %.2f tok/s, with drafts %.2f tok/s (%.2fx), acceptance %.2f; "
-                "every draft rejected %.2fx; every draft accepted:",
-                std::string(spec["mode"]).c_str(), (long long)R.max_drafts, double(spec["plain_decode_tok_s"]),
-                double(spec["decode_tok_s"]), double(spec["speedup"]), double(spec["acceptance_rate"]),
-                double(spec["zero_acceptance_speedup"]));
-    for (auto& [k, v] : spec["full_acceptance_speedup"].items()) std::printf(" K=%s %.2fx", k.c_str(), double(v));
-    std::printf("\n");
-  }
 }
 
 // The blocks of KV memory the bench's requests hold at most at once (each phase drops the
