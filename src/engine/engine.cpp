@@ -223,7 +223,9 @@ bool multi_process(const EngineOptions& o) { return o.comm && o.comm->size() > 1
 // multi-process engine ask too: a drafting runner keeps more state).
 std::string speculative_mode(const EngineOptions& o, const v4::Config& cfg) {
   std::string spec_mode = o.speculative;
-  if (spec_mode == "auto") spec_mode = cfg.has_dspark() ? "dspark" : !cfg.v41() && cfg.n_mtp_layers > 0 ? "mtp" : "off";
+  if (spec_mode == "auto") spec_mode = cfg.has_dspark()                                       ? "dspark"
+              : cfg.drafts_with_mtp_module() && cfg.n_mtp_layers > 0 ? "mtp"
+                                                                     : "off";
   if (spec_mode != "mtp" && spec_mode != "dspark" && spec_mode != "off")
     throw std::runtime_error("--speculative must be auto, mtp, dspark or off, not '" + o.speculative + "'");
   return spec_mode;

@@ -233,15 +233,17 @@ void ModelRunner::enable_drafting(const std::string& mode) {
   const v4::Config& c = model_->config();
   if (mode == "dspark") {
     if (model_->drafter() != v4::Model::Drafter::kDspark)
-      throw std::invalid_argument(c.v41() ? "--speculative dspark: this DeepSeek-V4.1 checkpoint has no DSpark drafter "
-                                            "(num_nextn_predict_layers and dspark_block_size)"
-                                          : "--speculative dspark: this checkpoint has no DSpark stages (no dspark_* keys "
-                                            "in config.json); it drafts with MTP (--speculative mtp) if it has a module");
+      throw std::invalid_argument(
+          c.drafts_with_mtp_module()
+              ? std::string("--speculative dspark: this checkpoint has no DSpark stages (no dspark_* keys in "
+                            "config.json); it drafts with MTP (--speculative mtp) if it has a module")
+              : std::string("--speculative dspark: this ") + c.release_name() +
+                    " checkpoint has no DSpark drafter (num_nextn_predict_layers and dspark_block_size)");
     drafting_ = true;
     return;
   }
   if (mode != "mtp") throw std::invalid_argument("--speculative must be auto, mtp, dspark or off, not '" + mode + "'");
-  if (c.v41() || c.has_dspark())
+  if (!c.drafts_with_mtp_module())
     throw std::invalid_argument("--speculative mtp: this checkpoint ships DSpark stages, not an MTP module "
                                 "(--speculative dspark)");
   if (c.n_mtp_layers < 1)

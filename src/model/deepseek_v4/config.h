@@ -83,6 +83,10 @@ struct Config {
   // The helpers below that differ by release read release_rules(*this) (release.cpp).
   // Where a target layer's tap is taken: after its block (V4 refreshes) or before it (V4.1).
   bool dspark_taps_layer_output() const;
+  // Whether the release's mtp.* layers are an MTP module (V4) rather than DSpark stages (the
+  // 0731/0813 layout, V4.1; a V4.1 checkpoint without dspark_block_size has no drafter).
+  bool drafts_with_mtp_module() const;
+  const char* release_name() const;  // for messages: "DeepSeek-V4.1", ...
   // This config with the DSpark stages' expert counts: what their MoE is bound and run with.
   Config dspark_stage_config() const {
     Config s = *this;

@@ -19,6 +19,10 @@ int64_t Config::act_block() const { return release_rules(*this).act_block; }
 
 bool Config::dspark_taps_layer_output() const { return release_rules(*this).dspark_taps_layer_output; }
 
+bool Config::drafts_with_mtp_module() const { return release_rules(*this).drafting == Drafting::kMtpModule; }
+
+const char* Config::release_name() const { return release_rules(*this).name; }
+
 bool Config::owns_compressor(int64_t layer) const {
   if (!release_rules(*this).shared_attention_runtime) return ratio(layer) != 0;
   return layer < n_layers && kv_source_of[size_t(layer)] == layer;
