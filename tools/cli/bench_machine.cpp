@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/deepseek_v4/release.h"
+
 namespace deepinfer::cli {
 
 using Clock = std::chrono::steady_clock;
@@ -73,7 +75,7 @@ int64_t kv_bytes_per_token(const v4::Config& c, int64_t p) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     bytes += std::min(p + 1, c.window) * c.head_dim * 4;
     const int64_t r = c.ratio(l);
-    if (c.v41()) {  // shared caches: a top-k of entries; index sources score keys (candidates only when restricted)
+    if (v4::release_rules(c).shared_attention_runtime) {  // shared caches: a top-k of entries; index sources score keys (candidates only when restricted)
       if (r == 0) continue;
       const int64_t n = (p + 1) / r;
       bytes += std::min(c.index_topk, n) * c.head_dim * 4;
