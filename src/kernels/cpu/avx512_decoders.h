@@ -122,12 +122,9 @@ inline float f32_of(uint32_t b) {
 // ue8m0 byte -> 2^(b-127), 0xff NaN (as e8m0_to_f32).
 DI_INLINE float e8m0(uint8_t b) { return f32_of(kT.e8m0[b]); }
 
-inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
-inline uint16_t mask16(int64_t n) { return n >= 16 ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : uint16_t((1u << n) - 1); }
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-inline __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 
 // Decode prefetches weights into L2 (T1), not non-temporally (NTA): an NTA prefetch keeps
 // the L2 streamer out of the stream, so a core has only its L1 fill buffers in flight. With
@@ -204,15 +201,7 @@ inline __mmask16 in_range(__m512 v) {
 constexpr int kScaleLo = 127 - 31, kScaleHi = 127 + 22;
 static_assert(kScaleLo == kFp4SafeScaleLo && kScaleHi == kFp4SafeScaleHi, "fp4_multirow_avx512 takes the same rows");
 
-inline bool scales_in_range(const uint8_t* s, int64_t n) {
-  for (int64_t i = 0; i < n; i += 64) {
-    const __m512i b = _mm512_maskz_loadu_epi8(mask64(n - i), s + i);
-    const __mmask64 bad = _mm512_cmplt_epu8_mask(b, _mm512_set1_epi8(char(kScaleLo))) |
-                          _mm512_cmpgt_epu8_mask(b, _mm512_set1_epi8(char(kScaleHi)));
-    if (bad & mask64(n - i)) return false;
-  }
-  return true;
-}
+inline bool scales_in_range(const uint8_t* s, int64_t n) { return bytes_within(s, n, kScaleLo, kScaleHi); }
 
 // Adds a power-of-two scale (as an exponent offset) to nonzero, non-NaN bf16 codes: exact
 // for scales within [kScaleLo, kScaleHi].

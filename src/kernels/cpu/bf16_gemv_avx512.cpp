@@ -61,8 +61,7 @@ constexpr int64_t kPrefetchBytes = 128 * 1024;
 // Shared with the other AVX-512 kernel files (avx512_common.h).
 using avx512::b16_out_of_range;
 using avx512::mask32;
-using avx512::reduce4;
-using avx512::store_sums;
+using avx512::finish_group;
 
 // The products of a group: fp32 mode (xf, pair order), bf16 mode on vdpbf16ps (xb), or bf16
 // mode as its two FMAs (xd, dot-product order: each 32 columns' odd ones, then even ones).
@@ -120,17 +119,7 @@ uint32_t group(const LinearCall& c, int64_t n, int64_t pf) {
     step(k, 32);
   }
   for (; k < Kp; k += 32) step(k, K - k);
-  const __m512 z = _mm512_setzero_ps();
-  for (int m = 0; m < MR; ++m)
-    for (int r0 = 0; r0 < NRW; r0 += 4)
-      store_sums(c.y + m * c.N + n + r0,
-                 reduce4(acc[m][r0], r0 + 1 < NRW ? acc[m][r0 + 1] : z, r0 + 2 < NRW ? acc[m][r0 + 2] : z,
-                         r0 + 3 < NRW ? acc[m][r0 + 3] : z),
-                 NRW - r0);
-  uint32_t bad_rows = 0;
-  for (int r = 0; r < NRW; ++r)
-    if (bad[r]) bad_rows |= 1u << r;
-  return bad_rows;
+  return finish_group<MR, NRW>(acc, bad, c.y, c.N, n);
 }
 
 // Weight rows [n, n + R) in the call's mode; in bf16 mode rows out of range are redone in the

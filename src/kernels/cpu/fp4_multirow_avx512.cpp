@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/fp4_multirow.h"
 
@@ -70,33 +71,20 @@ constexpr Tables make_tables() {
 
 constexpr Tables kTab = make_tables();
 
-MR_INLINE __m512i load_i(const void* p) { return _mm512_loadu_si512(p); }
 MR_INLINE __m512 dp(__m512 acc, __m512i a, __m512i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
 MR_INLINE void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
-inline uint64_t mask64(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
-inline uint16_t mask16(int64_t n) { return n >= 16 ? uint16_t(0xffff) : n <= 0 ? uint16_t(0) : uint16_t((1u << n) - 1); }
 
-// The horizontal sums of four vectors, {sum a, sum b, sum c, sum d}, in the tree of
-// avx512_common.h's reduce4 (per 128-bit lane (l0 + l2) + (l1 + l3), then lanes
-// (L0 + L2) + (L1 + L3)): the last steps of the one-row sequence, so it must stay that tree.
-MR_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
+// Shared with the other AVX-512 kernel files (avx512_common.h): reduce4's lane-sum tree is the
+// last step of the one-row sequence, so this file must use that one copy.
+using avx512::load_i;
+using avx512::mask16;
+using avx512::mask64;
+using avx512::reduce4;
 
 // Whether every scale byte of a row keeps its products exact (avx512_decoders.h's
 // Fp4Dec::safe, which decides the one-row GEMV's mode: the same rows must leave bf16 mode).
 inline bool row_safe(const uint8_t* s, int64_t n) {
-  for (int64_t i = 0; i < n; i += 64) {
-    const __m512i b = _mm512_maskz_loadu_epi8(mask64(n - i), s + i);
-    const __mmask64 bad = _mm512_cmplt_epu8_mask(b, _mm512_set1_epi8(char(kFp4SafeScaleLo))) |
-                          _mm512_cmpgt_epu8_mask(b, _mm512_set1_epi8(char(kFp4SafeScaleHi)));
-    if (bad & mask64(n - i)) return false;
-  }
-  return true;
+  return avx512::bytes_within(s, n, kFp4SafeScaleLo, kFp4SafeScaleHi);
 }
 
 struct Row {

@@ -188,17 +188,7 @@ uint32_t gemv_group(const LinearCall& c, const D& d, int64_t n) {
     };
     sweep(step);
   }
-  const __m512 z = _mm512_setzero_ps();
-  for (int m = 0; m < MR; ++m)
-    for (int r0 = 0; r0 < NRW; r0 += 4)
-      store_sums(c.y + m * c.N + n + r0,
-                 reduce4(acc[m][r0], r0 + 1 < NRW ? acc[m][r0 + 1] : z, r0 + 2 < NRW ? acc[m][r0 + 2] : z,
-                         r0 + 3 < NRW ? acc[m][r0 + 3] : z),
-                 NRW - r0);
-  uint32_t bad_rows = 0;
-  for (int r = 0; r < NRW; ++r)
-    if (bad[r]) bad_rows |= 1u << r;
-  return bad_rows;
+  return finish_group<MR, NRW>(acc, bad, c.y, c.N, n);
 }
 
 // fp32-mode outputs of weight row n for every activation row (any M).
