@@ -730,6 +730,69 @@ TEST(CpuIsa, LinearManyEqualsSingleCalls) {
   }
 }
 
+// Products too large for the GEMV region, many of comparable size (a prefill's routed
+// experts): each runs whole on one thread. Still each job's own-call bits: FP4 / FP8 / BF16 /
+// F32, act-quant and plain, 9-25 rows (the FP4 multi-row kernel and the tiles), a job with a
+// NaN row and one with a huge row (their rows split by class inside the worker's call), one
+// job over a quarter of the total (run over the pool), small jobs beside them; 1, 2 and 3
+// threads. The large jobs take one parallel region, not one or two each.
+TEST(CpuIsa, LinearManyLargeJobsRunWhole) {
+  std::mt19937 rng(43);
+  const WeightFormat formats[] = {WeightFormat::FP4_BLOCK, WeightFormat::FP8_BLOCK, WeightFormat::BF16,
+                                  WeightFormat::F32};
+  for (Isa isa : supported_isas()) {
+    struct J {
+      Weight w;
+      std::vector<float> x;
+      int64_t M;
+      bool act_quant;
+    };
+    std::vector<J> js;
+    for (int i = 0; i < 14; ++i) {
+      const WeightFormat f = formats[i % 4];
+      const int64_t N = 24 + 8 * (i % 3), K = 256, M = 9 + (i * 5) % 17;
+      const bool aq = f == WeightFormat::FP4_BLOCK || f == WeightFormat::FP8_BLOCK ? i % 3 != 2 : false;
+      js.push_back({make_weight(f, N, K, rng), make_x(M, K, i % 2 ? XKind::F32 : XKind::Bf16, rng), M, aq});
+    }
+    js[0].x[2 * 256 + 7] = std::numeric_limits<float>::quiet_NaN();    // FP4 act-quant: one Scalar row
+    for (int64_t k = 0; k < 256; ++k) js[4].x[3 * 256 + k] *= 1e30f;  // FP4 act-quant: one huge row
+    js.push_back({make_weight(WeightFormat::FP8_BLOCK, 512, 256, rng), make_x(40, 256, XKind::Bf16, rng), 40, true});
+    js.push_back({make_weight(WeightFormat::FP4_BLOCK, 40, 256, rng), make_x(1, 256, XKind::Bf16, rng), 1, true});
+    js.push_back({make_weight(WeightFormat::FP8_BLOCK, 33, 256, rng), make_x(4, 256, XKind::Bf16, rng), 4, false});
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      auto be = make_cpu_backend_isa(&pool, isa);
+      std::vector<std::vector<float>> many(js.size()), single(js.size());
+      std::vector<LinearJob> jobs;
+      for (size_t i = 0; i < js.size(); ++i) {
+        const J& j = js[i];
+        many[i].assign(j.M * j.w.w.rows, -1.0f);
+        single[i].assign(j.M * j.w.w.rows, -2.0f);
+        jobs.push_back({j.x.data(), j.M, &j.w.w, j.act_quant ? 128 : 0, many[i].data()});
+        if (j.act_quant)
+          be->linear_act_quant(j.x.data(), j.M, j.w.w, 128, single[i].data());
+        else
+          be->linear_f32(j.x.data(), j.M, j.w.w, single[i].data());
+      }
+      const uint64_t d0 = pool.dispatches();
+      be->linear_many(jobs.data(), jobs.size());
+      const uint64_t regions = pool.dispatches() - d0;
+      for (size_t i = 0; i < js.size(); ++i) {
+        ASSERT_EQ(0, std::memcmp(many[i].data(), single[i].data(), many[i].size() * sizeof(float)))
+            << isa_name(isa) << " threads " << threads << " job " << i;
+        if (i == 0) {
+          EXPECT_TRUE(std::isnan(many[i][2 * js[i].w.w.rows])) << isa_name(isa);
+        }
+      }
+      // Whole jobs: one region; the big job and the GEMV region: a few more. One call per
+      // large job (the portable backend's linear_many: 17 here) would take 14 or more.
+      if (threads > 1 && isa != Isa::Scalar) {
+        EXPECT_LE(regions, 6u) << isa_name(isa) << " threads " << threads;
+      }
+    }
+  }
+}
+
 // Jobs of one batch that read the same activations (a MoE expert's w1 and w3, attention
 // projections of one input) share their preparation: still each job's own-call bits, also
 // when neighbours differ in act-quant mode, width, F32-ness (which changes the kernels) or

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -295,7 +296,9 @@ class SimdBackend final : public Backend {
  public:
   // attention may be null: then every dim takes the portable kernels.
   SimdBackend(ThreadPool* pool, const cpu::IsaKernels& k, const cpu::AttentionKernels* attention)
-      : pool_(pool), k_(k), attention_(attention), scalar_(pool) {}
+      : pool_(pool), k_(k), attention_(attention), scalar_(pool) {
+    if (pool && pool->size() > 1) serial_ = std::make_unique<SimdBackend>(nullptr, k, attention);
+  }
   const char* name() const override { return "cpu"; }
   ThreadPool* pool() const override { return pool_; }
 
@@ -567,24 +570,28 @@ class SimdBackend final : public Backend {
 
  public:
   // Decode-sized calls (M within the GEMV path) share one parallel region, split by weight
-  // bytes so each thread streams the same amount; anything else runs as its own call.
+  // bytes so each thread streams the same amount. Larger ones (a prefill's routed experts,
+  // attention projections) go to run_large first.
   void linear_many(const LinearJob* jobs, size_t n) const override {
     ManyScratch& ms = tl_many;
     PrepKey last_key;
     ms.calls.clear();
+    ms.large.clear();
     if (ms.act.size() < n) ms.act.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const LinearJob& j = jobs[i];
       const WeightMatrix& W = *j.W;
       const bool act_quant = j.act_block > 0 && W.is_quantized();
       const bool fast = supported(W) && (!act_quant || act_supported(W, j.act_block));
-      if (!fast || j.M > k_.gemv_max_m) {
-        if (act_quant)
-          linear_act_quant(j.x, j.M, W, j.act_block, j.y);
-        else
-          linear_f32(j.x, j.M, W, j.y);
-        continue;
-      }
+      if (!fast || j.M > k_.gemv_max_m) ms.large.push_back(i);
+    }
+    run_large(jobs, ms);
+    for (size_t i = 0; i < n; ++i) {
+      const LinearJob& j = jobs[i];
+      const WeightMatrix& W = *j.W;
+      const bool act_quant = j.act_block > 0 && W.is_quantized();
+      const bool fast = supported(W) && (!act_quant || act_supported(W, j.act_block));
+      if (!fast || j.M > k_.gemv_max_m) continue;
       // Products of one input (a MoE expert's w1 and w3, attention projections) share the
       // prepared activations when their preparation would be the same.
       const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32,
@@ -649,8 +656,58 @@ class SimdBackend final : public Backend {
     std::vector<Scratch> act;  // prepared activations of each batched call
     std::vector<cpu::LinearCall> calls;
     std::vector<int64_t> start, row_cost;
+    std::vector<size_t> large, whole, order;  // run_large's products
   };
   static thread_local ManyScratch tl_many;
+
+  // One product as its own call (linear_many's meaning of a job).
+  void run_job(const LinearJob& j) const {
+    if (j.act_block > 0 && j.W->is_quantized())
+      linear_act_quant(j.x, j.M, *j.W, j.act_block, j.y);
+    else
+      linear_f32(j.x, j.M, *j.W, j.y);
+  }
+
+  // linear_many's products too large for the GEMV region (ms.large). Where there are many of
+  // comparable size (a prefill's routed experts: ~230 products of 9-25 rows at 512 tokens),
+  // each runs whole on one thread (serial_, the same kernels with no pool), largest first, so
+  // a layer takes one fork / join instead of one or two per expert and no thread waits for
+  // another's serial activation preparation. The rest (a product over an eighth of the
+  // total, or too few products to share out) runs as its own call over the pool. The kernel
+  // an output gets depends only on its product's row count, so the bits are the same either
+  // way.
+  void run_large(const LinearJob* jobs, ManyScratch& ms) const {
+    if (ms.large.empty()) return;
+    const int T = pool_ ? pool_->size() : 1;
+    auto cost = [jobs](size_t i) { return double(jobs[i].M) * double(jobs[i].W->rows) * double(jobs[i].W->cols); };
+    double total = 0;
+    for (size_t i : ms.large) total += cost(i);
+    ms.whole.clear();
+    for (size_t i : ms.large) {
+      if (serial_ && cost(i) * 4 * T <= total)
+        ms.whole.push_back(i);
+      else
+        run_job(jobs[i]);
+    }
+    const size_t nw = ms.whole.size();
+    if (nw < size_t(2 * T)) {
+      for (size_t i : ms.whole) run_job(jobs[i]);
+      return;
+    }
+    // Largest first, dealt round-robin to the threads' shares: each share starts with its
+    // largest products, and a thread done early takes the smallest from the back of another.
+    std::stable_sort(ms.whole.begin(), ms.whole.end(), [&](size_t a, size_t b) { return cost(a) > cost(b); });
+    ms.order.resize(nw);
+    size_t at = 0;
+    for (int t = 0; t < T; ++t)
+      for (size_t r = size_t(t); r < nw; r += size_t(T)) ms.order[at++] = ms.whole[r];
+    const SimdBackend* one = serial_.get();
+    const std::vector<size_t>& order = ms.order;
+    parallel_for_balanced(pool_, int64_t(nw), 1, int((nw + T - 1) / T), [one, jobs, &order](int64_t b0, int64_t b1, int) {
+      for (int64_t p = b0; p < b1; ++p) one->run_job(jobs[order[size_t(p)]]);
+    });
+  }
+
 
   struct ManyJob {
     const cpu::IsaKernels* k;
@@ -708,6 +765,7 @@ class SimdBackend final : public Backend {
   // say, an expert two tokens of the batch chose. Called by the thread that owns the pool.
   size_t work_bytes(size_t need) const {
     if (need == 0) return 0;
+    if (!pool_) return need;  // serial_: one per worker at a time, each grows its own tl_work
     if (need > work_hw_) {
       work_hw_ = need;
       if (pool_) pool_->run_on_each_thread([need](int64_t, int64_t, int) { tl_work.get(need); });
@@ -721,6 +779,8 @@ class SimdBackend final : public Backend {
   const cpu::AttentionKernels* attention_;
   ScalarBackend scalar_;
   mutable size_t work_hw_ = 0;  // work_bytes()
+  // The same kernels with no pool, for products run whole on one worker (run_large).
+  std::unique_ptr<SimdBackend> serial_;
 };
 thread_local SimdBackend::ManyScratch SimdBackend::tl_many;
 
