@@ -156,7 +156,9 @@ constexpr OpSpec kCatalogue[] = {
      [](const IsaKernels* k, const AttentionKernels* a) {
        return a && a->sink_attention_heads ? Impl::kIsa : k ? Impl::kPortable : Impl::kReferee;
      }},
-    {Op::index_scores, "index_scores", "index_scores_ref", "Backend::index_scores (the lightning indexer)",
+    {Op::index_scores, "index_scores", "index_scores_ref",
+     "Backend::index_scores (the lightning indexer), Backend::index_scores_many (a prefill chunk's queries, each "
+     "over its prefix of the keys)",
      "q [n_heads, dim], w [n_heads], keys [n_keys] of dim floats (none null), scores [n_keys]; any dim; more than "
      "512 heads (kIndexCombineMaxHeads) combine in the portable loop; writes scores only",
      bits_contract(kNaN | kInf),

@@ -838,6 +838,35 @@ TEST(CpuIsa, LinearManySharedInputs) {
   }
 }
 
+// A prefill chunk's indexer queries in one call: each query's scores as its own call gives
+// them (bits, every key count from 0 to all), in one parallel region rather than one per
+// query (the per-query path took ~18 here).
+TEST(CpuIsa, IndexScoresManyOneRegion) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t heads = 8, dim = 64, n_keys = 40, n_q = 20, ld = n_keys + 1;
+  std::vector<float> q(n_q * heads * dim), w(n_q * heads), kmem(n_keys * dim);
+  for (float& v : q) v = nd(rng);
+  for (float& v : w) v = round_bf16(0.1f * nd(rng));
+  for (float& v : kmem) v = nd(rng);
+  std::vector<const float*> keys;
+  for (int64_t s = 0; s < n_keys; ++s) keys.push_back(&kmem[s * dim]);
+  std::vector<int64_t> n_vis(n_q);
+  for (int64_t i = 0; i < n_q; ++i) n_vis[i] = i * n_keys / (n_q - 1);
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::Scalar) continue;
+    ThreadPool pool(3);
+    auto be = make_cpu_backend_isa(&pool, isa);
+    std::vector<float> one(n_q * ld, -3.0f), many(n_q * ld, -3.0f);
+    for (int64_t i = 0; i < n_q; ++i)
+      be->index_scores(&q[i * heads * dim], &w[i * heads], heads, dim, keys.data(), n_vis[i], false, &one[i * ld]);
+    const uint64_t d0 = pool.dispatches();
+    be->index_scores_many(q.data(), w.data(), n_q, heads, dim, keys.data(), n_vis.data(), false, many.data(), ld);
+    EXPECT_EQ(pool.dispatches() - d0, 1u) << isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << isa_name(isa);
+  }
+}
+
 // Lightning-indexer scores against the referee. Reference numerics (FP4-QDQ'd q and keys,
 // bf16 rounding points): bit for bit, also where a key's exponent spread forces the in-order
 // fallback and for dims that are not a multiple of the vector width. Float numerics (plain

@@ -351,6 +351,31 @@ class SimdBackend final : public Backend {
     parallel_for(pool_, n_keys, 16, [&job](int64_t s0, int64_t s1, int) { job(s0, s1); });
   }
 
+  // Enough queries to share out (a prefill chunk's): each query whole on one thread through
+  // serial_, balanced (a later query sees more keys). Few queries (a decode step, a
+  // speculative verify) split each one's keys over the pool instead.
+  void index_scores_many(const float* q, const float* w, int64_t n_q, int64_t n_heads, int64_t dim,
+                         const float* const* keys, const int64_t* n_vis, bool round, float* scores,
+                         int64_t ld) const override {
+    if (!serial_ || n_q < 4 * int64_t(pool_->size()))
+      return Backend::index_scores_many(q, w, n_q, n_heads, dim, keys, n_vis, round, scores, ld);
+    struct Job {
+      const SimdBackend* one;
+      const float *q, *w;
+      int64_t n_heads, dim;
+      const float* const* keys;
+      const int64_t* n_vis;
+      bool round;
+      float* scores;
+      int64_t ld;
+    } job{serial_.get(), q, w, n_heads, dim, keys, n_vis, round, scores, ld};
+    parallel_for_balanced(pool_, n_q, 1, kPiecesPerThread, [&job](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i)
+        job.one->index_scores(job.q + i * job.n_heads * job.dim, job.w + i * job.n_heads, job.n_heads, job.dim,
+                              job.keys, job.n_vis[i], job.round, job.scores + i * job.ld);
+    });
+  }
+
   // The ISA's attention kernels (its AttentionKernels) where they take the dim, else the
   // portable ones.
   void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale, float sink,

@@ -135,25 +135,31 @@ void indexer_select(const Config& cfg, const Numerics& num, std::span<const floa
   ScratchArena& scratch = step_scratch();
   ScratchArena::Scope scope(scratch);
 
-  // Sized for the most keys a query sees; query t uses the first n_vis of each.
-  std::span<float> score_all = scratch.take<float>(n_keys);
+  // Scores of a block of queries at a time (one parallel region each: the backend gives every
+  // query to one thread), rows ld = n_keys apart; query t uses the first n_vis[t] keys.
+  constexpr int64_t kScoreFloats = int64_t(1) << 20;
+  const int64_t ld = std::max<int64_t>(n_keys, 1);
+  const int64_t block = std::clamp<int64_t>(kScoreFloats / ld, 1, std::max<int64_t>(S, 1));
+  std::span<float> score_blk = scratch.take<float>(block * ld);
   std::span<const float*> key_rows_all = scratch.take<const float*>(n_keys);
+  std::span<int64_t> n_vis = scratch.take<int64_t>(S);
   std::span<int64_t> order_all = scratch.take<int64_t>(n_keys), spare_all = scratch.take<int64_t>(n_keys);
   keys.entries(n_keys, key_rows_all.data());
+  for (int64_t t = 0; t < S; ++t) n_vis[t] = std::min((p0 + t + 1) / 4, n_keys);
   profile::Phase section;
-  for (int64_t t = 0; t < S; ++t) {
-    const int64_t p = p0 + t;
-    const int64_t n_vis = std::min((p + 1) / 4, n_keys);
-    std::span<float> score = score_all.first(size_t(n_vis));
-    std::span<const float*> key_rows = key_rows_all.first(size_t(n_vis));
-    std::span<int64_t> order = order_all.first(size_t(n_vis));
+  for (int64_t t0 = 0; t0 < S; t0 += block) {
+    const int64_t nb = std::min(block, S - t0);
     section.start(DI_PROFILE_SECTION("attn.indexer.scores"));
-    num.backend->index_scores(q.data() + t * HI * DI, wts.data() + t * HI, HI, DI, key_rows.data(), n_vis,
-                              num.reference(), score.data());
+    num.backend->index_scores_many(q.data() + t0 * HI * DI, wts.data() + t0 * HI, nb, HI, DI, key_rows_all.data(),
+                                   &n_vis[t0], num.reference(), score_blk.data(), ld);
     section.start(DI_PROFILE_SECTION("attn.indexer.top_k"));
-    const int64_t k = std::min(cfg.index_topk, n_vis);
-    select_top_k(score, k, order, spare_all.first(size_t(n_vis)), chosen + t * cfg.index_topk);
-    n_chosen[t] = k;
+    for (int64_t t = t0; t < t0 + nb; ++t) {
+      const int64_t nv = n_vis[t];
+      const int64_t k = std::min(cfg.index_topk, nv);
+      select_top_k(score_blk.subspan(size_t((t - t0) * ld), size_t(nv)), k, order_all.first(size_t(nv)),
+                   spare_all.first(size_t(nv)), chosen + t * cfg.index_topk);
+      n_chosen[t] = k;
+    }
   }
 }
 
