@@ -69,10 +69,11 @@ void Backend::sink_attention_heads(const float* q, int64_t n_heads, const float*
 }
 
 void Backend::index_scores_many(const float* q, const float* w, int64_t n_q, int64_t n_heads, int64_t dim,
-                                const float* const* keys, const int64_t* n_vis, bool round_bf16, float* scores,
-                                int64_t ld) const {
+                                const float* const* keys, int64_t keys_ld, const int64_t* n_vis, bool round_bf16,
+                                float* scores, int64_t ld) const {
   for (int64_t i = 0; i < n_q; ++i)
-    index_scores(q + i * n_heads * dim, w + i * n_heads, n_heads, dim, keys, n_vis[i], round_bf16, scores + i * ld);
+    index_scores(q + i * n_heads * dim, w + i * n_heads, n_heads, dim, keys + i * keys_ld, n_vis[i], round_bf16,
+                 scores + i * ld);
 }
 
 void Backend::index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,

@@ -60,13 +60,14 @@ class Backend {
   // values make them so. Split over pool() by the caller's backend.
   virtual void index_scores(const float* q, const float* w, int64_t n_heads, int64_t dim, const float* const* keys,
                             int64_t n_keys, bool round_bf16, float* scores) const;
-  // index_scores of n_q query tokens over one key list, query i over its first n_vis[i] keys
-  // (its q at q + i * n_heads * dim, its w at w + i * n_heads, its scores at scores + i * ld):
-  // each row as index_scores' own call gives it. The fast backend gives each query of a
-  // prefill chunk to one thread (one parallel region instead of one per query).
+  // index_scores of n_q query tokens, query i over the first n_vis[i] keys of its key list
+  // keys + i * keys_ld (keys_ld 0: one list for all), its q at q + i * n_heads * dim, its w at
+  // w + i * n_heads, its scores at scores + i * ld: each row as index_scores' own call gives
+  // it. The fast backend gives each query of a prefill chunk to one thread (one parallel
+  // region instead of one per query).
   virtual void index_scores_many(const float* q, const float* w, int64_t n_q, int64_t n_heads, int64_t dim,
-                                 const float* const* keys, const int64_t* n_vis, bool round_bf16, float* scores,
-                                 int64_t ld) const;
+                                 const float* const* keys, int64_t keys_ld, const int64_t* n_vis, bool round_bf16,
+                                 float* scores, int64_t ld) const;
   // One head of sink attention over a key list (see sink_attention_ref). The fast backend
   // accumulates in fp32 (cpu/attention_cpu.h): within fp32 reassociation of the referee.
   virtual void sink_attention(const float* q, const float* const* keys, int64_t n_keys, int64_t dim, float scale,

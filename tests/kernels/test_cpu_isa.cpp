@@ -861,7 +861,7 @@ TEST(CpuIsa, IndexScoresManyOneRegion) {
     for (int64_t i = 0; i < n_q; ++i)
       be->index_scores(&q[i * heads * dim], &w[i * heads], heads, dim, keys.data(), n_vis[i], false, &one[i * ld]);
     const uint64_t d0 = pool.dispatches();
-    be->index_scores_many(q.data(), w.data(), n_q, heads, dim, keys.data(), n_vis.data(), false, many.data(), ld);
+    be->index_scores_many(q.data(), w.data(), n_q, heads, dim, keys.data(), 0, n_vis.data(), false, many.data(), ld);
     EXPECT_EQ(pool.dispatches() - d0, 1u) << isa_name(isa);
     EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << isa_name(isa);
   }

@@ -426,24 +426,33 @@ void gen_index_scores(Env& e) {
       e.check.compare(got, want, shape("heads dim keys round", {heads, dim, n_keys, round}), round);
 
       // index_scores_many: 13 queries (enough for the fast backend to give each its own thread)
-      // over prefixes of the same keys, 0 to all of them, rows ld = n_keys + 3 apart; what lies
-      // past a query's prefix stays untouched.
+      // over prefixes of one key list, then each over its own list (the keys rotated by its
+      // index), 0 to all of the keys, rows ld = n_keys + 3 apart; what lies past a query's
+      // prefix stays untouched.
       const int64_t n_q = 13, ld = n_keys + 3;
       std::vector<float> qs = normal(n_q * heads * dim, e.rng), ws = normal(n_q * heads, e.rng, 0.1f, true);
       if (round)
         for (int64_t r = 0; r < n_q * heads; ++r) fp4_qdq_pow2_ref(&qs[size_t(r * dim)], dim, dim % 32 == 0 ? 32 : dim);
       std::vector<int64_t> n_vis(static_cast<size_t>(n_q));
-      std::vector<float> want_many(static_cast<size_t>(n_q * ld), -7.0f);
+      std::vector<const float*> lists(static_cast<size_t>(n_q * n_keys));
       for (int64_t i = 0; i < n_q; ++i) {
         n_vis[size_t(i)] = i * n_keys / (n_q - 1);
-        index_scores_ref(&qs[size_t(i * heads * dim)], &ws[size_t(i * heads)], heads, dim, keys.data(), n_vis[size_t(i)],
-                         round, &want_many[size_t(i * ld)]);
+        for (int64_t s = 0; s < n_keys; ++s) lists[size_t(i * n_keys + s)] = keys[size_t((s + i) % n_keys)];
       }
-      Out got_many(n_q * ld, -7.0f);
-      e.be.index_scores_many(qs.data(), ws.data(), n_q, heads, dim, keys.data(), n_vis.data(), round, got_many.data(),
-                             ld);
-      e.check.compare(got_many, want_many, shape("many: queries heads dim keys round", {n_q, heads, dim, n_keys, round}),
-                      round);
+      for (bool own_lists : {false, true}) {
+        const int64_t keys_ld = own_lists ? n_keys : 0;
+        const float* const* key_base = own_lists ? lists.data() : keys.data();
+        std::vector<float> want_many(static_cast<size_t>(n_q * ld), -7.0f);
+        for (int64_t i = 0; i < n_q; ++i)
+          index_scores_ref(&qs[size_t(i * heads * dim)], &ws[size_t(i * heads)], heads, dim, key_base + i * keys_ld,
+                           n_vis[size_t(i)], round, &want_many[size_t(i * ld)]);
+        Out got_many(n_q * ld, -7.0f);
+        e.be.index_scores_many(qs.data(), ws.data(), n_q, heads, dim, key_base, keys_ld, n_vis.data(), round,
+                               got_many.data(), ld);
+        e.check.compare(got_many, want_many,
+                        shape("many: queries heads dim keys round own_lists", {n_q, heads, dim, n_keys, round, own_lists}),
+                        round);
+      }
     }
 }
 

@@ -355,24 +355,25 @@ class SimdBackend final : public Backend {
   // serial_, balanced (a later query sees more keys). Few queries (a decode step, a
   // speculative verify) split each one's keys over the pool instead.
   void index_scores_many(const float* q, const float* w, int64_t n_q, int64_t n_heads, int64_t dim,
-                         const float* const* keys, const int64_t* n_vis, bool round, float* scores,
-                         int64_t ld) const override {
+                         const float* const* keys, int64_t keys_ld, const int64_t* n_vis, bool round,
+                         float* scores, int64_t ld) const override {
     if (!serial_ || n_q < 4 * int64_t(pool_->size()))
-      return Backend::index_scores_many(q, w, n_q, n_heads, dim, keys, n_vis, round, scores, ld);
+      return Backend::index_scores_many(q, w, n_q, n_heads, dim, keys, keys_ld, n_vis, round, scores, ld);
     struct Job {
       const SimdBackend* one;
       const float *q, *w;
       int64_t n_heads, dim;
       const float* const* keys;
+      int64_t keys_ld;
       const int64_t* n_vis;
       bool round;
       float* scores;
       int64_t ld;
-    } job{serial_.get(), q, w, n_heads, dim, keys, n_vis, round, scores, ld};
+    } job{serial_.get(), q, w, n_heads, dim, keys, keys_ld, n_vis, round, scores, ld};
     parallel_for_balanced(pool_, n_q, 1, kPiecesPerThread, [&job](int64_t i0, int64_t i1, int) {
       for (int64_t i = i0; i < i1; ++i)
         job.one->index_scores(job.q + i * job.n_heads * job.dim, job.w + i * job.n_heads, job.n_heads, job.dim,
-                              job.keys, job.n_vis[i], job.round, job.scores + i * job.ld);
+                              job.keys + i * job.keys_ld, job.n_vis[i], job.round, job.scores + i * job.ld);
     });
   }
 

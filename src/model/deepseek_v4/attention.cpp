@@ -150,7 +150,7 @@ void indexer_select(const Config& cfg, const Numerics& num, std::span<const floa
   for (int64_t t0 = 0; t0 < S; t0 += block) {
     const int64_t nb = std::min(block, S - t0);
     section.start(DI_PROFILE_SECTION("attn.indexer.scores"));
-    num.backend->index_scores_many(q.data() + t0 * HI * DI, wts.data() + t0 * HI, nb, HI, DI, key_rows_all.data(),
+    num.backend->index_scores_many(q.data() + t0 * HI * DI, wts.data() + t0 * HI, nb, HI, DI, key_rows_all.data(), 0,
                                    &n_vis[t0], num.reference(), score_blk.data(), ld);
     section.start(DI_PROFILE_SECTION("attn.indexer.top_k"));
     for (int64_t t = t0; t < t0 + nb; ++t) {

@@ -146,34 +146,50 @@ void select_segment(const Config& cfg, const Numerics& num, const LayerWeights& 
   const float wscale = float(1.0 / std::sqrt(double(DI)) / std::sqrt(double(HI)));
   for (auto& v : iw) v = num.bf16(v * wscale);
   const int64_t n_keys = keys.n_entries();
-  std::span<float> score_all = scratch.take<float>(n_keys);
-  std::span<int64_t> ids_all = scratch.take<int64_t>(n_keys);
-  std::span<const float*> rows_all = scratch.take<const float*>(n_keys);
-  for (int64_t t = 0; t < sg.n; ++t) {
-    const int64_t p = sg.p0 + t;
-    for (int64_t h = 0; h < HI; ++h) {
-      float* qh = &iq[(t * HI + h) * DI];
-      rope.apply(qh, DI, p, false, num);
-      if (num.reference()) kernels::fp4_qdq_pow2_ref(qh, DI, 32);
-    }
-    const int64_t n_vis = std::min((p + 1) / r, n_keys);
-    // The entries to score: every visible one, or only those in the candidate blocks.
-    int64_t n = 0;
-    if (use_cand) {
-      for (int64_t i = 0; i < sel.n_cand[t]; ++i) {
-        const int64_t b = sel.cand[t * cfg.candidate_topk_blocks + i];
-        for (int64_t e = b * B; e < std::min(n_vis, (b + 1) * B); ++e) ids_all[n++] = e;
+  // Queries in blocks (at most kEntries scored entries a block): each query's entries listed,
+  // then the block's scores in one call (the backend gives each query to one thread), then
+  // each query's choice.
+  constexpr int64_t kEntries = int64_t(1) << 18;
+  const int64_t ld = std::max<int64_t>(n_keys, 1);
+  const int64_t block = std::clamp<int64_t>(kEntries / ld, 1, std::max<int64_t>(sg.n, 1));
+  std::span<float> score_blk = scratch.take<float>(block * ld);
+  std::span<int64_t> ids_blk = scratch.take<int64_t>(block * ld), n_blk = scratch.take<int64_t>(block);
+  std::span<const float*> rows_blk = scratch.take<const float*>(block * ld);
+  auto n_vis_of = [&](int64_t t) { return std::min((sg.p0 + t + 1) / r, n_keys); };
+  for (int64_t t0 = 0; t0 < sg.n; t0 += block) {
+    const int64_t nb = std::min(block, sg.n - t0);
+    for (int64_t t = t0; t < t0 + nb; ++t) {
+      const int64_t p = sg.p0 + t;
+      for (int64_t h = 0; h < HI; ++h) {
+        float* qh = &iq[(t * HI + h) * DI];
+        rope.apply(qh, DI, p, false, num);
+        if (num.reference()) kernels::fp4_qdq_pow2_ref(qh, DI, 32);
       }
-    } else {
-      std::iota(ids_all.begin(), ids_all.begin() + n_vis, 0);
-      n = n_vis;
+      const int64_t n_vis = n_vis_of(t);
+      // The entries to score: every visible one, or only those in the candidate blocks.
+      int64_t* ids = &ids_blk[size_t((t - t0) * ld)];
+      int64_t n = 0;
+      if (use_cand) {
+        for (int64_t i = 0; i < sel.n_cand[t]; ++i) {
+          const int64_t b = sel.cand[t * cfg.candidate_topk_blocks + i];
+          for (int64_t e = b * B; e < std::min(n_vis, (b + 1) * B); ++e) ids[n++] = e;
+        }
+      } else {
+        std::iota(ids, ids + n_vis, 0);
+        n = n_vis;
+      }
+      for (int64_t i = 0; i < n; ++i) rows_blk[size_t((t - t0) * ld + i)] = keys.entry(ids[i]);
+      n_blk[size_t(t - t0)] = n;
     }
-    for (int64_t i = 0; i < n; ++i) rows_all[i] = keys.entry(ids_all[i]);
-    std::span<float> score = score_all.first(size_t(n));
-    num.backend->index_scores(&iq[t * HI * DI], &iw[t * HI], HI, DI, rows_all.data(), n, num.reference(),
-                              score.data());
-    if (cand_source) sel.n_cand[t] = candidate_blocks(cfg, score, &sel.cand[t * cfg.candidate_topk_blocks]);
-    sel.n_topk[t] = top_entries(cfg, ids_all.first(size_t(n)), score, n_vis, &sel.topk[t * cfg.index_topk]);
+    num.backend->index_scores_many(&iq[t0 * HI * DI], &iw[t0 * HI], nb, HI, DI, rows_blk.data(), ld, n_blk.data(),
+                                   num.reference(), score_blk.data(), ld);
+    for (int64_t t = t0; t < t0 + nb; ++t) {
+      const int64_t n = n_blk[size_t(t - t0)];
+      std::span<const float> score = score_blk.subspan(size_t((t - t0) * ld), size_t(n));
+      std::span<const int64_t> ids = ids_blk.subspan(size_t((t - t0) * ld), size_t(n));
+      if (cand_source) sel.n_cand[t] = candidate_blocks(cfg, score, &sel.cand[t * cfg.candidate_topk_blocks]);
+      sel.n_topk[t] = top_entries(cfg, ids, score, n_vis_of(t), &sel.topk[t * cfg.index_topk]);
+    }
   }
 }
 
