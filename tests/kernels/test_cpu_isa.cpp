@@ -734,7 +734,7 @@ TEST(CpuIsa, LinearManyEqualsSingleCalls) {
 // experts): each runs whole on one thread. Still each job's own-call bits: FP4 / FP8 / BF16 /
 // F32, act-quant and plain, 9-25 rows (the FP4 multi-row kernel and the tiles), a job with a
 // NaN row and one with a huge row (their rows split by class inside the worker's call), one
-// job over a quarter of the total (run over the pool), small jobs beside them; 1, 2 and 3
+// job over 1 / (4 x threads) of the total (run over the pool), small jobs beside them; 1, 2 and 3
 // threads. The large jobs take one parallel region, not one or two each.
 TEST(CpuIsa, LinearManyLargeJobsRunWhole) {
   std::mt19937 rng(43);

@@ -698,8 +698,9 @@ class SimdBackend final : public Backend {
   // comparable size (a prefill's routed experts: ~230 products of 9-25 rows at 512 tokens),
   // each runs whole on one thread (serial_, the same kernels with no pool), largest first, so
   // a layer takes one fork / join instead of one or two per expert and no thread waits for
-  // another's serial activation preparation. The rest (a product over an eighth of the
-  // total, or too few products to share out) runs as its own call over the pool. The kernel
+  // another's serial activation preparation. The rest (a product over 1 / (4 x threads) of
+  // the batch's multiply-adds, or too few products to share out) runs as its own call over
+  // the pool. The kernel
   // an output gets depends only on its product's row count, so the bits are the same either
   // way.
   void run_large(const LinearJob* jobs, ManyScratch& ms) const {
