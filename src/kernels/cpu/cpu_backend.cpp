@@ -603,21 +603,14 @@ class SimdBackend final : public Backend {
     PrepKey last_key;
     ms.calls.clear();
     ms.large.clear();
+    ms.small.clear();
     if (ms.act.size() < n) ms.act.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const LinearJob& j = jobs[i];
-      const WeightMatrix& W = *j.W;
-      const bool act_quant = j.act_block > 0 && W.is_quantized();
-      const bool fast = supported(W) && (!act_quant || act_supported(W, j.act_block));
-      if (!fast || j.M > k_.gemv_max_m) ms.large.push_back(i);
-    }
+    for (size_t i = 0; i < n; ++i) (in_gemv_region(jobs[i]) ? ms.small : ms.large).push_back(i);
     run_large(jobs, ms);
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i : ms.small) {
       const LinearJob& j = jobs[i];
       const WeightMatrix& W = *j.W;
       const bool act_quant = j.act_block > 0 && W.is_quantized();
-      const bool fast = supported(W) && (!act_quant || act_supported(W, j.act_block));
-      if (!fast || j.M > k_.gemv_max_m) continue;
       // Products of one input (a MoE expert's w1 and w3, attention projections) share the
       // prepared activations when their preparation would be the same.
       const PrepKey key{j.x, j.M, W.cols, act_quant ? j.act_block : 0, W.format == WeightFormat::F32,
@@ -682,9 +675,17 @@ class SimdBackend final : public Backend {
     std::vector<Scratch> act;  // prepared activations of each batched call
     std::vector<cpu::LinearCall> calls;
     std::vector<int64_t> start, row_cost;
-    std::vector<size_t> large, whole, order;  // run_large's products
+    std::vector<size_t> small, large;  // the jobs of the GEMV region, and the others
+    std::vector<size_t> whole, order;  // run_large's
   };
   static thread_local ManyScratch tl_many;
+
+  // Whether linear_many runs job j in its shared GEMV region: decode-sized, with kernels for
+  // its weight format (and act-quant block).
+  bool in_gemv_region(const LinearJob& j) const {
+    const bool act_quant = j.act_block > 0 && j.W->is_quantized();
+    return j.M <= k_.gemv_max_m && supported(*j.W) && (!act_quant || act_supported(*j.W, j.act_block));
+  }
 
   // One product as its own call (linear_many's meaning of a job).
   void run_job(const LinearJob& j) const {
@@ -694,7 +695,7 @@ class SimdBackend final : public Backend {
       linear_f32(j.x, j.M, *j.W, j.y);
   }
 
-  // linear_many's products too large for the GEMV region (ms.large). Where there are many of
+  // linear_many's jobs outside the GEMV region (ms.large). Where there are many of
   // comparable size (a prefill's routed experts: ~230 products of 9-25 rows at 512 tokens),
   // each runs whole on one thread (serial_, the same kernels with no pool), largest first, so
   // a layer takes one fork / join instead of one or two per expert and no thread waits for
